@@ -1,0 +1,111 @@
+"""Where each BERT-family masked LM keeps its embeddings, its encoder layers and its MLM head.
+
+Layer indexing follows Hugging Face's ``output_hidden_states``: 0 is the embedding output (after ALBERT's and
+ELECTRA's embedding projection), i is the output of encoder layer i, so a model with L layers has L + 1 states.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+# model_type -> family. XLM-R and CamemBERT use RoBERTa's classes.
+FAMILIES = {
+    "bert": "bert",
+    "albert": "albert",
+    "roberta": "roberta",
+    "xlm-roberta": "roberta",
+    "camembert": "roberta",
+    "distilbert": "distilbert",
+    "electra": "electra",
+}
+
+# The head's submodules per family, in the order the model's own forward applies them.
+HEAD_PARTS = {
+    "bert": ("cls",),
+    "albert": ("predictions",),
+    "roberta": ("lm_head",),
+    "distilbert": ("vocab_transform", "activation", "vocab_layer_norm", "vocab_projector"),
+    "electra": ("generator_predictions", "generator_lm_head"),
+}
+
+
+class UnsupportedArchitectureError(ValueError):
+    """The checkpoint is not one of the masked-LM families LayerLens knows."""
+
+
+def family_of(model_type: str) -> str:
+    try:
+        return FAMILIES[model_type]
+    except KeyError:
+        known = ", ".join(sorted(FAMILIES))
+        raise UnsupportedArchitectureError(
+            f"model type '{model_type}' is not supported; LayerLens reads these masked-LM families: {known}"
+        ) from None
+
+
+def layer_name(index: int, num_layers: int) -> str:
+    """Human name of hidden-state ``index`` (0 = embeddings, ``num_layers`` = last layer)."""
+    if index == 0:
+        return "embeddings"
+    if index == num_layers:
+        return f"layer {index} (last)"
+    return f"layer {index}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Anatomy:
+    """Structural view of a masked LM; holds references into the model, never copies.
+
+    ``layers[i - 1]`` maps hidden state ``i - 1`` to hidden state ``i``. For ALBERT the same shared module
+    appears once per application. ``head`` maps hidden states ``(..., hidden)`` to logits ``(..., vocab)``.
+    """
+
+    family: str
+    embeddings: nn.Module
+    layers: tuple[nn.Module, ...]
+    head: Callable[[torch.Tensor], torch.Tensor]
+    hidden_size: int
+    vocab_size: int
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    def layer_names(self) -> list[str]:
+        return [layer_name(i, self.num_layers) for i in range(self.num_layers + 1)]
+
+
+def _encoder_layers(family: str, base: nn.Module, config) -> tuple[nn.Module, ...]:
+    if family == "distilbert":
+        return tuple(base.transformer.layer)
+    if family == "albert":
+        groups = base.encoder.albert_layer_groups
+        per_group = config.num_hidden_layers // config.num_hidden_groups
+        return tuple(groups[i // per_group] for i in range(config.num_hidden_layers))
+    return tuple(base.encoder.layer)
+
+
+def anatomy_of(model: nn.Module) -> Anatomy:
+    """The anatomy of a ``*ForMaskedLM`` model from one of :data:`FAMILIES`."""
+    config = model.config
+    family = family_of(config.model_type)
+    missing = [p for p in HEAD_PARTS[family] if not hasattr(model, p)]
+    if missing:
+        raise UnsupportedArchitectureError(
+            f"{type(model).__name__} has no MLM head (missing {', '.join(missing)}); load it as a masked LM"
+        )
+    parts = [getattr(model, p) for p in HEAD_PARTS[family]]
+    head = parts[0] if len(parts) == 1 else nn.Sequential(*parts)
+    base = model.base_model
+    return Anatomy(
+        family=family,
+        embeddings=base.embeddings,
+        layers=_encoder_layers(family, base, config),
+        head=head,
+        hidden_size=config.hidden_size,
+        vocab_size=config.vocab_size,
+    )

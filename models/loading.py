@@ -1,0 +1,203 @@
+"""Load a BERT-family masked LM, its tokenizer and its anatomy from the hub, a local directory or the demo.
+
+Safe by default: remote code is never run, and only safetensors weights are read unless the caller opts in to
+pickle (``allow_pickle=True``), which can execute code hidden in the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
+
+from models.anatomy import FAMILIES, HEAD_PARTS, Anatomy, UnsupportedArchitectureError, anatomy_of, family_of
+
+log = logging.getLogger(__name__)
+
+DEMO_DIR = Path(__file__).resolve().parent / "demo"
+DEMO_NAME = "demo"
+SUGGESTED_MODELS = (DEMO_NAME, "bert-base-uncased", "albert-base-v2", "roberta-base", "distilbert-base-uncased")
+DEVICES = ("auto", "cpu", "cuda", "mps")
+DTYPES = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class ModelLoadError(RuntimeError):
+    """A model could not be loaded; the message is written for the person who asked for it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """What to load. ``name`` is a hub id, a local ``save_pretrained`` directory, or ``"demo"``."""
+
+    name: str = DEMO_NAME
+    revision: str | None = None
+    device: str = "auto"
+    dtype: str = "auto"
+    allow_pickle: bool = False
+
+    def __post_init__(self):
+        if not self.name or not self.name.strip():
+            raise ModelLoadError("no model named: give a hub id, a local directory or 'demo'")
+        object.__setattr__(self, "name", self.name.strip())
+        if self.device.split(":")[0] not in DEVICES:
+            raise ModelLoadError(f"unknown device '{self.device}'; choose one of {', '.join(DEVICES)}")
+        if self.dtype not in DTYPES:
+            raise ModelLoadError(f"unknown dtype '{self.dtype}'; choose one of {', '.join(DTYPES)}")
+
+    @property
+    def source(self) -> str:
+        """The path or hub id handed to ``from_pretrained``."""
+        return str(DEMO_DIR) if self.name == DEMO_NAME else self.name
+
+    def resolved(self) -> ModelSpec:
+        """The same spec with ``auto`` device and dtype made concrete (what the cache keys on)."""
+        device = resolve_device(self.device)
+        return dataclasses.replace(self, device=device, dtype=resolve_dtype(self.dtype, device))
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ModelSpec:
+        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadedModel:
+    """A loaded model in eval mode with gradients off. Shared between sessions: never mutate it."""
+
+    spec: ModelSpec  # resolved: concrete device and dtype
+    model: torch.nn.Module
+    tokenizer: object
+    anatomy: Anatomy
+    nbytes: int
+    load_seconds: float
+
+    @property
+    def num_layers(self) -> int:
+        return self.anatomy.num_layers
+
+    def summary(self) -> dict:
+        """Plain facts about the model, for the sidebar, the CLI and ``info.json``."""
+        return {
+            "name": self.spec.name, "family": self.anatomy.family, "class": type(self.model).__name__,
+            "layers": self.num_layers, "hidden_size": self.anatomy.hidden_size,
+            "vocab_size": self.anatomy.vocab_size,
+            "parameters": sum(p.numel() for p in self.model.parameters()),
+            "device": self.spec.device, "dtype": self.spec.dtype, "bytes": self.nbytes,
+            "load_seconds": round(self.load_seconds, 3),
+        }
+
+
+def resolve_device(device: str = "auto") -> str:
+    """``auto`` -> cuda, then mps, then cpu. An explicit device that is not available is an error."""
+    if device == "auto":
+        if torch.cuda.is_available():
+            return "cuda"
+        if torch.backends.mps.is_available():
+            return "mps"
+        return "cpu"
+    kind = device.split(":")[0]
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError("device 'cuda' was asked for, but no CUDA GPU is available here")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise ModelLoadError("device 'mps' was asked for, but Apple's MPS backend is not available here")
+    return device
+
+
+def resolve_dtype(dtype: str, device: str) -> str:
+    """``auto`` -> bfloat16 on a GPU that supports it, float32 elsewhere."""
+    if dtype != "auto":
+        return dtype
+    if device.startswith("cuda") and torch.cuda.is_bf16_supported():
+        return "bfloat16"
+    return "float32"
+
+
+def module_nbytes(module: torch.nn.Module) -> int:
+    """Bytes held by a module's parameters and buffers (shared tensors counted once)."""
+    seen, total = set(), 0
+    for t in [*module.parameters(), *module.buffers()]:
+        if t.data_ptr() not in seen:
+            seen.add(t.data_ptr())
+            total += t.numel() * t.element_size()
+    return total
+
+
+def _explain(spec: ModelSpec, exc: BaseException) -> str:
+    """One readable sentence for a failed ``from_pretrained``."""
+    chain, e = [], exc
+    while e is not None:
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    names = {type(e).__name__ for e in chain}
+    text = " ".join(str(e) for e in chain)
+    name = spec.name
+    looks_local = name.startswith((".", "/", "~")) or Path(name).exists()
+    if looks_local and not Path(name).expanduser().is_dir():
+        return f"'{name}' is not a directory; give a save_pretrained directory or a hub id such as bert-base-uncased"
+    if looks_local:
+        return f"'{name}' is not a loadable model directory (no config.json with a model_type?): {str(exc)[:200]}"
+    if "RevisionNotFoundError" in names or "is not a valid git identifier" in text:
+        return f"revision '{spec.revision}' does not exist for '{name}'"
+    if "GatedRepoError" in names:
+        return f"'{name}' is gated on the Hugging Face hub; accept its terms and log in (`hf auth login`) first"
+    if "RepositoryNotFoundError" in names or "not a valid model identifier" in text:
+        return (f"'{name}' is neither a local directory nor a model on the Hugging Face hub "
+                "(check the spelling; private models need `hf auth login`)")
+    if "couldn't connect" in text or "LocalEntryNotFoundError" in names or "offline" in text.lower():
+        return (f"'{name}' is not in the local Hugging Face cache and the hub cannot be reached (no network, or "
+                "HF_HUB_OFFLINE is set); download it once with a network connection, or use a local directory")
+    first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return f"could not load '{name}': {first_line[:300]}"
+
+
+def _head_prefixes(family: str) -> tuple[str, ...]:
+    return tuple(p + "." for p in HEAD_PARTS[family])
+
+
+def load_model(spec: ModelSpec) -> LoadedModel:
+    """Load ``spec`` as a masked LM in eval mode with gradients off. Raises :class:`ModelLoadError`."""
+    start = time.perf_counter()
+    spec = spec.resolved()
+    if spec.name == DEMO_NAME and not (DEMO_DIR / "config.json").is_file():
+        raise ModelLoadError(f"the demo model is missing from {DEMO_DIR}; run `python -m models.pretrain` first")
+    kwargs = {"revision": spec.revision, "trust_remote_code": False}
+    try:
+        config = AutoConfig.from_pretrained(spec.source, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(_explain(spec, exc)) from exc
+    try:
+        family = family_of(config.model_type)
+    except UnsupportedArchitectureError as exc:
+        raise ModelLoadError(str(exc)) from exc
+    try:
+        model, info = AutoModelForMaskedLM.from_pretrained(
+            spec.source, config=config, dtype=DTYPES[spec.dtype], use_safetensors=not spec.allow_pickle,
+            output_loading_info=True, **kwargs,
+        )
+        tokenizer = AutoTokenizer.from_pretrained(spec.source, **kwargs)
+    except (OSError, ValueError) as exc:
+        if not spec.allow_pickle and "safetensors" in str(exc).lower():
+            raise ModelLoadError(
+                f"'{spec.name}' has no safetensors weights; pickle weights can run arbitrary code, so they are "
+                "only loaded when you allow pickle (--allow-pickle) for a source you trust") from exc
+        raise ModelLoadError(_explain(spec, exc)) from exc
+    missing_head = sorted(k for k in info.get("missing_keys", ()) if k.startswith(_head_prefixes(family)))
+    if missing_head:
+        found = ", ".join(config.architectures or [config.model_type])
+        hint = " (an ELECTRA discriminator has none: use the generator)" if family == "electra" else ""
+        raise ModelLoadError(
+            f"'{spec.name}' has no pre-trained MLM head{hint}: the checkpoint was saved as {found}, and these "
+            f"head weights are missing: {', '.join(missing_head[:4])}. LayerLens needs a *ForMaskedLM checkpoint.")
+    model.to(spec.device).eval().requires_grad_(False)
+    return LoadedModel(spec=spec, model=model, tokenizer=tokenizer, anatomy=anatomy_of(model),
+                       nbytes=module_nbytes(model), load_seconds=time.perf_counter() - start)
+
+
+__all__ = ["FAMILIES", "DEMO_NAME", "SUGGESTED_MODELS", "ModelSpec", "LoadedModel", "ModelLoadError",
+           "load_model", "resolve_device", "resolve_dtype", "module_nbytes"]

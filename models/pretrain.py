@@ -1,0 +1,255 @@
+"""Train the bundled demo masked LM: a WordPiece tokenizer and a small BERT, from plain text.
+
+    python -m models.pretrain --corpus ../shared/data/english_corpus/train.txt.gz --out models/demo
+
+Corpus format: one sentence or paragraph per line, an empty line between documents (``.gz`` is read
+transparently). Training follows BERT's MLM recipe (15% of tokens selected; 80% -> [MASK], 10% -> a random
+token, 10% unchanged) with two CPU-friendly choices: whole lines are packed into chunks of up to ``seq_len``
+WordPieces, and the MLM decoder runs only at the selected positions. Deterministic for a given seed and
+thread count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gzip
+import json
+import logging
+import math
+import platform
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tqdm.auto import tqdm
+from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast, DataCollatorForLanguageModeling
+
+log = logging.getLogger(__name__)
+
+SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+@dataclasses.dataclass
+class PretrainConfig:
+    """Model size and optimisation settings. ``small`` is the demo model; ``tiny`` exists for tests."""
+
+    vocab_size: int = 8192
+    hidden_size: int = 192
+    num_layers: int = 6
+    num_heads: int = 4
+    intermediate_size: int = 768
+    seq_len: int = 128
+    batch_size: int = 64
+    steps: int = 1800
+    lr: float = 7e-4
+    warmup_fraction: float = 0.06
+    weight_decay: float = 0.01
+    short_seq_prob: float = 0.1  # as in BERT: some chunks are shorter, so [SEP] and padding appear everywhere
+    seed: int = 0
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+PRESETS = {
+    "small": PretrainConfig(),
+    "tiny": PretrainConfig(vocab_size=300, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+                           seq_len=32, batch_size=8, steps=20),
+}
+
+
+def read_documents(path: Path) -> list[list[str]]:
+    """Documents (lists of non-empty lines) from a text file; an empty line ends a document."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    docs, current = [], []
+    with opener(path, "rt", encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                current.append(line)
+            elif current:
+                docs.append(current)
+                current = []
+    if current:
+        docs.append(current)
+    return docs
+
+
+def train_tokenizer(lines: list[str], vocab_size: int) -> BertTokenizerFast:
+    """An uncased BERT-style WordPiece tokenizer trained on ``lines``."""
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, min_frequency=2)
+    tok.train_from_iterator(lines, trainer=trainer)
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
+    return BertTokenizerFast(tokenizer_object=tok, do_lower_case=True, model_max_length=512)
+
+
+def pack(docs: list[list[str]], tokenizer, seq_len: int, short_seq_prob: float, rng: random.Random) -> list[list[int]]:
+    """Whole lines packed into ``[CLS] ... [SEP]`` chunks of at most ``seq_len`` ids, documents never mixed.
+
+    A line longer than a chunk is split. With probability ``short_seq_prob`` a chunk aims for a random
+    shorter length, so that the model also sees short inputs like the sentences it will be probed with.
+    """
+    budget = seq_len - 2
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+    chunks = []
+    for doc in docs:
+        ids_per_line = tokenizer(doc, add_special_tokens=False, verbose=False)["input_ids"]
+        current: list[int] = []
+        target = budget
+        for ids in ids_per_line:
+            while ids:
+                if current and len(current) + len(ids) > target:
+                    chunks.append([cls, *current, sep])
+                    current = []
+                    target = rng.randint(4, budget) if rng.random() < short_seq_prob else budget
+                room = budget - len(current)
+                current.extend(ids[:room])
+                ids = ids[room:]
+        if current:
+            chunks.append([cls, *current, sep])
+    return chunks
+
+
+def build_model(cfg: PretrainConfig, tokenizer) -> BertForMaskedLM:
+    config = BertConfig(
+        vocab_size=len(tokenizer), hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads, intermediate_size=cfg.intermediate_size,
+        max_position_embeddings=cfg.seq_len, pad_token_id=tokenizer.pad_token_id, type_vocab_size=2,
+    )
+    return BertForMaskedLM(config)
+
+
+def masked_lm_loss(model: BertForMaskedLM, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Cross-entropy at the selected positions only; the decoder never sees the other positions.
+
+    Returns (loss, logits at selected positions (n, vocab), their labels (n,)).
+    """
+    hidden = model.bert(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    selected = batch["labels"] != -100
+    logits = model.cls(hidden[selected])
+    labels = batch["labels"][selected]
+    return torch.nn.functional.cross_entropy(logits, labels), logits, labels
+
+
+@torch.no_grad()
+def evaluate(model, tokenizer, chunks: list[list[int]], batch_size: int = 64, seed: int = 1234) -> dict:
+    """Held-out quality: masked-token top-1 accuracy (15% of tokens, all replaced by [MASK]) and the share of
+    unmasked, non-special input tokens that the last layer + MLM head reconstruct."""
+    model.eval()
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15, mask_replace_prob=1.0,
+                                               random_replace_prob=0.0, seed=seed)
+    hit = n = rec_hit = rec_n = 0
+    for i in range(0, len(chunks), batch_size):
+        rows = chunks[i:i + batch_size]
+        batch = collator([{"input_ids": r} for r in rows])
+        _, logits, labels = masked_lm_loss(model, batch)
+        hit += (logits.argmax(-1) == labels).sum().item()
+        n += labels.numel()
+        plain = tokenizer.pad({"input_ids": rows}, return_tensors="pt")
+        logits = model(**plain).logits
+        special = torch.isin(plain["input_ids"], torch.tensor(tokenizer.all_special_ids))
+        keep = plain["attention_mask"].bool() & ~special
+        rec_hit += (logits.argmax(-1) == plain["input_ids"])[keep].sum().item()
+        rec_n += keep.sum().item()
+    return {"masked_top1": hit / max(n, 1), "masked_tokens": n,
+            "reconstruction_top1": rec_hit / max(rec_n, 1), "reconstruction_tokens": rec_n}
+
+
+def lr_lambda(cfg: PretrainConfig):
+    warmup = max(1, int(cfg.steps * cfg.warmup_fraction))
+    return lambda step: min((step + 1) / warmup, max(0.0, (cfg.steps - step) / max(1, cfg.steps - warmup)))
+
+
+def train(cfg: PretrainConfig, corpus: Path, out: Path, valid: Path | None = None, progress: bool = True) -> dict:
+    """Train tokenizer + model, save both to ``out`` (a ``save_pretrained`` directory) and return the metrics."""
+    start = time.time()
+    rng = random.Random(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    docs = read_documents(corpus)
+    rng.shuffle(docs)
+    tokenizer = train_tokenizer([line for doc in docs for line in doc], cfg.vocab_size)
+    chunks = pack(docs, tokenizer, cfg.seq_len, cfg.short_seq_prob, rng)
+    n_tokens = sum(len(c) for c in chunks)
+    log.info("corpus: %d documents, %d chunks, %d tokens", len(docs), len(chunks), n_tokens)
+
+    model = build_model(cfg, tokenizer)
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg))
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15, seed=cfg.seed)
+
+    model.train()
+    order: list[int] = []
+    bar = tqdm(range(cfg.steps), desc="pre-training", disable=not progress)
+    for step in bar:
+        if len(order) < cfg.batch_size:
+            fresh = list(range(len(chunks)))
+            rng.shuffle(fresh)
+            order.extend(fresh)
+        batch = collator([{"input_ids": chunks[j]} for j in order[:cfg.batch_size]])
+        del order[:cfg.batch_size]
+        loss, _, _ = masked_lm_loss(model, batch)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        if step % 10 == 0:
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+    train_seconds = time.time() - start
+
+    metrics = {"train_loss_last": loss.item(), "train_tokens_seen": cfg.steps * cfg.batch_size * n_tokens / len(chunks),
+               "train_seconds": round(train_seconds, 1), "corpus_tokens": n_tokens}
+    if valid is not None:
+        valid_chunks = pack(read_documents(valid), tokenizer, cfg.seq_len, 0.0, random.Random(0))
+        metrics.update(evaluate(model, tokenizer, valid_chunks))
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    info = {"config": cfg.to_dict(), "metrics": metrics, "corpus": corpus.name,
+            "valid": valid.name if valid else None, "torch": torch.__version__,
+            "hardware": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"}
+    (out / "training_info.json").write_text(json.dumps(info, indent=2) + "\n")
+    log.info("metrics: %s", metrics)
+    return info
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m models.pretrain", description=__doc__.split("\n\n")[0])
+    p.add_argument("--corpus", type=Path, required=True, help="training text (.txt or .txt.gz)")
+    p.add_argument("--valid", type=Path, help="held-out text to measure masked-token accuracy on")
+    p.add_argument("--config", choices=sorted(PRESETS), default="small")
+    p.add_argument("--out", type=Path, required=True, help="output directory (save_pretrained format)")
+    p.add_argument("--steps", type=int, help="override the preset's number of optimiser steps")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    for path in (args.corpus, args.valid):
+        if path is not None and not path.is_file():
+            print(f"error: no such file: {path}", file=sys.stderr)
+            return 2
+    cfg = dataclasses.replace(PRESETS[args.config], seed=args.seed)
+    if args.steps is not None:
+        cfg = dataclasses.replace(cfg, steps=args.steps)
+    if not math.isfinite(cfg.lr) or cfg.steps < 1:
+        print("error: --steps must be at least 1", file=sys.stderr)
+        return 2
+    train(cfg, args.corpus, args.out, args.valid)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""Tiny randomly initialised masked LMs built from configs: no downloads anywhere in the tests."""
+
+from __future__ import annotations
+
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"  # before transformers is imported: any hub access fails fast
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from transformers import (  # noqa: E402
+    AlbertConfig,
+    AutoModelForMaskedLM,
+    BertConfig,
+    BertTokenizerFast,
+    DistilBertConfig,
+    ElectraConfig,
+    RobertaConfig,
+    XLMRobertaConfig,
+)
+
+BERT_TOKENIZER = Path(__file__).resolve().parents[2] / "shared" / "data" / "tokenizers" / "bert-base-uncased"
+VOCAB = 99
+COMMON = dict(vocab_size=VOCAB, max_position_embeddings=64, pad_token_id=0)
+
+TINY_CONFIGS = {
+    "bert": BertConfig(hidden_size=16, num_hidden_layers=3, num_attention_heads=2, intermediate_size=32, **COMMON),
+    "albert": AlbertConfig(embedding_size=8, hidden_size=16, num_hidden_layers=3, num_attention_heads=2,
+                           intermediate_size=32, **COMMON),
+    "roberta": RobertaConfig(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
+                             **{**COMMON, "pad_token_id": 1}),
+    "xlm-roberta": XLMRobertaConfig(hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                    intermediate_size=32, **{**COMMON, "pad_token_id": 1}),
+    "distilbert": DistilBertConfig(dim=16, n_layers=2, n_heads=2, hidden_dim=32, **COMMON),
+    "electra": ElectraConfig(embedding_size=8, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                             intermediate_size=32, **COMMON),
+}
+
+
+def tiny_tokenizer(tmp_path: Path) -> BertTokenizerFast:
+    """A WordPiece tokenizer over the first ``VOCAB`` ids of a tiny vocabulary (specials + common words)."""
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a", "film", "is", "good", "bad", "not", "very",
+             "movie", "and", "it", "was", "i", "liked", "hated", ".", ",", "!", "?", "##s", "##ing", "fun", "dull"]
+    words += [f"w{i}" for i in range(VOCAB - len(words))]
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(words) + "\n")
+    return BertTokenizerFast(vocab_file=str(vocab), do_lower_case=True)
+
+
+def save_tiny(family: str, directory: Path, seed: int = 0) -> Path:
+    """Save a tiny random ``family`` masked LM and a tokenizer as a ``save_pretrained`` directory."""
+    torch.manual_seed(seed)
+    model = AutoModelForMaskedLM.from_config(TINY_CONFIGS[family]).eval()
+    directory.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(directory)
+    tiny_tokenizer(directory).save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def tiny_dirs(tmp_path_factory) -> dict[str, Path]:
+    """family -> directory holding a tiny random masked LM of that family."""
+    root = tmp_path_factory.mktemp("tiny_models")
+    return {family: save_tiny(family, root / family) for family in TINY_CONFIGS}
+
+
+@pytest.fixture(params=sorted(TINY_CONFIGS))
+def tiny_dir(request, tiny_dirs) -> Path:
+    return tiny_dirs[request.param]

@@ -1,0 +1,146 @@
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForMaskedLM, BertModel, GPT2Config, GPT2LMHeadModel
+
+from models.anatomy import layer_name
+from models.loading import ModelLoadError, ModelSpec, load_model, module_nbytes, resolve_device, resolve_dtype
+from tests.conftest import TINY_CONFIGS, save_tiny, tiny_tokenizer
+
+
+def sample_batch(tokenizer):
+    return tokenizer(["the film is good .", "i hated it , very dull !"], padding=True, return_tensors="pt")
+
+
+def test_anatomy_head_reproduces_model_logits_exactly(tiny_dir):
+    loaded = load_model(ModelSpec(str(tiny_dir), device="cpu"))
+    batch = sample_batch(loaded.tokenizer)
+    out = loaded.model(**batch, output_hidden_states=True)
+    assert len(out.hidden_states) == loaded.anatomy.num_layers + 1
+    assert torch.equal(loaded.anatomy.head(out.hidden_states[-1]), out.logits)
+    # the same numbers as a model loaded by plain transformers
+    plain = AutoModelForMaskedLM.from_pretrained(tiny_dir).eval()
+    assert torch.equal(plain(**batch).logits, out.logits)
+
+
+def test_anatomy_layers_map_each_hidden_state_to_the_next(tiny_dirs):
+    """layers[i-1] takes hidden state i-1 to hidden state i (checked on BERT, where a layer is callable alone)."""
+    loaded = load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu"))
+    batch = sample_batch(loaded.tokenizer)
+    states = loaded.model(**batch, output_hidden_states=True).hidden_states
+    mask = (1.0 - batch["attention_mask"][:, None, None, :].float()) * torch.finfo(torch.float32).min
+    for i, layer in enumerate(loaded.anatomy.layers, start=1):
+        out = layer(states[i - 1], attention_mask=mask)
+        out = out[0] if isinstance(out, tuple) else out
+        torch.testing.assert_close(out, states[i])
+    assert torch.equal(loaded.anatomy.embeddings(input_ids=batch["input_ids"]), states[0])
+
+
+def test_albert_shares_one_layer_module_across_depth(tiny_dirs):
+    anatomy = load_model(ModelSpec(str(tiny_dirs["albert"]), device="cpu")).anatomy
+    assert anatomy.num_layers == TINY_CONFIGS["albert"].num_hidden_layers
+    assert len({id(m) for m in anatomy.layers}) == 1
+
+
+@pytest.mark.parametrize("family", sorted(TINY_CONFIGS))
+def test_family_is_recognised(tiny_dirs, family):
+    loaded = load_model(ModelSpec(str(tiny_dirs[family]), device="cpu"))
+    expected = "roberta" if family == "xlm-roberta" else family
+    assert loaded.anatomy.family == expected
+    assert loaded.summary()["layers"] == AutoConfig.from_pretrained(tiny_dirs[family]).num_hidden_layers
+
+
+def test_loaded_model_is_frozen_in_eval_mode(tiny_dirs):
+    loaded = load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu"))
+    assert not loaded.model.training
+    assert not any(p.requires_grad for p in loaded.model.parameters())
+
+
+def test_nbytes_counts_tied_weights_once(tiny_dirs):
+    model = load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu")).model
+    unique = {p.data_ptr(): p.numel() * p.element_size() for p in [*model.parameters(), *model.buffers()]}
+    assert module_nbytes(model) == sum(unique.values())
+    decoder = model.cls.predictions.decoder.weight
+    assert decoder.data_ptr() == model.bert.embeddings.word_embeddings.weight.data_ptr()
+
+
+def test_dtype_and_device_resolution():
+    assert resolve_device("cpu") == "cpu"
+    assert resolve_device("auto") in {"cpu", "cuda", "mps"}
+    assert resolve_dtype("auto", "cpu") == "float32"
+    assert resolve_dtype("float16", "cpu") == "float16"
+    if not torch.cuda.is_available():
+        with pytest.raises(ModelLoadError, match="no CUDA GPU"):
+            resolve_device("cuda")
+
+
+def test_bfloat16_load(tiny_dirs):
+    loaded = load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu", dtype="bfloat16"))
+    assert next(loaded.model.parameters()).dtype == torch.bfloat16
+    assert loaded.spec.dtype == "bfloat16"
+
+
+def test_spec_round_trip_and_validation():
+    spec = ModelSpec("bert-base-uncased", revision="main", device="cpu", dtype="float32")
+    assert ModelSpec.from_dict(spec.to_dict()) == spec
+    with pytest.raises(ModelLoadError, match="no model named"):
+        ModelSpec("  ")
+    with pytest.raises(ModelLoadError, match="unknown dtype"):
+        ModelSpec("demo", dtype="int3")
+    with pytest.raises(ModelLoadError, match="unknown device"):
+        ModelSpec("demo", device="tpu")
+
+
+# --- errors a person can read -------------------------------------------------------------------------------
+
+def test_missing_local_directory(tmp_path):
+    with pytest.raises(ModelLoadError, match="is not a directory"):
+        load_model(ModelSpec(str(tmp_path / "nope"), device="cpu"))
+
+
+def test_hub_id_offline_and_not_cached():
+    with pytest.raises(ModelLoadError, match="not in the local Hugging Face cache"):
+        load_model(ModelSpec("some-org/not-a-real-model-xyz", device="cpu"))
+
+
+def test_checkpoint_without_mlm_head(tmp_path):
+    BertModel(TINY_CONFIGS["bert"]).save_pretrained(tmp_path)
+    tiny_tokenizer(tmp_path).save_pretrained(tmp_path)
+    with pytest.raises(ModelLoadError, match="no pre-trained MLM head.*BertModel.*cls.predictions"):
+        load_model(ModelSpec(str(tmp_path), device="cpu"))
+
+
+def test_electra_discriminator_is_explained(tmp_path):
+    from transformers import ElectraForPreTraining
+    ElectraForPreTraining(TINY_CONFIGS["electra"]).save_pretrained(tmp_path)
+    tiny_tokenizer(tmp_path).save_pretrained(tmp_path)
+    with pytest.raises(ModelLoadError, match="discriminator has none: use the generator"):
+        load_model(ModelSpec(str(tmp_path), device="cpu"))
+
+
+def test_unsupported_architecture(tmp_path):
+    GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=99)).save_pretrained(tmp_path)
+    with pytest.raises(ModelLoadError, match="model type 'gpt2' is not supported"):
+        load_model(ModelSpec(str(tmp_path), device="cpu"))
+
+
+def test_pickle_weights_need_opt_in(tmp_path):
+    torch.manual_seed(0)
+    model = AutoModelForMaskedLM.from_config(TINY_CONFIGS["bert"]).eval()
+    model.config.save_pretrained(tmp_path)
+    torch.save(model.state_dict(), tmp_path / "pytorch_model.bin")
+    tiny_tokenizer(tmp_path).save_pretrained(tmp_path)
+    with pytest.raises(ModelLoadError, match="no safetensors weights.*allow pickle"):
+        load_model(ModelSpec(str(tmp_path), device="cpu"))
+    loaded = load_model(ModelSpec(str(tmp_path), device="cpu", allow_pickle=True))
+    embeddings = loaded.model.bert.embeddings.word_embeddings.weight
+    assert torch.equal(embeddings, model.bert.embeddings.word_embeddings.weight)
+
+
+def test_layer_names():
+    assert [layer_name(i, 3) for i in range(4)] == ["embeddings", "layer 1", "layer 2", "layer 3 (last)"]
+
+
+def test_save_tiny_is_deterministic(tmp_path):
+    a = AutoModelForMaskedLM.from_pretrained(save_tiny("bert", tmp_path / "a"))
+    b = AutoModelForMaskedLM.from_pretrained(save_tiny("bert", tmp_path / "b"))
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
