@@ -1,0 +1,1 @@
+"""LayerLens analyses: plain Python over torch + transformers, free of any UI code."""

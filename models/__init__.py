@@ -1,0 +1,1 @@
+"""Loading BERT-family masked LMs, their anatomy, the shared model cache and the bundled demo model."""

@@ -1,0 +1,133 @@
+"""``python -m analysis``: one sub-command per analysis, sharing the model options.
+
+Errors end the program with one readable line on stderr and a non-zero exit status (2 for bad input,
+1 for anything unexpected); set ``LAYERLENS_DEBUG=1`` for the full traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import transformers
+
+from models.loading import DEMO_NAME, DEVICES, DTYPES, SUGGESTED_MODELS, ModelLoadError, ModelSpec
+
+log = logging.getLogger("layerlens")
+
+
+class UserError(Exception):
+    """Bad input from the user; the message is shown as is."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error in one line (the usage itself is one ``--help`` away)."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def model_options() -> argparse.ArgumentParser:
+    """The options every sub-command shares."""
+    p = Parser(add_help=False)
+    g = p.add_argument_group("model and output")
+    g.add_argument("--model", default=DEMO_NAME,
+                   help="hub id, local save_pretrained directory, or 'demo' (default); e.g. "
+                   + ", ".join(SUGGESTED_MODELS[1:]))
+    g.add_argument("--revision", help="hub branch, tag or commit")
+    g.add_argument("--device", default="auto", choices=DEVICES, help="default: cuda, then mps, then cpu")
+    g.add_argument("--dtype", default="auto", choices=list(DTYPES),
+                   help="default: bfloat16 on a capable GPU, else float32")
+    g.add_argument("--allow-pickle", action="store_true",
+                   help="also load pickle (.bin) weights; only for sources you trust")
+    g.add_argument("--batch-size", type=positive_int, default=32, help="texts per forward pass (default 32)")
+    g.add_argument("--out", type=Path, help="directory for the output files")
+    return p
+
+
+def spec_from_args(args: argparse.Namespace) -> ModelSpec:
+    return ModelSpec(args.model, revision=args.revision, device=args.device, dtype=args.dtype,
+                     allow_pickle=args.allow_pickle)
+
+
+def write_json(out: Path | None, filename: str, payload: dict) -> Path | None:
+    """Write ``payload`` to ``out/filename`` (creating ``out``); nothing when ``out`` is None."""
+    if out is None:
+        return None
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / filename
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    return path
+
+
+# --- sub-commands -------------------------------------------------------------------------------------------
+
+def cmd_info(args: argparse.Namespace) -> int:
+    """Load the model and describe it: family, layers, sizes, where it runs."""
+    from models.loading import load_model
+
+    summary = load_model(spec_from_args(args)).summary()
+    width = max(map(len, summary))
+    for key, value in summary.items():
+        print(f"{key:<{width}}  {value}")
+    path = write_json(args.out, "info.json", summary)
+    if path:
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str, Callable[[argparse.ArgumentParser], None]]] = {
+    "info": (cmd_info, "describe a model: family, layers, hidden size, vocabulary, device, bytes (writes info.json)",
+             lambda p: None),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog="python -m analysis",
+        description="LayerLens: look inside BERT-family masked language models layer by layer.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parent = model_options()
+    for name, (func, help_text, add_arguments) in COMMANDS.items():
+        p = sub.add_parser(name, parents=[parent], help=help_text, description=help_text)
+        add_arguments(p)
+        p.set_defaults(func=func)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    try:
+        return args.func(args)
+    except (ModelLoadError, UserError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # the CLI never ends in a traceback unless asked to
+        if os.environ.get("LAYERLENS_DEBUG"):
+            raise
+        print(f"error: unexpected {type(exc).__name__}: {exc} (set LAYERLENS_DEBUG=1 for details)", file=sys.stderr)
+        return 1
