@@ -78,6 +78,26 @@ class Anatomy:
     def layer_names(self) -> list[str]:
         return [layer_name(i, self.num_layers) for i in range(self.num_layers + 1)]
 
+    def rows(self) -> list[dict]:
+        """One row per hidden state (what produces it) plus the head: module class and parameter count.
+
+        A module applied more than once (ALBERT's shared layer) names the first hidden state it produced.
+        """
+        rows, first_seen = [], {}
+        modules = [self.embeddings, *self.layers]
+        for i, (name, module) in enumerate(zip(self.layer_names(), modules, strict=True)):
+            shared = first_seen.setdefault(id(module), i)
+            rows.append({"hidden state": i, "name": name, "module": type(module).__name__,
+                         "parameters": _n_params(module), "same module as": None if shared == i else shared})
+        head = self.head if isinstance(self.head, nn.Module) else None
+        rows.append({"hidden state": None, "name": "MLM head", "module": type(head).__name__,
+                     "parameters": _n_params(head) if head is not None else 0, "same module as": None})
+        return rows
+
+
+def _n_params(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
 
 def _encoder_layers(family: str, base: nn.Module, config) -> tuple[nn.Module, ...]:
     if family == "distilbert":

@@ -1,0 +1,32 @@
+"""Model anatomy: the parts LayerLens reads from the selected model."""
+
+import pandas as pd
+import streamlit as st
+
+from ui.sidebar import human_bytes, sidebar
+
+st.set_page_config(page_title="Model anatomy · LayerLens", page_icon="🔬", layout="wide")
+loaded = sidebar()
+st.title("Model anatomy")
+st.markdown(
+    "Hidden state 0 is the embedding output; hidden state *i* is the output of encoder layer *i*: the "
+    "numbering of Hugging Face's `output_hidden_states`, used on every page. The MLM head is the model's own "
+    "pre-trained output layer, which the reconstruction probe applies to every hidden state."
+)
+if loaded is None:
+    st.info("Choose a model in the sidebar.")
+    st.stop()
+
+s = loaded.summary()
+cols = st.columns(5)
+cols[0].metric("Family", s["family"])
+cols[1].metric("Encoder layers", s["layers"])
+cols[2].metric("Hidden size", s["hidden_size"])
+cols[3].metric("Vocabulary", f"{s['vocab_size']:,}")
+cols[4].metric("Parameters", f"{s['parameters']:,}", help=f"{human_bytes(s['bytes'])} on {s['device']} "
+               f"in {s['dtype']}; weights shared between modules are counted once")
+table = pd.DataFrame(loaded.anatomy.rows())
+st.dataframe(table, hide_index=True, width="stretch")
+if table["same module as"].notna().any():
+    st.caption("ALBERT shares one set of layer weights across depth: each layer applies the same module.")
+st.caption(f"Class {s['class']}; loaded in {s['load_seconds']} s.")
