@@ -5,8 +5,12 @@
 Corpus format: one sentence or paragraph per line, an empty line between documents (``.gz`` is read
 transparently). Training follows BERT's MLM recipe (15% of tokens selected; 80% -> [MASK], 10% -> a random
 token, 10% unchanged) with two CPU-friendly choices: whole lines are packed into chunks of up to ``seq_len``
-WordPieces, and the MLM decoder runs only at the selected positions. Deterministic for a given seed and
-thread count.
+WordPieces, and the MLM decoder runs only at the selected positions.
+
+Reproducibility: for a given tokenizer, seed and thread count, training is bit-for-bit deterministic. The
+WordPiece trainer of the ``tokenizers`` library breaks ties between equally frequent candidates in hash-map
+order, so two tokenizer trainings can differ in a few rare subwords; ``--tokenizer DIR`` reuses a saved
+tokenizer (``--tokenizer models/demo`` reproduces the committed demo model).
 """
 
 from __future__ import annotations
@@ -87,6 +91,11 @@ def train_tokenizer(lines: list[str], vocab_size: int) -> BertTokenizerFast:
     tok.decoder = decoders.WordPiece(prefix="##")
     trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, min_frequency=2)
     tok.train_from_iterator(lines, trainer=trainer)
+    # The trainer numbers tokens in hash-map order, which changes from run to run: renumber them in a fixed
+    # order (special tokens first, then sorted) so that a seed reproduces the same model.
+    learned = [t for t in tok.get_vocab() if t not in SPECIAL_TOKENS]
+    vocab = {t: i for i, t in enumerate(SPECIAL_TOKENS + sorted(learned))}
+    tok.model = models.WordPiece(vocab, unk_token="[UNK]")
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
@@ -171,14 +180,19 @@ def lr_lambda(cfg: PretrainConfig):
     return lambda step: min((step + 1) / warmup, max(0.0, (cfg.steps - step) / max(1, cfg.steps - warmup)))
 
 
-def train(cfg: PretrainConfig, corpus: Path, out: Path, valid: Path | None = None, progress: bool = True) -> dict:
-    """Train tokenizer + model, save both to ``out`` (a ``save_pretrained`` directory) and return the metrics."""
+def train(cfg: PretrainConfig, corpus: Path, out: Path, valid: Path | None = None, progress: bool = True,
+          tokenizer_dir: Path | None = None) -> dict:
+    """Train (or reuse, from ``tokenizer_dir``) a tokenizer, train the model, save both to ``out`` (a
+    ``save_pretrained`` directory) and return what was measured."""
     start = time.time()
     rng = random.Random(cfg.seed)
     torch.manual_seed(cfg.seed)
     docs = read_documents(corpus)
     rng.shuffle(docs)
-    tokenizer = train_tokenizer([line for doc in docs for line in doc], cfg.vocab_size)
+    if tokenizer_dir is not None:
+        tokenizer = BertTokenizerFast.from_pretrained(tokenizer_dir)
+    else:
+        tokenizer = train_tokenizer([line for doc in docs for line in doc], cfg.vocab_size)
     chunks = pack(docs, tokenizer, cfg.seq_len, cfg.short_seq_prob, rng)
     n_tokens = sum(len(c) for c in chunks)
     log.info("corpus: %d documents, %d chunks, %d tokens", len(docs), len(chunks), n_tokens)
@@ -220,6 +234,7 @@ def train(cfg: PretrainConfig, corpus: Path, out: Path, valid: Path | None = Non
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     info = {"config": cfg.to_dict(), "metrics": metrics, "corpus": corpus.name,
+            "tokenizer": "reused" if tokenizer_dir is not None else "trained",
             "valid": valid.name if valid else None, "torch": torch.__version__,
             "hardware": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"}
     (out / "training_info.json").write_text(json.dumps(info, indent=2) + "\n")
@@ -235,8 +250,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True, help="output directory (save_pretrained format)")
     p.add_argument("--steps", type=int, help="override the preset's number of optimiser steps")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tokenizer", type=Path, help="reuse this saved tokenizer instead of training one")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.tokenizer is not None and not (args.tokenizer / "tokenizer.json").is_file():
+        print(f"error: no tokenizer.json in {args.tokenizer}", file=sys.stderr)
+        return 2
     for path in (args.corpus, args.valid):
         if path is not None and not path.is_file():
             print(f"error: no such file: {path}", file=sys.stderr)
@@ -247,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     if not math.isfinite(cfg.lr) or cfg.steps < 1:
         print("error: --steps must be at least 1", file=sys.stderr)
         return 2
-    train(cfg, args.corpus, args.out, args.valid)
+    train(cfg, args.corpus, args.out, args.valid, tokenizer_dir=args.tokenizer)
     return 0
 
 
