@@ -79,7 +79,7 @@ class Anatomy:
         return [layer_name(i, self.num_layers) for i in range(self.num_layers + 1)]
 
     def rows(self) -> list[dict]:
-        """One row per hidden state (what produces it) plus the head: module class and parameter count.
+        """One row per hidden state: the module that produces it and its parameter count.
 
         A module applied more than once (ALBERT's shared layer) names the first hidden state it produced.
         """
@@ -89,10 +89,11 @@ class Anatomy:
             shared = first_seen.setdefault(id(module), i)
             rows.append({"hidden state": i, "name": name, "module": type(module).__name__,
                          "parameters": _n_params(module), "same module as": None if shared == i else shared})
-        head = self.head if isinstance(self.head, nn.Module) else None
-        rows.append({"hidden state": None, "name": "MLM head", "module": type(head).__name__,
-                     "parameters": _n_params(head) if head is not None else 0, "same module as": None})
         return rows
+
+    def head_parameters(self) -> int:
+        """Parameters of the MLM head, counting a decoder tied to the word embeddings."""
+        return _n_params(self.head) if isinstance(self.head, nn.Module) else 0
 
 
 def _n_params(module: nn.Module) -> int:

@@ -26,7 +26,14 @@ cols[3].metric("Vocabulary", f"{s['vocab_size']:,}")
 cols[4].metric("Parameters", f"{s['parameters']:,}", help=f"{human_bytes(s['bytes'])} on {s['device']} "
                f"in {s['dtype']}; weights shared between modules are counted once")
 table = pd.DataFrame(loaded.anatomy.rows())
-st.dataframe(table, hide_index=True, width="stretch")
-if table["same module as"].notna().any():
-    st.caption("ALBERT shares one set of layer weights across depth: each layer applies the same module.")
+shared = table["same module as"].notna().any()
+if not shared:
+    table = table.drop(columns="same module as")
+st.dataframe(table, hide_index=True, width="stretch",
+             column_config={"parameters": st.column_config.NumberColumn(format="localized")})
+if shared:
+    st.caption("ALBERT shares one set of layer weights across depth: every layer applies the same module.")
+head = loaded.anatomy.head
+st.markdown(f"**MLM head**: `{type(head).__name__}`, {loaded.anatomy.head_parameters():,} parameters "
+            "(with the output matrix, which most checkpoints tie to the word embeddings).")
 st.caption(f"Class {s['class']}; loaded in {s['load_seconds']} s.")

@@ -70,3 +70,12 @@ def tiny_dirs(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(params=sorted(TINY_CONFIGS))
 def tiny_dir(request, tiny_dirs) -> Path:
     return tiny_dirs[request.param]
+
+
+@pytest.fixture(autouse=True)
+def _full_streamlit_errors():
+    """Show the real error in AppTest failures (the dashboard itself redacts them)."""
+    from streamlit import config
+
+    config.set_option("client.showErrorDetails", "full")
+    yield

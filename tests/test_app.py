@@ -6,17 +6,22 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from models.loading import ModelSpec, load_model
-from ui.sidebar import KEY_MODEL
+from ui.sidebar import KEY_MODEL, KEY_OTHER, OTHER
 
 TIMEOUT = 120
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_page(path: str, model: str | None = None) -> AppTest:
-    at = AppTest.from_file(str(ROOT / path), default_timeout=TIMEOUT)
+    """Open the app at its entry point (as a browser does), then go to ``path``."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
     if model is not None:
-        at.session_state[KEY_MODEL] = model
-    return at.run()
+        at.session_state[KEY_MODEL] = OTHER
+        at.session_state[KEY_OTHER] = model
+    at.run()
+    if path != "app.py":
+        at.switch_page(path).run()
+    return at
 
 
 def test_home_loads_the_demo_model_by_default():
@@ -51,11 +56,28 @@ def test_anatomy_page_numbers_match_the_model(tiny_dirs, family):
     assert metrics["Encoder layers"] == str(model.config.num_hidden_layers)
     assert metrics["Parameters"] == f"{sum(p.numel() for p in model.parameters()):,}"
     table = at.dataframe[0].value
-    assert len(table) == model.config.num_hidden_layers + 2  # embeddings, each layer, the head
+    assert len(table) == model.config.num_hidden_layers + 1  # embeddings, then each layer
     embeddings = model.base_model.embeddings
     assert table["parameters"].iloc[0] == sum(p.numel() for p in embeddings.parameters())
     if family == "albert":
-        assert table["same module as"].iloc[2:-1].tolist() == [1] * (model.config.num_hidden_layers - 1)
+        assert table["same module as"].iloc[2:].tolist() == [1] * (model.config.num_hidden_layers - 1)
     else:
         first = model.base_model.encoder.layer[0]
         assert table["parameters"].iloc[1] == sum(p.numel() for p in first.parameters())
+        assert "same module as" not in table.columns
+    head = model.cls if family == "bert" else model.predictions
+    assert f"{sum(p.numel() for p in head.parameters()):,} parameters" in " ".join(m.value for m in at.markdown)
+
+
+def test_other_model_without_a_name_asks_for_one():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT).run()
+    at.sidebar.selectbox(key=KEY_MODEL).set_value(OTHER).run()
+    assert not at.exception and not at.sidebar.error
+    assert "Type a Hugging Face hub id" in at.sidebar.info[0].value
+
+
+def test_model_choice_survives_a_page_switch(tiny_dirs):
+    at = run_page("pages/1_Model_anatomy.py", model=str(tiny_dirs["distilbert"]))
+    at.switch_page("app.py").run()
+    assert at.sidebar.text_input(key=KEY_OTHER).value == str(tiny_dirs["distilbert"])
+    assert "distilbert" in at.sidebar.success[0].value

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import streamlit as st
 import torch
 
 from models.cache import ModelCache, shared_cache
 from models.loading import DEMO_NAME, SUGGESTED_MODELS, LoadedModel, ModelLoadError, ModelSpec
 
-KEY_MODEL, KEY_REVISION, KEY_DEVICE, KEY_DTYPE = "ll_model", "ll_revision", "ll_device", "ll_dtype"
+KEY_MODEL, KEY_OTHER = "ll_model", "ll_model_other"
+KEY_REVISION, KEY_DEVICE, KEY_DTYPE = "ll_revision", "ll_device", "ll_dtype"
+OTHER = "other: hub id or local path…"
 
 
 @st.cache_resource
@@ -34,15 +39,65 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} GB"
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclasses.dataclass(frozen=True)
+class Page:
+    file: str
+    title: str
+    icon: str
+    line: str = ""  # one line for the home page
+    source: str = ""  # where the technique comes from
+
+    @property
+    def exists(self) -> bool:
+        return (ROOT / self.file).is_file()
+
+
+HOME = Page("app.py", "Home", ":material/home:")
+# Every analysis, in the order a researcher meets them; pages that do not exist yet are listed as coming.
+ANALYSES = [
+    Page("pages/1_Model_anatomy.py", "Model anatomy", ":material/account_tree:",
+         "Embeddings, encoder layers and MLM head of the selected model, with their sizes.", "Hugging Face layout"),
+    Page("pages/2_Reconstruction.py", "Reconstruction probing", ":material/replay:",
+         "Feed every layer's hidden states through the model's own MLM head: how well does each layer "
+         "reconstruct the input?", "Kao et al. 2020, §2"),
+    Page("pages/3_Layer_atlas.py", "Layer atlas", ":material/scatter_plot:",
+         "Per-layer [CLS] projections (PCA, UMAP, t-SNE) coloured by class, and how separable each layer is.",
+         "Song et al. 2020, Fig. 2; Sun et al. 2019"),
+    Page("pages/4_Fine_tuning.py", "Layer pooling & fine-tuning", ":material/tune:",
+         "LSTM/attention pooling over layers, GRUBERT, layer selection and layer-wise learning-rate decay, "
+         "as background jobs.", "Song et al. 2020; GRUBERT; Sun et al. 2019"),
+    Page("pages/5_Layer_duplication.py", "Layer duplication", ":material/layers:",
+         "Make a model deeper by duplicating layers without training; preview, export, fine-tune.",
+         "Kao et al. 2020, §3"),
+]
+
+
+def navigation() -> None:
+    """Our own page list (Streamlit's would call the home page "app" and cannot list pages to come)."""
+    for page in [HOME, *ANALYSES]:
+        if page.exists:
+            st.sidebar.page_link(page.file, label=page.title, icon=page.icon)
+    st.sidebar.divider()
+
+
 def model_picker() -> ModelSpec | None:
     """Widgets for the model spec; their values persist across pages."""
     st.sidebar.header("Model")
-    name = st.sidebar.selectbox(
-        "Masked language model", SUGGESTED_MODELS, key=KEY_MODEL, accept_new_options=True, persist_state="session",
+    choice = st.sidebar.selectbox(
+        "Masked language model", [*SUGGESTED_MODELS, OTHER], key=KEY_MODEL, persist_state="session",
         format_func=lambda n: "demo (bundled, offline)" if n == DEMO_NAME else n,
-        help="Pick a suggestion, or type any Hugging Face hub id or local save_pretrained directory and press Enter."
-             " Hub models need a network connection the first time.",
+        help="The demo model works offline; hub models need a network connection the first time.",
     )
+    name = choice
+    if choice == OTHER:
+        name = st.sidebar.text_input("Hub id or local directory", key=KEY_OTHER, persist_state="session",
+                                     placeholder="e.g. google/electra-small-generator or /models/my-bert")
+        if not name.strip():
+            st.sidebar.info("Type a Hugging Face hub id or the path of a save_pretrained directory.")
+            return None
     with st.sidebar.expander("Revision, device, precision"):
         revision = st.text_input("Revision", key=KEY_REVISION, persist_state="session",
                                  placeholder="main", help="Hub branch, tag or commit; empty for the default.")
@@ -51,7 +106,7 @@ def model_picker() -> ModelSpec | None:
         dtype = st.selectbox("Precision", ["auto", "float32", "bfloat16", "float16"], key=KEY_DTYPE,
                              persist_state="session", help="auto: bfloat16 on a GPU that supports it, else float32")
     try:
-        return ModelSpec(name or "", revision=revision.strip() or None, device=device, dtype=dtype)
+        return ModelSpec(name, revision=revision.strip() or None, device=device, dtype=dtype)
     except ModelLoadError as exc:
         st.sidebar.error(str(exc))
         return None
@@ -74,6 +129,7 @@ def cache_panel(cache: ModelCache) -> None:
 
 def sidebar() -> LoadedModel | None:
     """Render the shared sidebar and return the selected model, loaded through the shared cache (or None)."""
+    navigation()
     spec = model_picker()
     cache = model_cache()
     loaded = None
@@ -90,7 +146,7 @@ def sidebar() -> LoadedModel | None:
             st.sidebar.error(f"could not load '{spec.name}': {type(exc).__name__}: {exc}")
     if loaded is not None:
         s = loaded.summary()
-        st.sidebar.success(f"{s['family']} · {s['layers']} layers · hidden {s['hidden_size']} · "
+        st.sidebar.success(f"Loaded: {s['family']} · {s['layers']} layers · hidden {s['hidden_size']} · "
                            f"{s['device']} · {s['dtype']}")
     cache_panel(cache)
     return loaded
