@@ -130,6 +130,17 @@ def pack(docs: list[list[str]], tokenizer, seq_len: int, short_seq_prob: float, 
     return chunks
 
 
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def build_model(cfg: PretrainConfig, tokenizer) -> BertForMaskedLM:
     config = BertConfig(
         vocab_size=len(tokenizer), hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
@@ -236,10 +247,63 @@ def train(cfg: PretrainConfig, corpus: Path, out: Path, valid: Path | None = Non
     info = {"config": cfg.to_dict(), "metrics": metrics, "corpus": corpus.name,
             "tokenizer": "reused" if tokenizer_dir is not None else "trained",
             "valid": valid.name if valid else None, "torch": torch.__version__,
-            "hardware": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"}
+            "hardware": f"{cpu_name()}, {torch.get_num_threads()} threads"}
     (out / "training_info.json").write_text(json.dumps(info, indent=2) + "\n")
+    write_model_card(out, info)
     log.info("metrics: %s", metrics)
     return info
+
+
+def write_model_card(out: Path, info: dict) -> None:
+    """``out/README.md``: what the model is and how well it does, from the measured ``info``."""
+    c, m = info["config"], info["metrics"]
+    n_params = sum(p.numel() for p in BertForMaskedLM.from_pretrained(out).parameters())
+    quality = ""
+    if "masked_top1" in m:
+        quality = f"""
+## Quality on held-out text (`{info['valid']}`)
+| measure | value | tokens |
+|---|---|---|
+| masked-token top-1 accuracy (15% of tokens, all replaced by `[MASK]`) | {m['masked_top1']:.3f} | \
+{m['masked_tokens']:,} |
+| last layer + MLM head reconstructs the unmasked input token (top-1) | {m['reconstruction_top1']:.3f} | \
+{m['reconstruction_tokens']:,} |
+"""
+    text = f"""# LayerLens demo model
+
+A small uncased BERT masked language model trained from scratch by LayerLens' own script, so that every
+LayerLens analysis works with no network. It is a research toy for looking at layers, not a useful language
+model: use a real checkpoint (e.g. `bert-base-uncased`) for conclusions about BERT.
+
+Load it with plain transformers: `AutoModelForMaskedLM.from_pretrained("models/demo")`.
+
+## Architecture
+`BertForMaskedLM`: {c['num_layers']} layers, hidden size {c['hidden_size']}, {c['num_heads']} attention heads, \
+feed-forward size {c['intermediate_size']}, {c['seq_len']} positions, WordPiece vocabulary of {c['vocab_size']:,} \
+(uncased, trained on the same corpus); {n_params:,} parameters, float32 safetensors.
+
+## Training
+- Corpus: `{info['corpus']}` (LayerLens' shared English corpus: movie reviews, State of the Union and \
+inaugural addresses; {m['corpus_tokens']:,} tokens with `[CLS]`/`[SEP]`). Not in this repository.
+- Objective: masked LM as in BERT (15% of tokens selected; 80% `[MASK]`, 10% random, 10% unchanged); no
+  next-sentence prediction. Whole lines packed into chunks of up to {c['seq_len']} tokens, {c['short_seq_prob']:.0%} \
+of chunks shorter.
+- {c['steps']:,} steps of batch {c['batch_size']} (about {m['train_tokens_seen'] / 1e6:.1f}M tokens seen), AdamW \
+lr {c['lr']} with {c['warmup_fraction']:.0%} warm-up and linear decay, weight decay {c['weight_decay']}, seed \
+{c['seed']}.
+- Time: {m['train_seconds'] / 60:.0f} minutes on {info['hardware']} (torch {info['torch']}); last training \
+loss {m['train_loss_last']:.2f}.
+{quality}
+## Reproduce
+```
+python -m models.pretrain --corpus ../shared/data/english_corpus/train.txt.gz \\
+    --valid ../shared/data/english_corpus/valid.txt.gz --tokenizer models/demo --out /tmp/demo
+```
+`--tokenizer models/demo` reuses this vocabulary: the `tokenizers` WordPiece trainer breaks frequency ties in
+hash order, so a fresh tokenizer can differ in a few rare subwords. With it, weights are identical for the same
+seed and thread count. `training_info.json` holds the exact settings and measurements.
+"""
+    (out / "README.md").write_text(text)
 
 
 def main(argv: list[str] | None = None) -> int:
