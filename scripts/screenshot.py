@@ -1,6 +1,6 @@
 """Start the dashboard, open pages in headless Chromium and save screenshots (for the README and for review).
 
-    python scripts/screenshot.py --out screenshots [--page app.py --page pages/1_Model_anatomy.py]
+    python scripts/screenshot.py --out screenshots [--page app.py --page pages/0_Model_anatomy.py]
 
 Needs Playwright for Python and a Chromium (Debian: ``apt-get install chromium``; the default path below).
 """

@@ -37,7 +37,7 @@ def test_home_loads_the_demo_model_by_default():
 def test_home_names_every_analysis():
     at = run_page("app.py")
     text = " ".join(m.value for m in at.markdown)
-    for title in ["Reconstruction probing", "Layer atlas", "Layer duplication", "Layer pooling"]:
+    for title in ["Reconstruction probing", "Layer atlas", "Layer duplication", "Layer pooling", "Fine-tuning jobs"]:
         assert title in text
 
 
@@ -49,7 +49,7 @@ def test_bad_model_name_is_a_message_not_a_traceback(tmp_path):
 
 @pytest.mark.parametrize("family", ["bert", "albert"])
 def test_anatomy_page_numbers_match_the_model(tiny_dirs, family):
-    at = run_page("pages/1_Model_anatomy.py", model=str(tiny_dirs[family]))
+    at = run_page("pages/0_Model_anatomy.py", model=str(tiny_dirs[family]))
     assert not at.exception and not at.sidebar.error
     model = load_model(ModelSpec(str(tiny_dirs[family]), device="cpu")).model
     metrics = {m.label: m.value for m in at.metric}
@@ -77,7 +77,7 @@ def test_other_model_without_a_name_asks_for_one():
 
 
 def test_model_choice_survives_a_page_switch(tiny_dirs):
-    at = run_page("pages/1_Model_anatomy.py", model=str(tiny_dirs["distilbert"]))
+    at = run_page("pages/0_Model_anatomy.py", model=str(tiny_dirs["distilbert"]))
     at.switch_page("app.py").run()
     assert at.sidebar.text_input(key=KEY_OTHER).value == str(tiny_dirs["distilbert"])
     assert "distilbert" in at.sidebar.success[0].value

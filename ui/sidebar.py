@@ -58,20 +58,23 @@ class Page:
 HOME = Page("app.py", "Home", ":material/home:")
 # Every analysis, in the order a researcher meets them; pages that do not exist yet are listed as coming.
 ANALYSES = [
-    Page("pages/1_Model_anatomy.py", "Model anatomy", ":material/account_tree:",
+    Page("pages/0_Model_anatomy.py", "Model anatomy", ":material/account_tree:",
          "Embeddings, encoder layers and MLM head of the selected model, with their sizes.", "Hugging Face layout"),
-    Page("pages/2_Reconstruction.py", "Reconstruction probing", ":material/replay:",
+    Page("pages/1_Reconstruction.py", "Reconstruction probing", ":material/replay:",
          "Feed every layer's hidden states through the model's own MLM head: how well does each layer "
          "reconstruct the input?", "Kao et al. 2020, §2"),
-    Page("pages/3_Layer_atlas.py", "Layer atlas", ":material/scatter_plot:",
+    Page("pages/2_Layer_Atlas.py", "Layer atlas", ":material/scatter_plot:",
          "Per-layer [CLS] projections (PCA, UMAP, t-SNE) coloured by class, and how separable each layer is.",
          "Song et al. 2020, Fig. 2; Sun et al. 2019"),
-    Page("pages/4_Fine_tuning.py", "Layer pooling & fine-tuning", ":material/tune:",
-         "LSTM/attention pooling over layers, GRUBERT, layer selection and layer-wise learning-rate decay, "
-         "as background jobs.", "Song et al. 2020; GRUBERT; Sun et al. 2019"),
-    Page("pages/5_Layer_duplication.py", "Layer duplication", ":material/layers:",
+    Page("pages/3_Layer_Weights.py", "Layer pooling heads", ":material/tune:",
+         "LSTM/attention pooling over layers, GRUBERT, layer selection and layer-wise learning-rate decay; "
+         "the learned layer weights.", "Song et al. 2020; GRUBERT; Sun et al. 2019"),
+    Page("pages/4_Layer_Duplication.py", "Layer duplication", ":material/layers:",
          "Make a model deeper by duplicating layers without training; preview, export, fine-tune.",
          "Kao et al. 2020, §3"),
+    Page("pages/5_Fine_Tune_Jobs.py", "Fine-tuning jobs", ":material/work_history:",
+         "Short fine-tuning runs launched from the browser, with live progress and comparisons.",
+         "Sun et al. 2019; Song et al. 2020"),
 ]
 
 
