@@ -40,23 +40,36 @@ TINY_CONFIGS = {
 }
 
 
-def tiny_tokenizer(tmp_path: Path) -> BertTokenizerFast:
+def tiny_tokenizer() -> BertTokenizerFast:
     """A WordPiece tokenizer over the first ``VOCAB`` ids of a tiny vocabulary (specials + common words)."""
     words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a", "film", "is", "good", "bad", "not", "very",
              "movie", "and", "it", "was", "i", "liked", "hated", ".", ",", "!", "?", "##s", "##ing", "fun", "dull"]
     words += [f"w{i}" for i in range(VOCAB - len(words))]
-    vocab = tmp_path / "vocab.txt"
-    vocab.write_text("\n".join(words) + "\n")
-    return BertTokenizerFast(vocab_file=str(vocab), do_lower_case=True)
+    return BertTokenizerFast(vocab={w: i for i, w in enumerate(words)}, do_lower_case=True)
 
 
-def save_tiny(family: str, directory: Path, seed: int = 0) -> Path:
-    """Save a tiny random ``family`` masked LM and a tokenizer as a ``save_pretrained`` directory."""
+def save_tiny(family: str, directory: Path, seed: int = 0, copy_steps: int = 40) -> Path:
+    """Save a tiny ``family`` masked LM and a tokenizer as a ``save_pretrained`` directory.
+
+    The weights are random, then nudged for ``copy_steps`` Adam steps towards reconstructing their input, so
+    that layer accuracies are neither all 0 nor all 1 and the probe's tests have something to compare.
+    """
     torch.manual_seed(seed)
-    model = AutoModelForMaskedLM.from_config(TINY_CONFIGS[family]).eval()
+    model = AutoModelForMaskedLM.from_config(TINY_CONFIGS[family])
+    if copy_steps:
+        opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+        model.train()
+        for _ in range(copy_steps):
+            ids = torch.randint(5, VOCAB, (8, 12))
+            logits = model(input_ids=ids).logits
+            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids.flatten())
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+    model.eval()
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory)
-    tiny_tokenizer(directory).save_pretrained(directory)
+    tiny_tokenizer().save_pretrained(directory)
     return directory
 
 

@@ -104,7 +104,7 @@ def test_hub_id_offline_and_not_cached():
 
 def test_checkpoint_without_mlm_head(tmp_path):
     BertModel(TINY_CONFIGS["bert"]).save_pretrained(tmp_path)
-    tiny_tokenizer(tmp_path).save_pretrained(tmp_path)
+    tiny_tokenizer().save_pretrained(tmp_path)
     with pytest.raises(ModelLoadError, match="no pre-trained MLM head.*BertModel.*cls.predictions"):
         load_model(ModelSpec(str(tmp_path), device="cpu"))
 
@@ -112,7 +112,7 @@ def test_checkpoint_without_mlm_head(tmp_path):
 def test_electra_discriminator_is_explained(tmp_path):
     from transformers import ElectraForPreTraining
     ElectraForPreTraining(TINY_CONFIGS["electra"]).save_pretrained(tmp_path)
-    tiny_tokenizer(tmp_path).save_pretrained(tmp_path)
+    tiny_tokenizer().save_pretrained(tmp_path)
     with pytest.raises(ModelLoadError, match="discriminator has none: use the generator"):
         load_model(ModelSpec(str(tmp_path), device="cpu"))
 
@@ -128,7 +128,7 @@ def test_pickle_weights_need_opt_in(tmp_path):
     model = AutoModelForMaskedLM.from_config(TINY_CONFIGS["bert"]).eval()
     model.config.save_pretrained(tmp_path)
     torch.save(model.state_dict(), tmp_path / "pytorch_model.bin")
-    tiny_tokenizer(tmp_path).save_pretrained(tmp_path)
+    tiny_tokenizer().save_pretrained(tmp_path)
     with pytest.raises(ModelLoadError, match="no safetensors weights.*allow pickle"):
         load_model(ModelSpec(str(tmp_path), device="cpu"))
     loaded = load_model(ModelSpec(str(tmp_path), device="cpu", allow_pickle=True))

@@ -1,0 +1,124 @@
+"""Tokenise texts once, batch them by length, and run the encoder to get every layer's hidden states.
+
+Length bucketing: texts are sorted by token count and cut into batches, so a batch pads only to its own
+longest text. Results are always reported in input order by the callers (``Batch.indices``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterator
+
+import torch
+
+from analysis.inputs import TextInputs
+from models.loading import LoadedModel
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Encoded:
+    """Token ids per text (special tokens included), in input order."""
+
+    input_ids: list[list[int]]
+    token_type_ids: list[list[int]] | None
+    max_length: int
+    truncated: int  # how many texts were cut to ``max_length``
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(map(len, self.input_ids))
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """A padded batch. ``indices[b]`` is the input position of row ``b``. Tensors are ``(batch, seq)``."""
+
+    indices: list[int]
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    token_type_ids: torch.Tensor | None
+
+    def model_inputs(self, input_ids: torch.Tensor | None = None) -> dict:
+        out = {"input_ids": self.input_ids if input_ids is None else input_ids, "attention_mask": self.attention_mask}
+        if self.token_type_ids is not None:
+            out["token_type_ids"] = self.token_type_ids
+        return out
+
+
+def max_input_length(loaded: LoadedModel) -> int:
+    """The longest input the model accepts: the tokenizer's limit, capped by the position embeddings."""
+    config = loaded.model.config
+    positions = getattr(config, "max_position_embeddings", 512)
+    if loaded.anatomy.family == "roberta":  # RoBERTa numbers positions from padding_idx + 1
+        positions -= (config.pad_token_id or 0) + 1
+    limit = loaded.tokenizer.model_max_length
+    return positions if not limit or limit > 1_000_000 else min(limit, positions)
+
+
+def encode(tokenizer, inputs: TextInputs, max_length: int) -> Encoded:
+    """Tokenise ``inputs`` with special tokens, cutting texts longer than ``max_length`` (counted)."""
+    texts, pairs = list(inputs.texts), list(inputs.pairs) if inputs.pairs is not None else None
+    kw = {"add_special_tokens": True, "verbose": False}
+    enc = tokenizer(texts, pairs, **kw)
+    truncated = sum(len(ids) > max_length for ids in enc["input_ids"])
+    if truncated:
+        enc = tokenizer(texts, pairs, truncation=True, max_length=max_length, **kw)
+    types = enc.get("token_type_ids") if "token_type_ids" in tokenizer.model_input_names else None
+    return Encoded(enc["input_ids"], types, max_length, truncated)
+
+
+def bucket_indices(encoded: Encoded, batch_size: int) -> Iterator[list[int]]:
+    """Length buckets: lists of text indices covering every text once, shortest texts first."""
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded.input_ids[i]))
+    for start in range(0, len(order), batch_size):
+        yield order[start:start + batch_size]
+
+
+def batches(encoded: Encoded, batch_size: int, pad_id: int, device: str = "cpu") -> Iterator[Batch]:
+    """Length-bucketed padded batches covering every text once, shortest first."""
+    for idx in bucket_indices(encoded, batch_size):
+        yield make_batch(encoded, idx, pad_id, device)
+
+
+def make_batch(encoded: Encoded, idx: list[int], pad_id: int, device: str = "cpu") -> Batch:
+    width = max(len(encoded.input_ids[i]) for i in idx)
+    ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(idx), width), dtype=torch.long)
+    types = torch.zeros((len(idx), width), dtype=torch.long) if encoded.token_type_ids is not None else None
+    for row, i in enumerate(idx):
+        n = len(encoded.input_ids[i])
+        ids[row, :n] = torch.tensor(encoded.input_ids[i])
+        mask[row, :n] = 1
+        if types is not None:
+            types[row, :n] = torch.tensor(encoded.token_type_ids[i])
+    return Batch(list(idx), ids.to(device), mask.to(device), types.to(device) if types is not None else None)
+
+
+def hidden_states(loaded: LoadedModel, batch: Batch, input_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+    """Every layer's hidden states, ``L + 1`` tensors of ``(batch, seq, hidden)``; 0 is the embedding output.
+
+    Runs the encoder only (``base_model``): the MLM head is applied by the caller where it is needed.
+    ``input_ids`` replaces the batch's ids (for masking) while keeping its attention mask.
+    """
+    out = loaded.model.base_model(**batch.model_inputs(input_ids), output_hidden_states=True, return_dict=True)
+    return out.hidden_states
+
+
+def halving_on_oom(run, idx: list[int]):
+    """Call ``run(idx)``; on CUDA out-of-memory, split ``idx`` in halves and go on. Yields each result."""
+    try:
+        yield run(idx)
+    except torch.OutOfMemoryError:
+        if len(idx) == 1:
+            raise
+        torch.cuda.empty_cache()
+        half = len(idx) // 2
+        log.warning("out of GPU memory with a batch of %d; retrying in halves", len(idx))
+        yield from halving_on_oom(run, idx[:half])
+        yield from halving_on_oom(run, idx[half:])

@@ -1,0 +1,298 @@
+"""Reconstruction probing (Kao et al. 2020, §2): every layer's hidden states through the model's own MLM head.
+
+Definitions (pinned by tests):
+- layers are ``0..L`` as in Hugging Face ``hidden_states`` (0 = embedding output);
+- the prediction of layer ``l`` at a position is ``argmax(head(hidden_states[l]))`` there;
+- a position is *counted* when its attention mask is 1 and its input id is not a special token
+  (``include_special`` counts special tokens too);
+- token accuracy of a layer is correct counted positions / counted positions (micro); the sentence mean is the
+  mean of per-sentence accuracies, with a 95% t-interval over sentences.
+
+Modes: ``unmasked`` (the paper's: the input as is) and ``masked`` (every counted position is masked exactly
+once, in non-overlapping random groups of ``mask_fraction`` of a text's counted positions, seeded per text,
+one forward pass per group), which measures each layer's real masked-LM accuracy.
+
+The head is applied only to counted positions, gathered without padding, a bounded number of rows at a time
+(``ProbeConfig.logits_budget_bytes``), so memory never grows with texts x layers x vocabulary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+import torch
+
+from analysis.activations import (
+    Batch,
+    bucket_indices,
+    encode,
+    halving_on_oom,
+    hidden_states,
+    make_batch,
+    max_input_length,
+)
+from analysis.inputs import TextInputs
+from analysis.token_sink import TokenSink
+from models.loading import LoadedModel
+
+MODES = ("unmasked", "masked")
+LAYER_COLUMNS = ["layer", "tokens", "correct", "accuracy", "sentence_mean", "ci_low", "ci_high"]
+
+
+class Stopped(Exception):
+    """The caller asked the probe to stop."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeConfig:
+    mode: str = "unmasked"
+    include_special: bool = False
+    top_k: int = 5
+    batch_size: int = 32
+    max_length: int | None = None  # default: the model's own limit
+    mask_fraction: float = 0.15
+    seed: int = 0
+    logits_budget_bytes: int = 256 * 2**20
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, not '{self.mode}'")
+        if self.top_k < 1:
+            raise ValueError("top-k must be at least 1")
+        if self.batch_size < 1:
+            raise ValueError("batch size must be at least 1")
+        if self.max_length is not None and self.max_length < 2:
+            raise ValueError("max length must be at least 2")
+        if not 0 < self.mask_fraction <= 1:
+            raise ValueError("mask fraction must be in (0, 1]")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ProbeConfig:
+        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
+
+
+@dataclasses.dataclass
+class ProbeResult:
+    """What a probe run produced. ``layers`` has :data:`LAYER_COLUMNS`; ``decoded`` has
+    ``text_id, layer, text``; ``sentence_accuracy`` is ``(texts, L + 1)`` (NaN where a text has no counted
+    token); ``tokens`` is the per-token table, or None when it was streamed to disk only."""
+
+    model: str
+    config: ProbeConfig
+    layers: pd.DataFrame
+    decoded: pd.DataFrame
+    sentence_accuracy: np.ndarray
+    tokens: pd.DataFrame | None
+    n_texts: int
+    truncated: int
+    max_length: int
+    seconds: float
+    layer_names: list[str]
+
+    def __post_init__(self):
+        assert list(self.layers.columns) == LAYER_COLUMNS
+        assert self.sentence_accuracy.shape == (self.n_texts, len(self.layers))
+
+    def run_info(self) -> dict:
+        return {"model": self.model, "options": self.config.to_dict(), "texts": self.n_texts,
+                "truncated": self.truncated, "max_length": self.max_length, "seconds": round(self.seconds, 3)}
+
+
+# --- scoring ----------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Scores:
+    """Per scored row: prediction, probability and rank (1 = top) of the target, top-k ids and probabilities."""
+
+    pred: torch.Tensor
+    prob: torch.Tensor
+    rank: torch.Tensor
+    top_ids: torch.Tensor
+    top_probs: torch.Tensor
+
+
+@torch.inference_mode()
+def score_rows(head: Callable, hidden: torch.Tensor, targets: torch.Tensor, top_k: int,
+               rows_per_chunk: int) -> Scores:
+    """Apply ``head`` to ``hidden`` ``(n, hidden)`` in row chunks; compare with ``targets`` ``(n,)``.
+
+    Peak memory is one ``(rows_per_chunk, vocab)`` block of logits.
+    """
+    parts = []
+    for start in range(0, hidden.shape[0], rows_per_chunk):
+        logits = head(hidden[start:start + rows_per_chunk]).float()
+        target = targets[start:start + rows_per_chunk]
+        target_logit = logits.gather(1, target[:, None])
+        lse = torch.logsumexp(logits, dim=-1, keepdim=True)
+        top = logits.topk(min(top_k, logits.shape[-1]), dim=-1)
+        parts.append(Scores(
+            pred=logits.argmax(-1),
+            prob=(target_logit - lse).exp()[:, 0],
+            rank=(logits > target_logit).sum(-1) + 1,
+            top_ids=top.indices,
+            top_probs=(top.values - lse).exp(),
+        ))
+    return Scores(*(torch.cat([getattr(p, f.name) for p in parts]) if parts else torch.empty(0)
+                    for f in dataclasses.fields(Scores)))
+
+
+def counted_mask(batch: Batch, special_ids: list[int], include_special: bool) -> torch.Tensor:
+    """``(batch, seq)`` bool: the positions that count."""
+    mask = batch.attention_mask.bool()
+    if not include_special:
+        mask &= ~torch.isin(batch.input_ids, torch.tensor(special_ids, device=batch.input_ids.device))
+    return mask
+
+
+def mask_groups(counted: torch.Tensor, text_ids: list[int], fraction: float, seed: int) -> torch.Tensor:
+    """``(batch, seq)`` long: the masking group of each counted position (-1 elsewhere).
+
+    A text with n counted positions gets ``ceil(n / m)`` groups of ``m = max(1, round(fraction * n))``
+    positions, drawn by a permutation seeded with ``(seed, text_id)``, so results do not depend on batching.
+    """
+    groups = torch.full(counted.shape, -1, dtype=torch.long)
+    for row, text_id in enumerate(text_ids):
+        positions = counted[row].nonzero()[:, 0].cpu()
+        n = len(positions)
+        if n == 0:
+            continue
+        m = max(1, round(fraction * n))
+        order = torch.from_numpy(np.random.default_rng([seed, text_id]).permutation(n))
+        groups[row, positions[order]] = torch.arange(n) // m
+    return groups.to(counted.device)
+
+
+# --- the probe --------------------------------------------------------------------------------------------
+
+def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig = ProbeConfig(),
+          sink: TokenSink | None = None, progress: Callable[[int, int], None] | None = None,
+          should_stop: Callable[[], bool] | None = None) -> ProbeResult:
+    """Run the reconstruction probe on ``inputs``. Per-token rows go to ``sink`` (in memory by default)."""
+    start = time.perf_counter()
+    tokenizer, anatomy = loaded.tokenizer, loaded.anatomy
+    n_states = anatomy.num_layers + 1
+    max_length = min(config.max_length or 10**9, max_input_length(loaded))
+    encoded = encode(tokenizer, inputs, max_length)
+    sink = sink or TokenSink(tokenizer, config.top_k)
+    rows_per_chunk = max(1, config.logits_budget_bytes // (4 * anatomy.vocab_size))
+    special_ids = list(tokenizer.all_special_ids)
+    n = len(encoded)
+    correct = np.zeros((n, n_states), dtype=np.int64)
+    counted_n = np.zeros(n, dtype=np.int64)
+    predicted: dict[int, np.ndarray] = {}  # text id -> (L + 1, counted) predicted ids
+    done = 0
+
+    def run(idx: list[int]) -> int:
+        batch = make_batch(encoded, idx, tokenizer.pad_token_id, loaded.spec.device)
+        counted = counted_mask(batch, special_ids, config.include_special)
+        if config.mode == "unmasked":
+            passes = [(None, counted)]
+        else:
+            groups = mask_groups(counted, batch.indices, config.mask_fraction, config.seed)
+            passes = []
+            for g in range(int(groups.max().item()) + 1):
+                selected = groups == g
+                ids = batch.input_ids.masked_fill(selected, tokenizer.mask_token_id)
+                passes.append((ids, selected))
+        per_pass = []
+        for ids, selected in passes:
+            with torch.inference_mode():
+                states = hidden_states(loaded, batch, ids)
+            where = selected.nonzero()  # (n, 2): row, position, in row-major order
+            if len(where) == 0:
+                continue
+            stacked = torch.stack([s[selected] for s in states])  # (L + 1, n, hidden)
+            targets = batch.input_ids[selected]
+            scores = score_rows(anatomy.head, stacked.flatten(0, 1), targets.repeat(n_states), config.top_k,
+                                rows_per_chunk)
+            per_pass.append((where.cpu(), targets.cpu(), scores))
+        record(batch, per_pass)
+        return len(idx)
+
+    def record(batch: Batch, per_pass) -> None:
+        for text_id in batch.indices:  # texts with no counted position keep these
+            predicted[text_id] = np.zeros((n_states, 0), dtype=np.int64)
+        if not per_pass:
+            return
+        where = torch.cat([w for w, _, _ in per_pass])
+        targets = torch.cat([t for _, t, _ in per_pass])
+        k = len(where)
+        # (L + 1, k) per pass -> concatenate passes along positions
+        def by_layer(name):
+            return torch.cat([getattr(s, name).view(n_states, len(w), *getattr(s, name).shape[1:]).cpu()
+                              for w, _, s in per_pass], dim=1)
+        pred, prob, rank = by_layer("pred"), by_layer("prob"), by_layer("rank")
+        top_ids, top_probs = by_layer("top_ids"), by_layer("top_probs")
+        # put every text's positions in reading order
+        order = torch.argsort(where[:, 0] * (where[:, 1].max() + 1) + where[:, 1])
+        where, targets = where[order], targets[order]
+        pred, prob, rank = pred[:, order], prob[:, order], rank[:, order]
+        top_ids, top_probs = top_ids[:, order], top_probs[:, order]
+        hit = (pred == targets[None, :]).numpy()
+        text_ids = np.asarray(batch.indices)[where[:, 0].numpy()]
+        for row, text_id in enumerate(batch.indices):
+            cols = (where[:, 0] == row).numpy()
+            counted_n[text_id] = cols.sum()
+            correct[text_id] = hit[:, cols].sum(axis=1)
+            predicted[text_id] = pred[:, cols].numpy()
+        sink.add(text_ids=np.tile(text_ids, n_states), layers=np.repeat(np.arange(n_states), k),
+                 positions=np.tile(where[:, 1].numpy(), n_states), targets=np.tile(targets.numpy(), n_states),
+                 preds=pred.flatten().numpy(), probs=prob.flatten().numpy(), ranks=rank.flatten().numpy(),
+                 top_ids=top_ids.flatten(0, 1).numpy(), top_probs=top_probs.flatten(0, 1).numpy())
+
+    for batch_idx in bucket_indices(encoded, config.batch_size):
+        if should_stop is not None and should_stop():
+            raise Stopped(f"stopped after {done} of {n} texts")
+        for handled in halving_on_oom(run, batch_idx):
+            done += handled
+        if progress is not None:
+            progress(done, n)
+
+    layers = layer_table(correct, counted_n)
+    decoded = decoded_table(tokenizer, predicted, n_states)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        sentence = np.where(counted_n[:, None] > 0, correct / counted_n[:, None], np.nan)
+    tokens = sink.close()
+    return ProbeResult(model=loaded.spec.name, config=config, layers=layers, decoded=decoded,
+                       sentence_accuracy=sentence, tokens=tokens, n_texts=n, truncated=encoded.truncated,
+                       max_length=max_length, seconds=time.perf_counter() - start,
+                       layer_names=anatomy.layer_names())
+
+
+def layer_table(correct: np.ndarray, counted: np.ndarray) -> pd.DataFrame:
+    """Per layer: tokens, correct, micro accuracy, sentence mean and its 95% t-interval over sentences."""
+    from scipy import stats
+
+    rows = []
+    has = counted > 0
+    for layer in range(correct.shape[1]):
+        tokens, right = int(counted.sum()), int(correct[:, layer].sum())
+        acc = correct[has, layer] / counted[has]
+        mean = float(acc.mean()) if len(acc) else math.nan
+        if len(acc) >= 2:
+            half = float(stats.t.ppf(0.975, len(acc) - 1) * acc.std(ddof=1) / math.sqrt(len(acc)))
+        else:
+            half = math.nan
+        rows.append({"layer": layer, "tokens": tokens, "correct": right,
+                     "accuracy": right / tokens if tokens else math.nan,
+                     "sentence_mean": mean, "ci_low": mean - half, "ci_high": mean + half})
+    return pd.DataFrame(rows, columns=LAYER_COLUMNS)
+
+
+def decoded_table(tokenizer, predicted: dict[int, np.ndarray], n_states: int) -> pd.DataFrame:
+    """The predicted text of every layer, word pieces joined (Kao et al., Table 1)."""
+    rows = []
+    for text_id in sorted(predicted):
+        ids = predicted[text_id]
+        for layer in range(n_states):
+            tokens = tokenizer.convert_ids_to_tokens(ids[layer].tolist())
+            rows.append({"text_id": text_id, "layer": layer, "text": tokenizer.convert_tokens_to_string(tokens)})
+    return pd.DataFrame(rows, columns=["text_id", "layer", "text"])

@@ -1,0 +1,88 @@
+"""Per-token probe rows, kept in memory or streamed to a Parquet file batch by batch.
+
+Token columns are dictionary-encoded against the tokenizer's vocabulary: ids are stored, strings are never
+built per row, and the file reads back as ordinary strings.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+TOKEN_COLUMNS = ["text_id", "layer", "position", "input_token", "predicted_token", "correct", "prob", "rank",
+                 "top_tokens", "top_probs"]
+
+
+def vocabulary(tokenizer) -> pa.Array:
+    """Token strings indexed by id (ids the tokenizer does not name become ``[id]``)."""
+    n = max(len(tokenizer), max(tokenizer.get_vocab().values()) + 1)
+    names = [f"[{i}]" for i in range(n)]
+    for token, i in tokenizer.get_vocab().items():
+        names[i] = token
+    return pa.array(names, type=pa.string())
+
+
+class TokenSink:
+    """Collects per-token rows; ``path`` streams them to Parquet instead of keeping them in memory."""
+
+    def __init__(self, tokenizer, top_k: int, path: Path | None = None):
+        self.vocab = vocabulary(tokenizer)
+        self.top_k = top_k
+        self.path = path
+        self._tables: list[pa.Table] = []
+        self._writer: pq.ParquetWriter | None = None
+        self.rows = 0
+
+    def _tokens(self, ids: np.ndarray) -> pa.DictionaryArray:
+        return pa.DictionaryArray.from_arrays(pa.array(ids.astype(np.int32)), self.vocab)
+
+    def _table(self, *, text_ids, layers, positions, targets, preds, probs, ranks, top_ids, top_probs) -> pa.Table:
+        k = self.top_k if top_ids.ndim < 2 else top_ids.shape[1]
+        return pa.table({
+            "text_id": pa.array(text_ids.astype(np.int64)),
+            "layer": pa.array(layers.astype(np.int16)),
+            "position": pa.array(positions.astype(np.int32)),
+            "input_token": self._tokens(targets),
+            "predicted_token": self._tokens(preds),
+            "correct": pa.array(targets == preds, type=pa.bool_()),
+            "prob": pa.array(probs.astype(np.float32)),
+            "rank": pa.array(ranks.astype(np.int32)),
+            "top_tokens": pa.FixedSizeListArray.from_arrays(self._tokens(top_ids.reshape(-1)), k),
+            "top_probs": pa.FixedSizeListArray.from_arrays(pa.array(top_probs.reshape(-1).astype(np.float32)), k),
+        })
+
+    def _empty(self) -> pa.Table:
+        z = np.zeros(0, dtype=np.int64)
+        top = np.zeros((0, self.top_k), dtype=np.int64)
+        return self._table(text_ids=z, layers=z, positions=z, targets=z, preds=z, probs=z, ranks=z,
+                           top_ids=top, top_probs=top)
+
+    def add(self, **columns) -> None:
+        """One batch of rows: ``text_ids, layers, positions, targets, preds, probs, ranks`` are numpy arrays
+        over rows; ``top_ids`` and ``top_probs`` are ``(rows, k)``."""
+        table = self._table(**columns)
+        self.rows += len(table)
+        if self.path is None:
+            self._tables.append(table)
+            return
+        if self._writer is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._writer = pq.ParquetWriter(self.path, table.schema)
+        self._writer.write_table(table)
+
+    def close(self) -> pd.DataFrame | None:
+        """Finish: the rows as a DataFrame sorted by text, layer and position (in memory), or None after
+        closing the Parquet file."""
+        if self.path is not None:
+            if self._writer is None:  # no rows: still write a valid, empty file
+                self._writer = pq.ParquetWriter(self.path, self._empty().schema)
+            self._writer.close()
+            return None
+        table = pa.concat_tables(self._tables) if self._tables else self._empty()
+        self._tables = []
+        order = [("text_id", "ascending"), ("layer", "ascending"), ("position", "ascending")]
+        return table.sort_by(order).to_pandas()

@@ -1,0 +1,227 @@
+"""The probe against a straightforward reference written with plain transformers, on tiny models."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from scipy import stats
+from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+from analysis.inputs import TextInputs
+from analysis.reconstruction import LAYER_COLUMNS, ProbeConfig, Stopped, mask_groups, probe, score_rows
+from analysis.token_sink import TokenSink
+from models.loading import ModelSpec, load_model
+
+TEXTS = ["the film is good .", "i hated it , very dull !", "not a movie", "fun", "the the the the a a a",
+         "i liked the film and it was very good fun !"]
+
+
+def reference(path, texts, include_special=False):
+    """The paper's probe as a user would write it: full model, all hidden states, head per layer, argmax."""
+    model = AutoModelForMaskedLM.from_pretrained(path).eval()
+    tok = AutoTokenizer.from_pretrained(path)
+    heads = {
+        "bert": lambda m: m.cls, "albert": lambda m: m.predictions, "roberta": lambda m: m.lm_head,
+        "xlm-roberta": lambda m: m.lm_head,
+        "distilbert": lambda m: lambda h: m.vocab_projector(m.vocab_layer_norm(m.activation(m.vocab_transform(h)))),
+        "electra": lambda m: lambda h: m.generator_lm_head(m.generator_predictions(h)),
+    }
+    head = heads[model.config.model_type](model)
+    per_text = []  # (layers, positions) correct, probs of the input token, predicted ids
+    with torch.no_grad():
+        for text in texts:
+            enc = tok(text, return_tensors="pt")
+            states = model(**enc, output_hidden_states=True).hidden_states
+            ids = enc["input_ids"][0]
+            keep = torch.ones_like(ids, dtype=torch.bool)
+            if not include_special:
+                keep = ~torch.isin(ids, torch.tensor(tok.all_special_ids))
+            logits = torch.stack([head(s[0]) for s in states])[:, keep]  # (layers, positions, vocab)
+            target = ids[keep]
+            per_text.append({
+                "correct": (logits.argmax(-1) == target).numpy(),
+                "prob": logits.softmax(-1).gather(2, target[None, :, None].expand(len(states), -1, 1))[..., 0].numpy(),
+                "rank": ((logits > logits.gather(2, target[None, :, None].expand(len(states), -1, 1))).sum(-1) + 1)
+                .numpy(),
+                "pred": logits.argmax(-1).numpy(),
+            })
+    return per_text
+
+
+@pytest.fixture(params=["bert", "albert", "roberta", "distilbert", "electra"])
+def family_dir(request, tiny_dirs):
+    return tiny_dirs[request.param]
+
+
+def test_unmasked_probe_matches_the_reference_for_every_family(family_dir):
+    loaded = load_model(ModelSpec(str(family_dir), device="cpu"))
+    result = probe(loaded, TextInputs(tuple(TEXTS)), ProbeConfig(batch_size=4, top_k=3))
+    ref = reference(family_dir, TEXTS)
+    n_layers = loaded.anatomy.num_layers + 1
+    assert list(result.layers.columns) == LAYER_COLUMNS
+    assert result.layers["layer"].tolist() == list(range(n_layers))
+    tokens = sum(r["correct"].shape[1] for r in ref)
+    for layer in range(n_layers):
+        correct = sum(int(r["correct"][layer].sum()) for r in ref)
+        row = result.layers.iloc[layer]
+        assert row["tokens"] == tokens and row["correct"] == correct
+        assert row["accuracy"] == pytest.approx(correct / tokens)
+        per_sentence = [r["correct"][layer].mean() for r in ref]
+        assert row["sentence_mean"] == pytest.approx(np.mean(per_sentence))
+        half = stats.t.ppf(0.975, len(TEXTS) - 1) * np.std(per_sentence, ddof=1) / math.sqrt(len(TEXTS))
+        assert row["ci_low"] == pytest.approx(np.mean(per_sentence) - half)
+        assert row["ci_high"] == pytest.approx(np.mean(per_sentence) + half)
+    # per-token rows, in text / layer / position order
+    t = result.tokens
+    for text_id, r in enumerate(ref):
+        for layer in range(n_layers):
+            rows = t[(t.text_id == text_id) & (t.layer == layer)]
+            assert rows["correct"].tolist() == r["correct"][layer].tolist()
+            np.testing.assert_allclose(rows["prob"].to_numpy(), r["prob"][layer], rtol=1e-4, atol=1e-6)
+            assert rows["rank"].tolist() == r["rank"][layer].tolist()
+            tok = loaded.tokenizer
+            assert rows["predicted_token"].tolist() == tok.convert_ids_to_tokens(r["pred"][layer].tolist())
+    assert all(len(x) == 3 for x in t["top_tokens"])
+    assert (t.loc[t["rank"] == 1, "correct"]).all()
+
+
+def test_include_special_counts_cls_and_sep(tiny_dirs):
+    path = tiny_dirs["bert"]
+    loaded = load_model(ModelSpec(str(path), device="cpu"))
+    result = probe(loaded, TextInputs(tuple(TEXTS)), ProbeConfig(include_special=True))
+    ref = reference(path, TEXTS, include_special=True)
+    assert result.layers["tokens"].iloc[0] == sum(r["correct"].shape[1] for r in ref)
+    assert result.layers["correct"].tolist() == [sum(int(r["correct"][i].sum()) for r in ref)
+                                                 for i in range(len(result.layers))]
+
+
+def test_batching_does_not_change_results(tiny_dirs):
+    loaded = load_model(ModelSpec(str(tiny_dirs["roberta"]), device="cpu"))
+    a = probe(loaded, TextInputs(tuple(TEXTS)), ProbeConfig(batch_size=1))
+    b = probe(loaded, TextInputs(tuple(TEXTS)), ProbeConfig(batch_size=64))
+    pd.testing.assert_frame_equal(a.layers, b.layers)
+    pd.testing.assert_frame_equal(a.decoded, b.decoded)
+
+
+def test_decoded_text_joins_word_pieces(tiny_dirs):
+    loaded = load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu"))
+    result = probe(loaded, TextInputs(("the film is good .",)))
+    ref = reference(tiny_dirs["bert"], ["the film is good ."])[0]
+    for layer, text in zip(result.decoded["layer"], result.decoded["text"], strict=True):
+        tokens = loaded.tokenizer.convert_ids_to_tokens(ref["pred"][layer].tolist())
+        assert text == loaded.tokenizer.convert_tokens_to_string(tokens)
+
+
+def test_text_pairs_use_segment_ids(tiny_dirs):
+    loaded = load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu"))
+    pairs = TextInputs(("the film", "it was"), ("is good", "very dull"))
+    result = probe(loaded, pairs)
+    model, tok = AutoModelForMaskedLM.from_pretrained(tiny_dirs["bert"]).eval(), loaded.tokenizer
+    enc = tok(list(pairs.texts), list(pairs.pairs), return_tensors="pt", padding=True)
+    with torch.no_grad():
+        pred = model(**enc).logits.argmax(-1)
+    keep = enc["attention_mask"].bool() & ~torch.isin(enc["input_ids"], torch.tensor(tok.all_special_ids))
+    assert result.layers["correct"].iloc[-1] == int((pred == enc["input_ids"])[keep].sum())
+
+
+def test_masked_mode_masks_every_counted_position_once(tiny_dirs):
+    path = tiny_dirs["bert"]
+    loaded = load_model(ModelSpec(str(path), device="cpu"))
+    cfg = ProbeConfig(mode="masked", mask_fraction=0.3, seed=7)
+    result = probe(loaded, TextInputs(tuple(TEXTS)), cfg)
+    t = result.tokens
+    last = t[t.layer == loaded.anatomy.num_layers]
+    assert not last.duplicated(["text_id", "position"]).any()
+    assert len(last) == result.layers["tokens"].iloc[0]
+    # reference: rebuild the same groups, mask each group, predict with the plain model
+    model, tok = AutoModelForMaskedLM.from_pretrained(path).eval(), loaded.tokenizer
+    correct, ranks = 0, {}
+    with torch.no_grad():
+        for text_id, text in enumerate(TEXTS):
+            ids = tok(text, return_tensors="pt")["input_ids"]
+            counted = ~torch.isin(ids, torch.tensor(tok.all_special_ids))
+            groups = mask_groups(counted, [text_id], 0.3, 7)[0]
+            for g in range(int(groups.max()) + 1):
+                sel = groups == g
+                masked = ids.clone()
+                masked[0, sel] = tok.mask_token_id
+                logits = model(input_ids=masked).logits[0]
+                correct += int((logits.argmax(-1)[sel] == ids[0, sel]).sum())
+                for pos in sel.nonzero()[:, 0].tolist():
+                    ranks[(text_id, pos)] = int((logits[pos] > logits[pos, ids[0, pos]]).sum()) + 1
+    assert result.layers["correct"].iloc[-1] == correct
+    assert {(r.text_id, r.position): r.rank for r in last.itertuples()} == ranks
+    assert len(set(ranks.values())) > 3  # the comparison is not between constants
+
+
+def test_mask_groups_are_non_overlapping_and_about_the_fraction():
+    counted = torch.zeros((2, 30), dtype=torch.bool)
+    counted[0, 1:21] = True
+    counted[1, 1:4] = True
+    groups = mask_groups(counted, [0, 1], 0.15, seed=0)
+    assert (groups[~counted] == -1).all()
+    sizes = torch.bincount(groups[0][counted[0]])
+    assert sizes.tolist() == [3] * 6 + [2]  # 20 positions, groups of round(0.15 * 20) = 3
+    assert torch.bincount(groups[1][counted[1]]).tolist() == [1, 1, 1]
+    again = mask_groups(counted[1:], [1], 0.15, seed=0)
+    assert torch.equal(again[0], groups[1])  # a text's groups do not depend on its batch
+
+
+def test_score_rows_chunks_agree_with_one_block():
+    torch.manual_seed(0)
+    head = torch.nn.Linear(8, 50)
+    hidden, targets = torch.randn(37, 8), torch.randint(0, 50, (37,))
+    a = score_rows(head, hidden, targets, 4, rows_per_chunk=5)
+    b = score_rows(head, hidden, targets, 4, rows_per_chunk=1000)
+    for name in ["pred", "rank", "top_ids"]:
+        assert torch.equal(getattr(a, name), getattr(b, name))
+    torch.testing.assert_close(a.prob, b.prob)
+    logits = head(hidden)
+    torch.testing.assert_close(a.prob, logits.softmax(-1)[torch.arange(37), targets])
+
+
+def test_truncation_is_counted(tiny_dirs):
+    loaded = load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu"))
+    result = probe(loaded, TextInputs(("the film is good and fun and very good .", "fun")), ProbeConfig(max_length=6))
+    assert result.truncated == 1
+    assert result.layers["tokens"].iloc[0] == 4 + 1  # 6 minus [CLS] and [SEP]; "fun"
+
+
+def test_streaming_to_parquet_gives_the_same_rows(tiny_dirs, tmp_path):
+    loaded = load_model(ModelSpec(str(tiny_dirs["electra"]), device="cpu"))
+    inputs = TextInputs(tuple(TEXTS))
+    in_memory = probe(loaded, inputs).tokens
+    path = tmp_path / "tokens.parquet"
+    streamed = probe(loaded, inputs, sink=TokenSink(loaded.tokenizer, 5, path))
+    assert streamed.tokens is None
+    back = pd.read_parquet(path).sort_values(["text_id", "layer", "position"]).reset_index(drop=True)
+    assert back[["text_id", "layer", "position", "correct"]].equals(in_memory[["text_id", "layer", "position",
+                                                                              "correct"]])
+    assert back["input_token"].astype(str).tolist() == in_memory["input_token"].astype(str).tolist()
+
+
+def test_progress_and_stop(tiny_dirs):
+    loaded = load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu"))
+    seen = []
+    probe(loaded, TextInputs(tuple(TEXTS)), ProbeConfig(batch_size=2), progress=lambda d, n: seen.append((d, n)))
+    assert seen[-1] == (len(TEXTS), len(TEXTS)) and len(seen) == 3
+    with pytest.raises(Stopped):
+        probe(loaded, TextInputs(tuple(TEXTS)), ProbeConfig(batch_size=2), should_stop=lambda: len(seen) > 3,
+              progress=lambda d, n: seen.append((d, n)))
+
+
+def test_model_is_not_mutated(tiny_dirs):
+    loaded = load_model(ModelSpec(str(tiny_dirs["albert"]), device="cpu"))
+    before = {k: v.clone() for k, v in loaded.model.state_dict().items()}
+    probe(loaded, TextInputs(tuple(TEXTS)), ProbeConfig(mode="masked"))
+    after = loaded.model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+@pytest.mark.parametrize("kwargs", [{"mode": "both"}, {"top_k": 0}, {"batch_size": 0}, {"max_length": 1},
+                                    {"mask_fraction": 0}])
+def test_bad_options(kwargs):
+    with pytest.raises(ValueError):
+        ProbeConfig(**kwargs)
