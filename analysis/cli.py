@@ -15,10 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import transformers
+from tqdm.auto import tqdm
 
+from analysis.inputs import InputError
 from models.loading import DEMO_NAME, DEVICES, DTYPES, SUGGESTED_MODELS, ModelLoadError, ModelSpec
 
 log = logging.getLogger("layerlens")
+LAYERLENS_VERSION = "0.1.0"
 
 
 class UserError(Exception):
@@ -65,14 +68,19 @@ def spec_from_args(args: argparse.Namespace) -> ModelSpec:
                      allow_pickle=args.allow_pickle)
 
 
+def prepare_out(out: Path) -> Path:
+    """The output directory, created if needed."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
 def write_json(out: Path | None, filename: str, payload: dict) -> Path | None:
     """Write ``payload`` to ``out/filename`` (creating ``out``); nothing when ``out`` is None."""
     if out is None:
         return None
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} exists and is not a directory")
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / filename
+    path = prepare_out(out) / filename
     path.write_text(json.dumps(payload, indent=2) + "\n")
     return path
 
@@ -93,9 +101,67 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_probe_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("probe")
+    g.add_argument("--input", type=Path, required=True, help="texts: .txt (one per line), .csv, .tsv or .jsonl")
+    g.add_argument("--column", default="text", help="column holding the texts (csv/tsv/jsonl; default: text)")
+    g.add_argument("--pair-column", help="column holding the second text of a pair (e.g. text_pair, aspect)")
+    g.add_argument("--mode", choices=["unmasked", "masked"], default="unmasked",
+                   help="unmasked: the input as is (Kao et al.); masked: every token masked once, 15%% at a time")
+    g.add_argument("--include-special", action="store_true", help="also count [CLS], [SEP] and other specials")
+    g.add_argument("--top-k", type=positive_int, default=5, help="predictions kept per token (default 5)")
+    g.add_argument("--max-length", type=positive_int, help="cut texts to this many tokens (default: the model's limit)")
+    g.add_argument("--seed", type=int, default=0, help="seed of the masked mode's random groups")
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    """Reconstruction probe: every layer through the model's own MLM head."""
+    from analysis.inputs import read_file
+    from analysis.reconstruction import ProbeConfig, probe
+    from analysis.token_sink import TokenSink
+    from models.loading import load_model
+
+    if args.out is None:
+        raise UserError("--out DIR is required: the probe writes layers.csv, decoded.csv, tokens.parquet, run.json")
+    inputs = read_file(args.input, args.column, args.pair_column)
+    for note in inputs.notes():
+        print(f"note: {note}", file=sys.stderr)
+    try:
+        config = ProbeConfig(mode=args.mode, include_special=args.include_special, top_k=args.top_k,
+                             batch_size=args.batch_size, max_length=args.max_length, seed=args.seed)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    loaded = load_model(spec_from_args(args))
+    out = prepare_out(args.out)
+    with tqdm(total=len(inputs), desc="probing", unit="text", file=sys.stderr) as bar:
+        result = probe(loaded, inputs, config, sink=TokenSink(loaded.tokenizer, config.top_k, out / "tokens.parquet"),
+                       progress=lambda done, total: bar.update(done - bar.n))
+    if result.truncated:
+        print(f"note: {result.truncated} text(s) longer than {result.max_length} tokens were cut", file=sys.stderr)
+    result.layers.to_csv(out / "layers.csv", index=False)
+    result.decoded.to_csv(out / "decoded.csv", index=False)
+    write_json(out, "run.json", {**result.run_info(), "input": str(args.input), "column": args.column,
+                                 "pair_column": args.pair_column, "model_spec": loaded.spec.to_dict(),
+                                 "load_seconds": round(loaded.load_seconds, 3), "versions": versions()})
+    print(result.layers.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    print(f"wrote {out}/layers.csv, decoded.csv, tokens.parquet, run.json", file=sys.stderr)
+    return 0
+
+
+def versions() -> dict:
+    import platform
+
+    import torch
+
+    return {"python": platform.python_version(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "layerlens": LAYERLENS_VERSION}
+
+
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str, Callable[[argparse.ArgumentParser], None]]] = {
     "info": (cmd_info, "describe a model: family, layers, hidden size, vocabulary, device, bytes (writes info.json)",
              lambda p: None),
+    "probe": (cmd_probe, "reconstruction probe: how well each layer, fed to the MLM head, reconstructs the input",
+              add_probe_arguments),
 }
 
 
@@ -120,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     transformers.logging.disable_progress_bar()
     try:
         return args.func(args)
-    except (ModelLoadError, UserError) as exc:
+    except (ModelLoadError, UserError, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -110,6 +110,8 @@ def parse(data: bytes | str, name: str = "input.txt", column: str = "text", pair
     """Texts from file contents. ``name`` gives the format by its suffix; ``limit`` caps the number of rows."""
     fmt = format_of(name)
     text = data if isinstance(data, str) else decode(data, name)
+    if not text.strip():
+        raise InputError(f"{name} is empty")
     if fmt == "txt":
         if pair_column:
             raise InputError("text pairs need a .csv, .tsv or .jsonl file with two columns")

@@ -43,3 +43,62 @@ def test_out_must_be_a_directory(tiny_dirs, tmp_path, capsys):
     target.write_text("x")
     assert main(["info", "--model", str(tiny_dirs["bert"]), "--out", str(target)]) == 2
     assert "is not a directory" in capsys.readouterr().err
+
+
+def test_probe_writes_the_contract_files(tiny_dirs, tmp_path):
+    import pandas as pd
+
+    from analysis.inputs import TextInputs
+    from analysis.reconstruction import ProbeConfig, probe
+
+    texts = tmp_path / "texts.tsv"
+    texts.write_text("text\tlabel\nthe film is good .\t1\ni hated it !\t0\nfun\t1\n")
+    out = tmp_path / "out"
+    argv = ["probe", "--model", str(tiny_dirs["bert"]), "--input", str(texts), "--out", str(out), "--top-k", "2"]
+    assert main(argv) == 0
+    layers = pd.read_csv(out / "layers.csv")
+    assert list(layers.columns) == ["layer", "tokens", "correct", "accuracy", "sentence_mean", "ci_low", "ci_high"]
+    expected = probe(load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu")),
+                     TextInputs(("the film is good .", "i hated it !", "fun")), ProbeConfig(top_k=2)).layers
+    pd.testing.assert_frame_equal(layers, expected, check_dtype=False)
+    decoded = pd.read_csv(out / "decoded.csv", keep_default_na=False)
+    assert list(decoded.columns) == ["text_id", "layer", "text"] and len(decoded) == 3 * len(layers)
+    tokens = pd.read_parquet(out / "tokens.parquet")
+    assert {"text_id", "layer", "position", "input_token", "predicted_token", "correct", "prob", "rank",
+            "top_tokens"} <= set(tokens.columns)
+    assert len(tokens) == layers["tokens"].iloc[0] * len(layers)
+    run = json.loads((out / "run.json").read_text())
+    assert run["options"]["top_k"] == 2 and run["texts"] == 3 and "transformers" in run["versions"]
+
+
+@pytest.mark.parametrize("content, extra, message", [
+    (b"", [], "in.csv is empty"),
+    (b"sentence\nhello\n", [], "no column 'text'"),
+    (b"\x00\x01\x02binary", [], "binary"),
+    (b"text\ncaf\xe9\n", [], "not UTF-8"),
+    (b"text\nfine\n", ["--mode", "sideways"], "invalid choice"),
+])
+def test_probe_bad_input(tiny_dirs, tmp_path, content, extra, message):
+    path = tmp_path / "in.csv"
+    path.write_bytes(content)
+    out = subprocess.run([sys.executable, "-m", "analysis", "probe", "--model", str(tiny_dirs["bert"]), "--input",
+                          str(path), "--out", str(tmp_path / "o"), *extra], capture_output=True, text=True,
+                         env={"HF_HUB_OFFLINE": "1", "PATH": ""})
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], out.stderr
+
+
+def test_probe_needs_out(tiny_dirs, tmp_path, capsys):
+    path = tmp_path / "in.txt"
+    path.write_text("hello\n")
+    assert main(["probe", "--model", str(tiny_dirs["bert"]), "--input", str(path)]) == 2
+    assert "--out DIR is required" in capsys.readouterr().err
+
+
+def test_probe_reports_truncation(tiny_dirs, tmp_path, capsys):
+    path = tmp_path / "in.txt"
+    path.write_text("the film is good and fun and very good .\nfun\n")
+    assert main(["probe", "--model", str(tiny_dirs["bert"]), "--input", str(path), "--out", str(tmp_path / "o"),
+                 "--max-length", "6"]) == 0
+    assert "1 text(s) longer than 6 tokens were cut" in capsys.readouterr().err

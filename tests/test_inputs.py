@@ -1,0 +1,69 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from analysis.inputs import InputError, columns_of, from_text_area, parse, read_file
+
+SST2_DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "sst2" / "dev.tsv"
+SEMEVAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "semeval14" / "laptop_test.tsv"
+
+
+def test_txt_one_text_per_line_blank_lines_skipped():
+    got = parse(b"first line\n\n  second  \n", "a.txt")
+    assert got.texts == ("first line", "second") and got.pairs is None
+
+
+def test_tsv_is_read_with_quoting_off():
+    data = b'text\tlabel\n"quoted start and no end\t1\nplain\t0\n'
+    assert parse(data, "x.tsv").texts == ('"quoted start and no end', "plain")
+
+
+def test_real_sst2_dev_reads_every_row():
+    got = read_file(SST2_DEV)
+    assert len(got) == 872 and got.texts[0].startswith("it 's a charming")
+
+
+@pytest.mark.skipif(not SEMEVAL.is_file(), reason="needs ../shared/data")
+def test_pairs_from_aspect_column():
+    got = read_file(SEMEVAL, column="text", pair_column="aspect")
+    assert len(got.texts) == len(got.pairs) > 0
+
+
+def test_csv_and_jsonl():
+    assert parse(b'text,label\n"a, b",1\nc,0\n', "x.csv").texts == ("a, b", "c")
+    rows = [{"text": "one", "text_pair": "two"}, {"text": "three", "text_pair": "four"}]
+    data = "\n".join(json.dumps(r) for r in rows).encode()
+    got = parse(data, "x.jsonl", pair_column="text_pair")
+    assert got.texts == ("one", "three") and got.pairs == ("two", "four")
+    assert columns_of(data, "x.jsonl") == ["text", "text_pair"]
+
+
+def test_limit_and_empty_rows_are_reported():
+    got = parse(b"text\na\n\nb\n \nc\n", "x.csv", limit=2)
+    assert got.texts == ("a", "b") and got.dropped_over_limit == 1 and got.skipped_empty == 1
+    assert any("row limit" in n for n in got.notes())
+
+
+@pytest.mark.parametrize("data, name, kwargs, message", [
+    (b"", "x.txt", {}, "is empty"),
+    (b"text\n\n \n", "x.csv", {}, "no usable rows"),
+    (b"sentence,label\na,1\n", "x.csv", {}, "no column 'text' (columns found: sentence, label)"),
+    (b"\xff\xfe\x00t\x00e", "x.txt", {}, "binary"),
+    (b"caf\xe9\n", "x.txt", {}, "not UTF-8"),
+    (b"{not json}\n", "x.jsonl", {}, "line 1: not valid JSON"),
+    (b"[1, 2]\n", "x.jsonl", {}, "a JSON object per line"),
+    (b"a\n", "x.pdf", {}, "use one of .txt"),
+    (b"a\n", "x.txt", {"pair_column": "b"}, "text pairs need"),
+])
+def test_bad_input_messages(data, name, kwargs, message):
+    with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+        parse(data, name, **kwargs)
+
+
+def test_text_area_and_missing_file(tmp_path):
+    with pytest.raises(InputError, match="no text given"):
+        from_text_area("  \n ")
+    assert from_text_area("a\nb").texts == ("a", "b")
+    with pytest.raises(InputError, match="no such file"):
+        read_file(tmp_path / "none.tsv")
