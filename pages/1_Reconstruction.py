@@ -1,0 +1,111 @@
+"""Reconstruction probing (Kao et al. 2020, §2): how well does each layer, fed to the MLM head, rebuild the input?"""
+
+import dataclasses
+
+import streamlit as st
+
+from analysis.plots import accuracy_curve, mismatch_html, token_heatmap
+from analysis.reconstruction import ProbeConfig, probe
+from models.loading import ModelLoadError, ModelSpec
+from ui.inputs import text_inputs
+from ui.results import result_key, result_store
+from ui.sidebar import model_cache, sidebar
+
+EXAMPLES = """the film is a charming and often affecting journey .
+the acting , costumes , music and sound are all astounding .
+it 's a bad movie that tries hard to be good .
+my fellow citizens , the state of the union is strong ."""
+
+st.set_page_config(page_title="Reconstruction probing · LayerLens", page_icon="🔬", layout="wide")
+loaded = sidebar()
+st.title("Reconstruction probing")
+st.markdown(
+    "Every layer's hidden states go through the model's **own pre-trained MLM head**; a token counts as "
+    "reconstructed when the head's top prediction is the input token. Layer 0 is the embedding output. "
+    "**Unmasked** is Kao et al.'s setting; **masked** masks every token once (15% at a time) and so measures "
+    "each layer's real masked-LM accuracy. Special tokens ([CLS], [SEP], …) are not counted unless you ask."
+)
+if loaded is None:
+    st.info("Choose a model in the sidebar.")
+    st.stop()
+
+inputs = text_inputs("probe", EXAMPLES)
+c1, c2, c3, c4 = st.columns([2, 2, 1, 3])
+mode = c1.radio("Mode", ["unmasked", "masked"], horizontal=True, key="probe_mode")
+include_special = c2.checkbox("Count special tokens", key="probe_special")
+top_k = c3.number_input("Top-k", 1, 20, 5, key="probe_topk")
+compare = c4.text_input("Compare with (optional)", key="probe_compare", placeholder="hub id or local directory",
+                        help="A second model probed on the same texts, e.g. a fine-tuned checkpoint.").strip()
+config = ProbeConfig(mode=mode, include_special=include_special, top_k=int(top_k))
+
+
+def run(spec: ModelSpec, label: str):
+    """The probe of ``spec`` on the inputs, from the shared store or computed with a progress bar."""
+    key = result_key(spec.resolved().to_dict(), inputs.texts, inputs.pairs, config.to_dict())
+    store = result_store()
+    if (result := store.get(key)) is not None:
+        return result
+    model = loaded if spec == loaded.spec else model_cache().get(spec)
+    bar = st.progress(0.0, text=f"Probing {label}…")
+    result = probe(model, inputs, config, progress=lambda done, n: bar.progress(done / n, f"{label}: {done}/{n} texts"))
+    bar.empty()
+    store.put(key, result)
+    return result
+
+
+if inputs is not None and st.button("Run the probe", type="primary", key="probe_run"):
+    st.session_state["probe_request"] = (inputs, config, compare)
+request = st.session_state.get("probe_request")
+if request is None or inputs is None or request != (inputs, config, compare):
+    st.caption("Set the texts and options, then run the probe. Results are shared and cached per model, "
+               "texts and options.")
+    st.stop()
+
+st.button("Stop", help="Interrupts a long run; nothing is kept from it.",
+          on_click=lambda: st.session_state.pop("probe_request", None))
+results = {}
+try:
+    results[loaded.spec.name] = run(loaded.spec, loaded.spec.name)
+    if compare:
+        results[compare] = run(dataclasses.replace(loaded.spec, name=compare, revision=None), compare)
+except ModelLoadError as exc:
+    st.error(f"Second model: {exc}")
+except Exception as exc:  # never a traceback in the UI
+    st.error(f"The probe failed: {type(exc).__name__}: {exc}")
+if loaded.spec.name not in results:
+    st.stop()
+main = results[loaded.spec.name]
+if main.truncated:
+    st.warning(f"{main.truncated} text(s) longer than {main.max_length} tokens were cut to fit the model.")
+st.caption(f"{main.n_texts} texts · {int(main.layers['tokens'].iloc[0]):,} counted tokens · {main.seconds:.2f} s")
+fmt = st.radio("Chart downloads (camera icon on each chart)", ["png", "svg"], horizontal=True, key="probe_fmt")
+chart_config = {"toImageButtonOptions": {"format": fmt, "filename": "layerlens_reconstruction", "scale": 2}}
+
+st.subheader("Accuracy by layer")
+fig = accuracy_curve({k: r.layers for k, r in results.items()}, {k: r.layer_names for k, r in results.items()})
+st.plotly_chart(fig, config=chart_config)
+for i, (label, r) in enumerate(results.items()):
+    with st.expander(f"Table: {label}", expanded=i == 0):
+        st.dataframe(r.layers, hide_index=True, width="stretch")
+        st.download_button("Download layers.csv", r.layers.to_csv(index=False),
+                           "layers.csv" if i == 0 else "layers_compared.csv", "text/csv", key=f"dl_layers_{i}")
+
+st.subheader("One sentence, layer by layer")
+label = st.radio("Model", list(results), horizontal=True, key="probe_view") if len(results) > 1 else main.model
+shown = results.get(label, main)
+text_id = st.selectbox("Sentence", range(shown.n_texts), format_func=lambda i: inputs.texts[i][:120],
+                       key="probe_sentence")
+rows = shown.tokens[shown.tokens["text_id"] == text_id]
+if rows.empty:
+    st.info("This text has no counted tokens.")
+else:
+    st.markdown("Predicted tokens per layer; wrong ones are highlighted (hover for the input token).")
+    st.html(mismatch_html(rows, shown.layer_names))
+    st.plotly_chart(token_heatmap(rows, shown.layer_names, "Probability of the input token (hover for the top-k)"),
+                    config=chart_config)
+cols = ["text_id", "layer", "position", "input_token", "predicted_token", "correct", "prob", "rank"]
+left, right = st.columns(2)
+left.download_button("Download decoded.csv (all texts)", shown.decoded.to_csv(index=False), "decoded.csv",
+                     "text/csv", key="dl_decoded")
+right.download_button("Download tokens.csv (all texts)", shown.tokens[cols].to_csv(index=False), "tokens.csv",
+                      "text/csv", key="dl_tokens")
