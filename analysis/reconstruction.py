@@ -37,6 +37,7 @@ from analysis.activations import (
     max_input_length,
 )
 from analysis.inputs import TextInputs
+from analysis.rowstats import row_stats
 from analysis.token_sink import TokenSink
 from models.loading import LoadedModel
 
@@ -57,7 +58,7 @@ class ProbeConfig:
     max_length: int | None = None  # default: the model's own limit
     mask_fraction: float = 0.15
     seed: int = 0
-    logits_budget_bytes: int = 256 * 2**20
+    logits_budget_bytes: int = 32 * 2**20
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -128,18 +129,8 @@ def score_rows(head: Callable, hidden: torch.Tensor, targets: torch.Tensor, top_
     """
     parts = []
     for start in range(0, hidden.shape[0], rows_per_chunk):
-        logits = head(hidden[start:start + rows_per_chunk]).float()
-        target = targets[start:start + rows_per_chunk]
-        target_logit = logits.gather(1, target[:, None])
-        lse = torch.logsumexp(logits, dim=-1, keepdim=True)
-        top = logits.topk(min(top_k, logits.shape[-1]), dim=-1)
-        parts.append(Scores(
-            pred=logits.argmax(-1),
-            prob=(target_logit - lse).exp()[:, 0],
-            rank=(logits > target_logit).sum(-1) + 1,
-            top_ids=top.indices,
-            top_probs=(top.values - lse).exp(),
-        ))
+        logits = head(hidden[start:start + rows_per_chunk])
+        parts.append(Scores(*row_stats(logits, targets[start:start + rows_per_chunk], top_k)))
     return Scores(*(torch.cat([getattr(p, f.name) for p in parts]) if parts else torch.empty(0)
                     for f in dataclasses.fields(Scores)))
 

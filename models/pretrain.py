@@ -47,9 +47,9 @@ class PretrainConfig:
     num_heads: int = 4
     intermediate_size: int = 768
     seq_len: int = 128
-    batch_size: int = 64
-    steps: int = 1800
-    lr: float = 7e-4
+    batch_size: int = 32
+    steps: int = 3000
+    lr: float = 1e-3
     warmup_fraction: float = 0.06
     weight_decay: float = 0.01
     short_seq_prob: float = 0.1  # as in BERT: some chunks are shorter, so [SEP] and padding appear everywhere
@@ -192,9 +192,10 @@ def lr_lambda(cfg: PretrainConfig):
 
 
 def train(cfg: PretrainConfig, corpus: Path, out: Path, valid: Path | None = None, progress: bool = True,
-          tokenizer_dir: Path | None = None) -> dict:
+          tokenizer_dir: Path | None = None, eval_every: int = 0) -> dict:
     """Train (or reuse, from ``tokenizer_dir``) a tokenizer, train the model, save both to ``out`` (a
-    ``save_pretrained`` directory) and return what was measured."""
+    ``save_pretrained`` directory) and return what was measured. With ``eval_every`` and ``valid``, every
+    that many steps the model is measured on 200 held-out chunks and saved to ``out`` (a usable checkpoint)."""
     start = time.time()
     rng = random.Random(cfg.seed)
     torch.manual_seed(cfg.seed)
@@ -216,6 +217,7 @@ def train(cfg: PretrainConfig, corpus: Path, out: Path, valid: Path | None = Non
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg))
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15, seed=cfg.seed)
 
+    valid_chunks = pack(read_documents(valid), tokenizer, cfg.seq_len, 0.0, random.Random(0)) if valid else None
     model.train()
     order: list[int] = []
     bar = tqdm(range(cfg.steps), desc="pre-training", disable=not progress)
@@ -234,12 +236,19 @@ def train(cfg: PretrainConfig, corpus: Path, out: Path, valid: Path | None = Non
         opt.zero_grad(set_to_none=True)
         if step % 10 == 0:
             bar.set_postfix(loss=f"{loss.item():.3f}")
+        if eval_every and valid_chunks and (step + 1) % eval_every == 0 and step + 1 < cfg.steps:
+            quick = evaluate(model, tokenizer, valid_chunks[:200])
+            log.info("step %d: held-out masked top-1 %.3f, reconstruction %.3f", step + 1, quick["masked_top1"],
+                     quick["reconstruction_top1"])
+            out.mkdir(parents=True, exist_ok=True)
+            model.save_pretrained(out)
+            tokenizer.save_pretrained(out)
+            model.train()
     train_seconds = time.time() - start
 
     metrics = {"train_loss_last": loss.item(), "train_tokens_seen": cfg.steps * cfg.batch_size * n_tokens / len(chunks),
                "train_seconds": round(train_seconds, 1), "corpus_tokens": n_tokens}
-    if valid is not None:
-        valid_chunks = pack(read_documents(valid), tokenizer, cfg.seq_len, 0.0, random.Random(0))
+    if valid_chunks is not None:
         metrics.update(evaluate(model, tokenizer, valid_chunks))
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
@@ -315,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, help="override the preset's number of optimiser steps")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tokenizer", type=Path, help="reuse this saved tokenizer instead of training one")
+    p.add_argument("--eval-every", type=int, default=0,
+                   help="with --valid: measure and save a checkpoint every this many steps")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.tokenizer is not None and not (args.tokenizer / "tokenizer.json").is_file():
@@ -330,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     if not math.isfinite(cfg.lr) or cfg.steps < 1:
         print("error: --steps must be at least 1", file=sys.stderr)
         return 2
-    train(cfg, args.corpus, args.out, args.valid, tokenizer_dir=args.tokenizer)
+    train(cfg, args.corpus, args.out, args.valid, tokenizer_dir=args.tokenizer, eval_every=args.eval_every)
     return 0
 
 
