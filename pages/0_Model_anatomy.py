@@ -3,19 +3,12 @@
 import pandas as pd
 import streamlit as st
 
-from ui.sidebar import human_bytes, sidebar
+from ui.sidebar import human_bytes, start_page
 
-st.set_page_config(page_title="Model anatomy · LayerLens", page_icon="🔬", layout="wide")
-loaded = sidebar()
-st.title("Model anatomy")
-st.markdown(
+loaded = start_page("Model anatomy", (
     "Hidden state 0 is the embedding output; hidden state *i* is the output of encoder layer *i*: the "
     "numbering of Hugging Face's `output_hidden_states`, used on every page. The MLM head is the model's own "
-    "pre-trained output layer, which the reconstruction probe applies to every hidden state."
-)
-if loaded is None:
-    st.info("Choose a model in the sidebar.")
-    st.stop()
+    "pre-trained output layer, which the reconstruction probe applies to every hidden state."))
 
 s = loaded.summary()
 cols = st.columns(5)

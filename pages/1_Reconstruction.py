@@ -9,25 +9,18 @@ from analysis.reconstruction import ProbeConfig, probe
 from models.loading import ModelLoadError, ModelSpec
 from ui.inputs import text_inputs
 from ui.results import result_key, result_store
-from ui.sidebar import model_cache, sidebar
+from ui.sidebar import model_cache, start_page
 
 EXAMPLES = """the film is a charming and often affecting journey .
 the acting , costumes , music and sound are all astounding .
 it 's a bad movie that tries hard to be good .
 my fellow citizens , the state of the union is strong ."""
 
-st.set_page_config(page_title="Reconstruction probing · LayerLens", page_icon="🔬", layout="wide")
-loaded = sidebar()
-st.title("Reconstruction probing")
-st.markdown(
+loaded = start_page("Reconstruction probing", (
     "Every layer's hidden states go through the model's **own pre-trained MLM head**; a token counts as "
     "reconstructed when the head's top prediction is the input token. Layer 0 is the embedding output. "
     "**Unmasked** is Kao et al.'s setting; **masked** masks every token once (15% at a time) and so measures "
-    "each layer's real masked-LM accuracy. Special tokens ([CLS], [SEP], …) are not counted unless you ask."
-)
-if loaded is None:
-    st.info("Choose a model in the sidebar.")
-    st.stop()
+    "each layer's real masked-LM accuracy. Special tokens ([CLS], [SEP], …) are not counted unless you ask."))
 
 inputs = text_inputs("probe", EXAMPLES)
 c1, c2, c3, c4 = st.columns([2, 2, 1, 3])

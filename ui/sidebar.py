@@ -153,3 +153,18 @@ def sidebar() -> LoadedModel | None:
                            f"{s['device']} · {s['dtype']}")
     cache_panel(cache)
     return loaded
+
+
+def start_page(title: str, intro: str) -> LoadedModel:
+    """What every analysis page begins with: page config, the shared sidebar, title and a short explanation.
+
+    Stops the page (with a hint) when no model could be loaded, so the caller always gets a model.
+    """
+    st.set_page_config(page_title=f"{title} · LayerLens", page_icon="🔬", layout="wide")
+    loaded = sidebar()
+    st.title(title)
+    st.markdown(intro)
+    if loaded is None:
+        st.info("Choose a model in the sidebar.")
+        st.stop()
+    return loaded
