@@ -36,7 +36,8 @@ def test_home_loads_the_demo_model_by_default():
 
 def test_home_names_every_analysis():
     at = run_page("app.py")
-    text = " ".join(m.value for m in at.markdown)
+    links = [getattr(e, "label", None) or getattr(e.proto, "label", "") for e in at.get("page_link")]
+    text = " ".join([m.value for m in at.markdown] + links)
     for title in ["Reconstruction probing", "Layer atlas", "Layer duplication", "Layer pooling", "Fine-tuning jobs"]:
         assert title in text
 
