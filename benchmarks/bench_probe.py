@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from analysis.activations import max_input_length
 from analysis.inputs import read_file
 from analysis.reconstruction import ProbeConfig, probe
 from analysis.token_sink import TokenSink
@@ -30,10 +31,12 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "sst2"
 def naive(loaded, texts, batch_size=32):
     """Per-layer (correct, counted) the straightforward way."""
     model, tok, head = loaded.model, loaded.tokenizer, loaded.anatomy.head
+    max_length = max_input_length(loaded)
     special = torch.tensor(tok.all_special_ids, device=loaded.spec.device)
     correct = counted = None
     for start in range(0, len(texts), batch_size):
-        enc = tok(list(texts[start:start + batch_size]), padding=True, truncation=True, return_tensors="pt")
+        enc = tok(list(texts[start:start + batch_size]), padding=True, truncation=True, max_length=max_length,
+                  return_tensors="pt")
         enc = {k: v.to(loaded.spec.device) for k, v in enc.items()}
         states = model(**enc, output_hidden_states=True).hidden_states
         keep = enc["attention_mask"].bool() & ~torch.isin(enc["input_ids"], special)
@@ -52,7 +55,8 @@ def peak_rss_mb(n_texts: int, model: str, device: str) -> float:
     """Peak resident memory (MB) of a fresh process probing the first ``n_texts`` of SST-2 train."""
     code = (
         "import resource, sys, tempfile, pathlib\n"
-        "from analysis.inputs import read_file\nfrom analysis.reconstruction import probe\n"
+        "from analysis.activations import max_input_length
+from analysis.inputs import read_file\nfrom analysis.reconstruction import probe\n"
         "from analysis.token_sink import TokenSink\nfrom models.loading import ModelSpec, load_model\n"
         f"loaded = load_model(ModelSpec({model!r}, device={device!r}))\n"
         f"inputs = read_file({str(DATA / 'train.tsv')!r}, limit={n_texts})\n"

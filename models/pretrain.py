@@ -41,14 +41,14 @@ SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 class PretrainConfig:
     """Model size and optimisation settings. ``small`` is the demo model; ``tiny`` exists for tests."""
 
-    vocab_size: int = 8192
-    hidden_size: int = 192
-    num_layers: int = 6
+    vocab_size: int = 6000
+    hidden_size: int = 256
+    num_layers: int = 4
     num_heads: int = 4
-    intermediate_size: int = 768
-    seq_len: int = 128
+    intermediate_size: int = 1024
+    seq_len: int = 64
     batch_size: int = 32
-    steps: int = 3000
+    steps: int = 4000
     lr: float = 1e-3
     warmup_fraction: float = 0.06
     weight_decay: float = 0.01
@@ -83,7 +83,7 @@ def read_documents(path: Path) -> list[list[str]]:
     return docs
 
 
-def train_tokenizer(lines: list[str], vocab_size: int) -> BertTokenizerFast:
+def train_tokenizer(lines: list[str], vocab_size: int, max_length: int = 512) -> BertTokenizerFast:
     """An uncased BERT-style WordPiece tokenizer trained on ``lines``."""
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
@@ -100,7 +100,7 @@ def train_tokenizer(lines: list[str], vocab_size: int) -> BertTokenizerFast:
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
     )
-    return BertTokenizerFast(tokenizer_object=tok, do_lower_case=True, model_max_length=512)
+    return BertTokenizerFast(tokenizer_object=tok, do_lower_case=True, model_max_length=max_length)
 
 
 def pack(docs: list[list[str]], tokenizer, seq_len: int, short_seq_prob: float, rng: random.Random) -> list[list[int]]:
@@ -204,7 +204,7 @@ def train(cfg: PretrainConfig, corpus: Path, out: Path, valid: Path | None = Non
     if tokenizer_dir is not None:
         tokenizer = BertTokenizerFast.from_pretrained(tokenizer_dir)
     else:
-        tokenizer = train_tokenizer([line for doc in docs for line in doc], cfg.vocab_size)
+        tokenizer = train_tokenizer([line for doc in docs for line in doc], cfg.vocab_size, cfg.seq_len)
     chunks = pack(docs, tokenizer, cfg.seq_len, cfg.short_seq_prob, rng)
     n_tokens = sum(len(c) for c in chunks)
     log.info("corpus: %d documents, %d chunks, %d tokens", len(docs), len(chunks), n_tokens)
