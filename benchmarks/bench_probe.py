@@ -55,8 +55,7 @@ def peak_rss_mb(n_texts: int, model: str, device: str) -> float:
     """Peak resident memory (MB) of a fresh process probing the first ``n_texts`` of SST-2 train."""
     code = (
         "import resource, sys, tempfile, pathlib\n"
-        "from analysis.activations import max_input_length
-from analysis.inputs import read_file\nfrom analysis.reconstruction import probe\n"
+        "from analysis.inputs import read_file\nfrom analysis.reconstruction import probe\n"
         "from analysis.token_sink import TokenSink\nfrom models.loading import ModelSpec, load_model\n"
         f"loaded = load_model(ModelSpec({model!r}, device={device!r}))\n"
         f"inputs = read_file({str(DATA / 'train.tsv')!r}, limit={n_texts})\n"
