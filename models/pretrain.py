@@ -196,10 +196,13 @@ def lr_lambda(cfg: PretrainConfig):
 
 
 def train(cfg: PretrainConfig, corpus: Path, out: Path, valid: Path | None = None, progress: bool = True,
-          tokenizer_dir: Path | None = None, eval_every: int = 0) -> dict:
+          tokenizer_dir: Path | None = None, eval_every: int = 0, init_from: Path | None = None) -> dict:
     """Train (or reuse, from ``tokenizer_dir``) a tokenizer, train the model, save both to ``out`` (a
     ``save_pretrained`` directory) and return what was measured. With ``eval_every`` and ``valid``, every
-    that many steps the model is measured on 200 held-out chunks and saved to ``out`` (a usable checkpoint)."""
+    that many steps the model is measured on 200 held-out chunks and saved to ``out`` (a usable checkpoint).
+    ``init_from`` continues training a saved model (its tokenizer is reused; the optimiser starts afresh)."""
+    if init_from is not None:
+        tokenizer_dir = init_from
     start = time.time()
     rng = random.Random(cfg.seed)
     torch.manual_seed(cfg.seed)
@@ -213,7 +216,7 @@ def train(cfg: PretrainConfig, corpus: Path, out: Path, valid: Path | None = Non
     n_tokens = sum(len(c) for c in chunks)
     log.info("corpus: %d documents, %d chunks, %d tokens", len(docs), len(chunks), n_tokens)
 
-    model = build_model(cfg, tokenizer)
+    model = BertForMaskedLM.from_pretrained(init_from) if init_from is not None else build_model(cfg, tokenizer)
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
@@ -259,12 +262,31 @@ def train(cfg: PretrainConfig, corpus: Path, out: Path, valid: Path | None = Non
     tokenizer.save_pretrained(out)
     info = {"config": cfg.to_dict(), "metrics": metrics, "corpus": corpus.name,
             "tokenizer": "reused" if tokenizer_dir is not None else "trained",
+            "init_from": _previous_training(init_from),
             "valid": valid.name if valid else None, "torch": torch.__version__,
             "hardware": f"{cpu_name()}, {torch.get_num_threads()} threads"}
     (out / "training_info.json").write_text(json.dumps(info, indent=2) + "\n")
     write_model_card(out, info)
     log.info("metrics: %s", metrics)
     return info
+
+
+def _previous_training(init_from: Path | None) -> dict | None:
+    """The training_info of the model a run continued from (so the history stays in the card)."""
+    if init_from is None:
+        return None
+    path = init_from / "training_info.json"
+    return json.loads(path.read_text()) if path.is_file() else {"path": str(init_from)}
+
+
+def _continued(info: dict) -> str:
+    prev = info.get("init_from")
+    if not prev or "config" not in prev:
+        return ""
+    c, m = prev["config"], prev["metrics"]
+    return (f"- These steps continued an earlier run of {c['steps']:,} steps (lr {c['lr']}, "
+            f"{m['train_seconds'] / 60:.0f} minutes), with a fresh optimiser and warm-up; "
+            "`training_info.json` holds both runs.\n")
 
 
 def write_model_card(out: Path, info: dict) -> None:
@@ -306,7 +328,7 @@ lr {c['lr']} with {c['warmup_fraction']:.0%} warm-up and linear decay, weight de
 {c['seed']}.
 - Time: {m['train_seconds'] / 60:.0f} minutes on {info['hardware']} (torch {info['torch']}); last training \
 loss {m['train_loss_last']:.2f}.
-{quality}
+{_continued(info)}{quality}
 ## Reproduce
 ```
 python -m models.pretrain --corpus ../shared/data/english_corpus/train.txt.gz \\
@@ -328,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, help="override the preset's number of optimiser steps")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tokenizer", type=Path, help="reuse this saved tokenizer instead of training one")
+    p.add_argument("--init-from", type=Path, help="continue training this saved model (and reuse its tokenizer)")
     p.add_argument("--eval-every", type=int, default=0,
                    help="with --valid: measure and save a checkpoint every this many steps")
     args = p.parse_args(argv)
@@ -345,7 +368,11 @@ def main(argv: list[str] | None = None) -> int:
     if not math.isfinite(cfg.lr) or cfg.steps < 1:
         print("error: --steps must be at least 1", file=sys.stderr)
         return 2
-    train(cfg, args.corpus, args.out, args.valid, tokenizer_dir=args.tokenizer, eval_every=args.eval_every)
+    if args.init_from is not None and not (args.init_from / "config.json").is_file():
+        print(f"error: no saved model in {args.init_from}", file=sys.stderr)
+        return 2
+    train(cfg, args.corpus, args.out, args.valid, tokenizer_dir=args.tokenizer, eval_every=args.eval_every,
+          init_from=args.init_from)
     return 0
 
 
