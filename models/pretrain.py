@@ -279,6 +279,12 @@ def _previous_training(init_from: Path | None) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else {"path": str(init_from)}
 
 
+def _bar(m: dict) -> str:
+    misses = [name for name, value, bar in [("masked top-1", m["masked_top1"], 0.20),
+                                             ("reconstruction", m["reconstruction_top1"], 0.95)] if value < bar]
+    return "met" if not misses else f"**not met** ({' and '.join(misses)} below it; more training is needed)"
+
+
 def _continued(info: dict) -> str:
     prev = info.get("init_from")
     if not prev or "config" not in prev:
@@ -303,6 +309,9 @@ def write_model_card(out: Path, info: dict) -> None:
 {m['masked_tokens']:,} |
 | last layer + MLM head reconstructs the unmasked input token (top-1) | {m['reconstruction_top1']:.3f} | \
 {m['reconstruction_tokens']:,} |
+
+LayerLens' bar for the demo model is masked top-1 >= 0.20 and reconstruction >= 0.95: \
+{_bar(m)}.
 """
     text = f"""# LayerLens demo model
 
@@ -325,7 +334,7 @@ inaugural addresses; {m['corpus_tokens']:,} tokens with `[CLS]`/`[SEP]`). Not in
 of chunks shorter.
 - {c['steps']:,} steps of batch {c['batch_size']} (about {m['train_tokens_seen'] / 1e6:.1f}M tokens seen), AdamW \
 lr {c['lr']} with {c['warmup_fraction']:.0%} warm-up and linear decay, weight decay {c['weight_decay']}, seed \
-{c['seed']}.
+{c['seed']}; no dropout (it held this small model at the unigram plateau much longer).
 - Time: {m['train_seconds'] / 60:.0f} minutes on {info['hardware']} (torch {info['torch']}); last training \
 loss {m['train_loss_last']:.2f}.
 {_continued(info)}{quality}
