@@ -54,8 +54,9 @@ if request is None or inputs is None or request != (inputs, config, compare):
                "texts and options.")
     st.stop()
 
-st.button("Stop", help="Interrupts a long run; nothing is kept from it.",
-          on_click=lambda: st.session_state.pop("probe_request", None))
+stop_slot = st.empty()  # a Stop button only while the probe runs
+stop_slot.button("Stop", help="Interrupts the run; nothing is kept from it.",
+                 on_click=lambda: st.session_state.pop("probe_request", None))
 results = {}
 try:
     results[loaded.spec.name] = run(loaded.spec, loaded.spec.name)
@@ -65,6 +66,7 @@ except ModelLoadError as exc:
     st.error(f"Second model: {exc}")
 except Exception as exc:  # never a traceback in the UI
     st.error(f"The probe failed: {type(exc).__name__}: {exc}")
+stop_slot.empty()
 if loaded.spec.name not in results:
     st.stop()
 main = results[loaded.spec.name]

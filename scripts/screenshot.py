@@ -34,9 +34,12 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=ROOT / "screenshots")
     p.add_argument("--port", type=int, default=8599)
     p.add_argument("--chromium", default="/usr/bin/chromium")
-    p.add_argument("--path", action="append", help="URL paths to open (default: home and model anatomy)")
+    p.add_argument("--path", action="append", help="URL paths to open (default: home, model anatomy, probe)")
+    p.add_argument("--click", default="Run the probe", help="button to press on the pages of --click-on")
+    p.add_argument("--click-on", nargs="*", default=["/Reconstruction"])
+    p.add_argument("--height", type=int, default=900, help="viewport height (Streamlit scrolls inside the page)")
     args = p.parse_args()
-    paths = args.path or ["/", "/Model_anatomy"]
+    paths = args.path or ["/", "/Model_anatomy", "/Reconstruction"]
     args.out.mkdir(parents=True, exist_ok=True)
     url = f"http://127.0.0.1:{args.port}"
     server = subprocess.Popen(
@@ -47,11 +50,14 @@ def main() -> None:
         wait_healthy(url)
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=args.chromium)
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page = browser.new_page(viewport={"width": 1400, "height": args.height})
             for path in paths:
                 page.goto(url + path)
                 page.wait_for_selector("h1", timeout=60000)
                 page.wait_for_selector("[data-testid='stSidebar'] [data-testid='stAlert']", timeout=60000)
+                if path in args.click_on:
+                    page.get_by_role("button", name=args.click).click()
+                    page.wait_for_selector(".js-plotly-plot", timeout=120000)
                 time.sleep(3.0)
                 name = "home" if path == "/" else path.strip("/").lower()
                 page.screenshot(path=str(args.out / f"{name}.png"), full_page=True)
