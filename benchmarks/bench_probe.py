@@ -9,6 +9,7 @@ own process, with per-token rows streamed to Parquet.
 """
 
 import argparse
+import os
 import platform
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from analysis.reconstruction import ProbeConfig, probe
 from analysis.token_sink import TokenSink
 from models.loading import ModelSpec, load_model
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "sst2"
+DATA = Path(os.environ.get("LAYERLENS_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data")) / "sst2"
 
 
 @torch.inference_mode()

@@ -22,7 +22,8 @@ from transformers import (  # noqa: E402
     XLMRobertaConfig,
 )
 
-BERT_TOKENIZER = Path(__file__).resolve().parents[2] / "shared" / "data" / "tokenizers" / "bert-base-uncased"
+# The project's shared datasets live beside the checkout (../shared/data); LAYERLENS_SHARED_DATA overrides.
+SHARED_DATA = Path(os.environ.get("LAYERLENS_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 VOCAB = 99
 COMMON = dict(vocab_size=VOCAB, max_position_embeddings=64, pad_token_id=0)
 

@@ -2,15 +2,15 @@
 
 import json
 import random
-from pathlib import Path
 
 import pytest
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from models.loading import DEMO_DIR, ModelSpec, load_model
 from models.pretrain import evaluate, pack, read_documents
+from tests.conftest import SHARED_DATA
 
-VALID = Path(__file__).resolve().parents[2] / "shared" / "data" / "english_corpus" / "valid.txt.gz"
+VALID = SHARED_DATA / "english_corpus" / "valid.txt.gz"
 INFO = json.loads((DEMO_DIR / "training_info.json").read_text())
 
 

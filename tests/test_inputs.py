@@ -1,12 +1,12 @@
 import json
-from pathlib import Path
 
 import pytest
 
 from analysis.inputs import InputError, columns_of, from_text_area, parse, read_file
+from tests.conftest import SHARED_DATA
 
-SST2_DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "sst2" / "dev.tsv"
-SEMEVAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "semeval14" / "laptop_test.tsv"
+SST2_DEV = SHARED_DATA / "sst2" / "dev.tsv"
+SEMEVAL = SHARED_DATA / "semeval14" / "laptop_test.tsv"
 
 
 def test_txt_one_text_per_line_blank_lines_skipped():

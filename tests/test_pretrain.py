@@ -10,8 +10,9 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer, DataCollatorForLan
 from models.loading import ModelSpec, load_model
 from models.pretrain import PRESETS, evaluate, masked_lm_loss, pack, read_documents, train, train_tokenizer
 from models.pretrain import main as pretrain_main
+from tests.conftest import SHARED_DATA
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "data" / "english_corpus" / "valid.txt.gz"
+CORPUS = SHARED_DATA / "english_corpus" / "valid.txt.gz"
 
 
 @pytest.fixture(scope="module")
