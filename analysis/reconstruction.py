@@ -37,6 +37,7 @@ from analysis.activations import (
     max_input_length,
 )
 from analysis.inputs import TextInputs
+from analysis.memory import release_freed_memory
 from analysis.rowstats import row_stats
 from analysis.token_sink import TokenSink
 from models.loading import LoadedModel
@@ -168,6 +169,7 @@ def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig = ProbeCo
           should_stop: Callable[[], bool] | None = None) -> ProbeResult:
     """Run the reconstruction probe on ``inputs``. Per-token rows go to ``sink`` (in memory by default)."""
     start = time.perf_counter()
+    release_freed_memory()
     tokenizer, anatomy = loaded.tokenizer, loaded.anatomy
     n_states = anatomy.num_layers + 1
     max_length = min(config.max_length or 10**9, max_input_length(loaded))
