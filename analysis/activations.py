@@ -80,12 +80,6 @@ def bucket_indices(encoded: Encoded, batch_size: int) -> Iterator[list[int]]:
         yield order[start:start + batch_size]
 
 
-def batches(encoded: Encoded, batch_size: int, pad_id: int, device: str = "cpu") -> Iterator[Batch]:
-    """Length-bucketed padded batches covering every text once, shortest first."""
-    for idx in bucket_indices(encoded, batch_size):
-        yield make_batch(encoded, idx, pad_id, device)
-
-
 def make_batch(encoded: Encoded, idx: list[int], pad_id: int, device: str = "cpu") -> Batch:
     width = max(len(encoded.input_ids[i]) for i in idx)
     ids = torch.full((len(idx), width), pad_id, dtype=torch.long)

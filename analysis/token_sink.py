@@ -35,7 +35,6 @@ class TokenSink:
         self.path = path
         self._tables: list[pa.Table] = []
         self._writer: pq.ParquetWriter | None = None
-        self.rows = 0
 
     def _tokens(self, ids: np.ndarray) -> pa.DictionaryArray:
         return pa.DictionaryArray.from_arrays(pa.array(ids.astype(np.int32)), self.vocab)
@@ -65,7 +64,6 @@ class TokenSink:
         """One batch of rows: ``text_ids, layers, positions, targets, preds, probs, ranks`` are numpy arrays
         over rows; ``top_ids`` and ``top_probs`` are ``(rows, k)``."""
         table = self._table(**columns)
-        self.rows += len(table)
         if self.path is None:
             self._tables.append(table)
             return
