@@ -218,17 +218,12 @@ def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig = ProbeCo
         where = torch.cat([w for w, _, _ in per_pass])
         targets = torch.cat([t for _, t, _ in per_pass])
         k = len(where)
-        # (L + 1, k) per pass -> concatenate passes along positions
-        def by_layer(name):
-            return torch.cat([getattr(s, name).view(n_states, len(w), *getattr(s, name).shape[1:]).cpu()
-                              for w, _, s in per_pass], dim=1)
-        pred, prob, rank = by_layer("pred"), by_layer("prob"), by_layer("rank")
-        top_ids, top_probs = by_layer("top_ids"), by_layer("top_probs")
-        # put every text's positions in reading order
+        # put every text's positions in reading order, then each score as (L + 1, k)
         order = torch.argsort(where[:, 0] * (where[:, 1].max() + 1) + where[:, 1])
         where, targets = where[order], targets[order]
-        pred, prob, rank = pred[:, order], prob[:, order], rank[:, order]
-        top_ids, top_probs = top_ids[:, order], top_probs[:, order]
+        pred, prob, rank, top_ids, top_probs = (
+            torch.cat([getattr(s, f.name).cpu().unflatten(0, (n_states, len(w))) for w, _, s in per_pass], dim=1)
+            [:, order] for f in dataclasses.fields(Scores))
         hit = (pred == targets[None, :]).numpy()
         text_ids = np.asarray(batch.indices)[where[:, 0].numpy()]
         for row, text_id in enumerate(batch.indices):

@@ -38,7 +38,7 @@ def run(spec: ModelSpec, label: str):
     store = result_store()
     if (result := store.get(key)) is not None:
         return result
-    model = loaded if spec == loaded.spec else model_cache().get(spec)
+    model = model_cache().get(spec)  # the sidebar's model is a cache hit
     bar = st.progress(0.0, text=f"Probing {label}…")
     result = probe(model, inputs, config, progress=lambda done, n: bar.progress(done / n, f"{label}: {done}/{n} texts"))
     bar.empty()

@@ -138,11 +138,8 @@ def sidebar() -> LoadedModel | None:
     loaded = None
     if spec is not None:
         try:
-            if spec in cache:
-                loaded = cache.get(spec)
-            else:
-                with st.spinner(f"Loading {spec.name}…"):
-                    loaded = cache.get(spec)
+            with st.spinner(f"Loading {spec.name}…", show_time=True):
+                loaded = cache.get(spec)  # a cache hit returns at once, before the spinner shows
         except ModelLoadError as exc:
             st.sidebar.error(str(exc))
         except Exception as exc:  # never a traceback in the UI
