@@ -104,6 +104,14 @@ def hidden_states(loaded: LoadedModel, batch: Batch, input_ids: torch.Tensor | N
     return out.hidden_states
 
 
+def counted_mask(batch: Batch, special_ids: list[int], include_special: bool) -> torch.Tensor:
+    """``(batch, seq)`` bool: the positions that count."""
+    mask = batch.attention_mask.bool()
+    if not include_special:
+        mask &= ~torch.isin(batch.input_ids, torch.tensor(special_ids, device=batch.input_ids.device))
+    return mask
+
+
 def halving_on_oom(run, idx: list[int]):
     """Call ``run(idx)``; on CUDA out-of-memory, split ``idx`` in halves and go on. Yields each result."""
     try:

@@ -18,6 +18,7 @@ import transformers
 from tqdm.auto import tqdm
 
 from analysis.inputs import InputError
+from analysis.projection import METHODS, POOLINGS
 from models.loading import DEMO_NAME, DEVICES, DTYPES, SUGGESTED_MODELS, ModelLoadError, ModelSpec
 
 log = logging.getLogger("layerlens")
@@ -148,6 +149,88 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return 0
 
 
+class StageBars:
+    """A ``(stage, done, total)`` progress callback drawing one tqdm bar per stage on stderr."""
+
+    def __init__(self):
+        self.bar, self.stage = None, None
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if stage != self.stage:
+            self.close()
+            self.stage, self.bar = stage, tqdm(total=total, desc=stage, file=sys.stderr, leave=False)
+        self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def add_atlas_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("atlas")
+    src = g.add_mutually_exclusive_group(required=True)
+    src.add_argument("--data", type=Path, help="labelled rows: .csv, .tsv or .jsonl")
+    src.add_argument("--hf-dataset", metavar="NAME[/CONFIG]",
+                     help="a Hugging Face dataset instead of a file, e.g. glue/sst2 (needs a network or the cache)")
+    g.add_argument("--split", default="validation", help="with --hf-dataset: the split (default validation)")
+    g.add_argument("--text-column", default="text", help="column holding the texts (default: text)")
+    g.add_argument("--pair-column", help="column holding the second text of a pair (aspect, hypothesis)")
+    g.add_argument("--label-column", default="label", help="column holding the class labels (default: label)")
+    g.add_argument("--pooling", choices=POOLINGS, default="cls",
+                   help="cls: first token (default); mean: mean of counted tokens")
+    g.add_argument("--method", choices=METHODS, default="pca", help="2-D projection (default pca)")
+    g.add_argument("--layers", default="-6:", help="hidden states to project: all, a slice (default -6:) or 0,4,8")
+    g.add_argument("--max-length", type=positive_int, help="cut texts to this many tokens (default: the model's limit)")
+    g.add_argument("--folds", type=positive_int, default=5, help="folds of the linear probe (default 5)")
+    g.add_argument("--seed", type=int, default=0, help="seed of the folds, the projection and any sample")
+    g.add_argument("--sample", type=positive_int, help="use a random sample of this many rows")
+
+
+def cmd_atlas(args: argparse.Namespace) -> int:
+    """Layer atlas: per-layer sentence vectors in 2-D, separability per layer, layer x layer CKA."""
+    from analysis.inputs import from_hub_dataset, read_file
+    from analysis.projection import AtlasConfig, atlas
+    from models.loading import load_model
+
+    if args.out is None:
+        raise UserError("--out DIR is required: the atlas writes coords.csv, separability.csv, cka.csv, run.json")
+    config = AtlasConfig(pooling=args.pooling, method=args.method, layers=args.layers, max_length=args.max_length,
+                         batch_size=args.batch_size, folds=args.folds, seed=args.seed)
+    if args.data is not None:
+        data = read_file(args.data, args.text_column, args.pair_column, label_column=args.label_column)
+    else:
+        name, _, subset = args.hf_dataset.partition("/")
+        data = from_hub_dataset(name, subset or None, args.split, args.text_column, args.pair_column,
+                                args.label_column)
+    for note in data.notes():
+        print(f"note: {note}", file=sys.stderr)
+    if args.sample:
+        if args.sample < len(data):
+            print(f"note: using a random sample of {args.sample:,} of {len(data):,} rows (seed {args.seed})",
+                  file=sys.stderr)
+        data = data.sample(args.sample, args.seed)
+    loaded = load_model(spec_from_args(args))
+    out = prepare_out(args.out)
+    with StageBars() as progress:
+        result = atlas(loaded, data, config, progress=progress)
+    result.coords.to_csv(out / "coords.csv", index=False)
+    result.separability.to_csv(out / "separability.csv", index=False)
+    result.cka_frame().to_csv(out / "cka.csv")
+    source = str(args.data) if args.data is not None else f"hf:{args.hf_dataset}:{args.split}"
+    write_json(out, "run.json", {**result.info, "data": source, "text_column": args.text_column,
+                                 "pair_column": args.pair_column, "label_column": args.label_column,
+                                 "model_spec": loaded.spec.to_dict(), "versions": versions()})
+    print(result.separability.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    print(f"wrote {out}/coords.csv, separability.csv, cka.csv, run.json", file=sys.stderr)
+    return 0
+
+
 def versions() -> dict:
     import platform
 
@@ -162,6 +245,8 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str, Callable[[ar
              lambda p: None),
     "probe": (cmd_probe, "reconstruction probe: how well each layer, fed to the MLM head, reconstructs the input",
               add_probe_arguments),
+    "atlas": (cmd_atlas, "layer atlas: per-layer sentence vectors in 2-D by class, separability and CKA per layer",
+              add_atlas_arguments),
 }
 
 
@@ -184,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
+    logging.getLogger("huggingface_hub").setLevel(logging.ERROR)  # retries while offline; the error says it
     try:
         return args.func(args)
     except (ModelLoadError, UserError, InputError) as exc:

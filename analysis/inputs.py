@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import hashlib
 import io
 import json
+import random
 from pathlib import Path
 
 FORMATS = ("txt", "csv", "tsv", "jsonl")
@@ -26,12 +28,41 @@ class TextInputs:
 
     texts: tuple[str, ...]
     pairs: tuple[str, ...] | None = None
-    skipped_empty: int = 0  # rows whose text was empty
+    skipped_empty: int = 0  # rows whose text (or pair, or label, when asked for) was empty
     dropped_over_limit: int = 0  # rows beyond ``limit``
+    labels: tuple[str, ...] | None = None  # class labels as text ("1" and 1 are the same label)
+    row_ids: tuple[int, ...] | None = None  # each text's 0-based data row in the source (default: 0..n-1)
 
     def __post_init__(self):
-        if self.pairs is not None and len(self.pairs) != len(self.texts):
-            raise ValueError("texts and pairs differ in length")
+        for name in ("pairs", "labels", "row_ids"):
+            other = getattr(self, name)
+            if other is not None and len(other) != len(self.texts):
+                raise ValueError(f"texts and {name} differ in length")
+
+    @property
+    def ids(self) -> tuple[int, ...]:
+        return self.row_ids if self.row_ids is not None else tuple(range(len(self.texts)))
+
+    def subset(self, positions: list[int]) -> TextInputs:
+        """The rows at ``positions`` (in that order), keeping their source row ids."""
+        def pick(values):
+            return None if values is None else tuple(values[i] for i in positions)
+        return dataclasses.replace(self, texts=pick(self.texts), pairs=pick(self.pairs), labels=pick(self.labels),
+                                   row_ids=pick(self.ids))
+
+    def sample(self, n: int, seed: int = 0) -> TextInputs:
+        """A random sample of ``n`` rows (all rows if there are fewer), in source order."""
+        if n >= len(self.texts):
+            return self
+        return self.subset(sorted(random.Random(seed).sample(range(len(self.texts)), n)))
+
+    def content_hash(self) -> str:
+        """SHA-256 of the texts, pairs and labels: equal for equal data, whatever file it came from."""
+        digest = hashlib.sha256()
+        for part in (self.texts, self.pairs or (), self.labels or ()):
+            digest.update(json.dumps(part, ensure_ascii=False).encode())
+            digest.update(b"\x00")
+        return digest.hexdigest()
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -105,47 +136,93 @@ def _clean(value) -> str:
     return "" if value is None else " ".join(str(value).split())
 
 
+def _label(value) -> str:
+    """A label as text: JSON numbers and numeric strings agree (1, 1.0 and "1" are all "1")."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    text = _clean(value)
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return str(int(number)) if number.is_integer() else text
+
+
 def parse(data: bytes | str, name: str = "input.txt", column: str = "text", pair_column: str | None = None,
-          limit: int | None = None) -> TextInputs:
-    """Texts from file contents. ``name`` gives the format by its suffix; ``limit`` caps the number of rows."""
+          limit: int | None = None, label_column: str | None = None) -> TextInputs:
+    """Texts from file contents. ``name`` gives the format by its suffix; ``limit`` caps the number of rows.
+
+    With ``label_column``, each row's label is kept too; rows with an empty text, pair or label are skipped
+    (and counted in ``skipped_empty``)."""
     fmt = format_of(name)
     text = data if isinstance(data, str) else decode(data, name)
     if not text.strip():
         raise InputError(f"{name} is empty")
     if fmt == "txt":
-        if pair_column:
-            raise InputError("text pairs need a .csv, .tsv or .jsonl file with two columns")
-        values = [line.strip() for line in text.splitlines()]
-        texts, pairs = [v for v in values if v], None
-        skipped = 0  # blank lines in a .txt file are separators, not rows
-    else:
-        rows, columns = _rows(text, fmt, name)
-        for wanted in filter(None, (column, pair_column)):
-            if wanted not in columns:
-                found = ", ".join(columns[:12]) or "none"
-                raise InputError(f"{name} has no column '{wanted}' (columns found: {found})")
-        kept = [(_clean(r.get(column)), _clean(r.get(pair_column)) if pair_column else "") for r in rows]
-        usable = [(t, p) for t, p in kept if t and (p or not pair_column)]
-        skipped = len(kept) - len(usable)
-        texts = [t for t, _ in usable]
-        pairs = [p for _, p in usable] if pair_column else None
-    if not texts:
-        raise InputError(f"{name} has no usable rows: every text is empty")
-    dropped = 0
-    if limit is not None and len(texts) > limit:
-        dropped = len(texts) - limit
-        texts = texts[:limit]
-        pairs = pairs[:limit] if pairs is not None else None
-    return TextInputs(tuple(texts), tuple(pairs) if pairs is not None else None, skipped, dropped)
+        if pair_column or label_column:
+            raise InputError("text pairs and labels need a .csv, .tsv or .jsonl file with named columns")
+        rows = [{"text": line.strip()} for line in text.splitlines() if line.strip()]  # blank lines separate
+        return from_records(rows, ["text"], name, "text", limit=limit)
+    rows, columns = _rows(text, fmt, name)
+    return from_records(rows, columns, name, column, pair_column, label_column, limit)
+
+
+def from_records(rows: list[dict], columns: list[str], name: str, column: str = "text", pair_column: str | None = None,
+                 label_column: str | None = None, limit: int | None = None) -> TextInputs:
+    """Texts (pairs, labels) from records; ``name`` is the source, for messages."""
+    for wanted in filter(None, (column, pair_column, label_column)):
+        if wanted not in columns:
+            found = ", ".join(columns[:12]) or "none"
+            raise InputError(f"{name} has no column '{wanted}' (columns found: {found})")
+    kept = [(i, _clean(r.get(column)), _clean(r.get(pair_column)) if pair_column else "",
+             _label(r.get(label_column)) if label_column else "") for i, r in enumerate(rows)]
+    usable = [row for row in kept if row[1] and (row[2] or not pair_column) and (row[3] or not label_column)]
+    if not usable:
+        raise InputError(f"{name} has no usable rows: every text{', pair' if pair_column else ''}"
+                         f"{' or label' if label_column else ''} is empty")
+    dropped = max(0, len(usable) - limit) if limit is not None else 0
+    if dropped:
+        usable = usable[:limit]
+    ids, texts, pairs, labels = (tuple(col) for col in zip(*usable, strict=True))
+    return TextInputs(texts, pairs if pair_column else None, len(kept) - len(usable) - dropped, dropped,
+                      labels if label_column else None, ids)
+
+
+def from_hub_dataset(name: str, config: str | None = None, split: str = "train", column: str = "text",
+                     pair_column: str | None = None, label_column: str | None = None,
+                     limit: int | None = None) -> TextInputs:
+    """Rows of a Hugging Face ``datasets`` dataset (e.g. ``glue``, ``sst2``, ``validation``). Class-label
+    columns become their names (``positive``), not their numbers."""
+    import datasets
+
+    where = f"{name}{'/' + config if config else ''} ({split})"
+    try:
+        ds = datasets.load_dataset(name, config, split=split)
+    except (ConnectionError, OSError) as exc:
+        raise InputError(f"cannot load dataset {where}: {exc}. Without a network connection only datasets "
+                         "already in the local Hugging Face cache load; upload a file instead") from None
+    except (ValueError, KeyError) as exc:
+        raise InputError(f"cannot load dataset {where}: {exc}") from None
+    rows = ds.to_list()
+    feature = ds.features.get(label_column) if label_column else None
+    if isinstance(feature, datasets.ClassLabel):
+        for row in rows:
+            if row[label_column] is not None and row[label_column] >= 0:  # -1 marks a hidden test label
+                row[label_column] = feature.int2str(row[label_column])
+            else:
+                row[label_column] = None
+    return from_records(rows, list(ds.column_names), where, column, pair_column, label_column, limit)
 
 
 def read_file(path: Path | str, column: str = "text", pair_column: str | None = None,
-              limit: int | None = None) -> TextInputs:
+              limit: int | None = None, label_column: str | None = None) -> TextInputs:
     """:func:`parse` for a file on disk."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"no such file: {path}")
-    return parse(path.read_bytes(), path.name, column, pair_column, limit)
+    return parse(path.read_bytes(), path.name, column, pair_column, limit, label_column)
 
 
 def from_text_area(text: str, limit: int | None = None) -> TextInputs:

@@ -30,6 +30,7 @@ import torch
 from analysis.activations import (
     Batch,
     bucket_indices,
+    counted_mask,
     encode,
     halving_on_oom,
     hidden_states,
@@ -134,14 +135,6 @@ def score_rows(head: Callable, hidden: torch.Tensor, targets: torch.Tensor, top_
         parts.append(Scores(*row_stats(logits, targets[start:start + rows_per_chunk], top_k)))
     return Scores(*(torch.cat([getattr(p, f.name) for p in parts]) if parts else torch.empty(0)
                     for f in dataclasses.fields(Scores)))
-
-
-def counted_mask(batch: Batch, special_ids: list[int], include_special: bool) -> torch.Tensor:
-    """``(batch, seq)`` bool: the positions that count."""
-    mask = batch.attention_mask.bool()
-    if not include_special:
-        mask &= ~torch.isin(batch.input_ids, torch.tensor(special_ids, device=batch.input_ids.device))
-    return mask
 
 
 def mask_groups(counted: torch.Tensor, text_ids: list[int], fraction: float, seed: int) -> torch.Tensor:

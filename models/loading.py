@@ -7,6 +7,8 @@ pickle (``allow_pickle=True``), which can execute code hidden in the file.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import logging
 import time
 from pathlib import Path
@@ -81,6 +83,19 @@ class LoadedModel:
     def num_layers(self) -> int:
         return self.anatomy.num_layers
 
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """What identifies these exact weights, for caching results on disk: for a local directory (and the
+        demo) a SHA-256 of its weight, config and tokenizer files; for a hub model its id and the commit it
+        resolved to (else the revision asked for). The dtype is part of it (bf16 states differ from fp32)."""
+        path = Path(self.spec.source).expanduser()
+        if path.is_dir():
+            where = "sha256:" + directory_digest(path)
+        else:
+            commit = getattr(self.model.config, "_commit_hash", None)
+            where = f"{self.spec.name}@{commit or self.spec.revision or 'main'}"
+        return f"{where}/{self.spec.dtype}"
+
     def summary(self) -> dict:
         """Plain facts about the model, for the sidebar, the CLI and ``info.json``."""
         return {
@@ -91,6 +106,26 @@ class LoadedModel:
             "device": self.spec.device, "dtype": self.spec.dtype, "bytes": self.nbytes,
             "load_seconds": round(self.load_seconds, 3),
         }
+
+
+@functools.lru_cache(maxsize=64)
+def _file_digest(path: str, size: int, mtime_ns: int) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def directory_digest(path: Path) -> str:
+    """SHA-256 over the model files of a ``save_pretrained`` directory (weights, configs, vocabularies); a
+    file's digest is remembered by (path, size, mtime) so a hundred page runs hash it once."""
+    digest = hashlib.sha256()
+    for file in sorted(path.iterdir()):
+        if file.is_file() and file.suffix in {".safetensors", ".bin", ".json", ".txt", ".model"}:
+            stat = file.stat()
+            digest.update(f"{file.name}:{_file_digest(str(file), stat.st_size, stat.st_mtime_ns)}".encode())
+    return digest.hexdigest()
 
 
 def resolve_device(device: str = "auto") -> str:

@@ -54,7 +54,7 @@ def test_limit_and_empty_rows_are_reported():
     (b"{not json}\n", "x.jsonl", {}, "line 1: not valid JSON"),
     (b"[1, 2]\n", "x.jsonl", {}, "a JSON object per line"),
     (b"a\n", "x.pdf", {}, "use one of .txt"),
-    (b"a\n", "x.txt", {"pair_column": "b"}, "text pairs need"),
+    (b"a\n", "x.txt", {"pair_column": "b"}, "text pairs and labels need"),
 ])
 def test_bad_input_messages(data, name, kwargs, message):
     with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):

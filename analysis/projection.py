@@ -1,0 +1,314 @@
+"""Layer atlas: each layer's sentence vectors, projected to 2-D, and how separable the classes are per layer.
+
+Song et al. (2020) §3.3.1 / Fig. 2: PCA of every layer's [CLS] vector, coloured by class. Sun et al. (2019)
+§5.3.2 / Tab. 3: which layer's features classify best. For every hidden state ``0..L`` (0 = embeddings) this
+module gives
+
+- the sentence vector: the first token's state ([CLS], ``<s>``) or the mean over counted (non-special) tokens;
+  cached on disk by model fingerprint, data hash, pooling and max length (:mod:`analysis.store`);
+- 2-D coordinates by PCA (exact, scikit-learn; ``torch.pca_lowrank`` on a GPU), UMAP or t-SNE. PCA axes may be
+  sign-flipped to line up with the previous layer's; nothing else changes the coordinates;
+- separability on the full vectors: silhouette (euclidean) and a linear probe (standardised logistic
+  regression, stratified k-fold: mean and std of accuracy);
+- a layer x layer linear CKA matrix (Kornblith et al. 2019).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+import warnings
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+import torch
+
+from analysis.activations import (
+    bucket_indices,
+    counted_mask,
+    encode,
+    halving_on_oom,
+    hidden_states,
+    make_batch,
+    max_input_length,
+)
+from analysis.inputs import InputError, TextInputs
+from analysis.store import ArrayStore, key_of
+from models.loading import LoadedModel
+
+POOLINGS = ("cls", "mean")
+METHODS = ("pca", "umap", "tsne")
+SILHOUETTE_MAX_ROWS = 10_000  # above this the silhouette is computed on a seeded sample of this size (reported)
+Progress = Callable[[str, int, int], None]  # (stage, done, total)
+
+
+def max_rows() -> int:
+    """The atlas' row limit (``LAYERLENS_ATLAS_MAX_ROWS``, default 20,000)."""
+    return int(os.environ.get("LAYERLENS_ATLAS_MAX_ROWS", 20_000))
+
+
+@dataclasses.dataclass(frozen=True)
+class AtlasConfig:
+    pooling: str = "cls"
+    method: str = "pca"
+    layers: str = "-6:"  # "all", a Python slice such as "-6:", or a list such as "0,4,8"
+    max_length: int | None = None
+    batch_size: int = 32
+    folds: int = 5
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.pooling not in POOLINGS:
+            raise InputError(f"unknown pooling '{self.pooling}'; choose one of {', '.join(POOLINGS)}")
+        if self.method not in METHODS:
+            raise InputError(f"unknown method '{self.method}'; choose one of {', '.join(METHODS)}")
+        if self.folds < 2:
+            raise InputError(f"the linear probe needs at least 2 folds, got {self.folds}")
+        if self.batch_size < 1 or (self.max_length is not None and self.max_length < 2):
+            raise InputError("batch size must be at least 1 and max length at least 2")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def parse_layers(spec: str, n_states: int) -> list[int]:
+    """Hidden-state indices from ``"all"``, a slice (``"-6:"``, ``"2:8"``) or a list (``"0,4,8"``; negatives count
+    from the end). ``n_states`` is ``L + 1``."""
+    text = (spec or "").strip().lower()
+    try:
+        if text in ("", "all"):
+            chosen = list(range(n_states))
+        elif ":" in text:
+            parts = [int(p) if p.strip() else None for p in text.split(":")]
+            if len(parts) > 3:
+                raise ValueError
+            chosen = list(range(n_states))[slice(*parts)]
+        else:
+            chosen = []
+            for p in text.split(","):
+                i = int(p)
+                if not -n_states <= i < n_states:
+                    raise InputError(f"layer {i} does not exist: this model has hidden states 0..{n_states - 1}")
+                chosen.append(i % n_states)
+    except ValueError:
+        raise InputError(f"cannot read layers '{spec}': use all, a slice such as -6: or a list such as 0,4,8") from None
+    chosen = list(dict.fromkeys(chosen))
+    if not chosen:
+        raise InputError(f"layers '{spec}' selects no layer of 0..{n_states - 1}")
+    return chosen
+
+
+def check_labels(labels: tuple[str, ...] | None, folds: int) -> dict[str, int]:
+    """Class counts, or an :class:`InputError` saying why these labels cannot be analysed."""
+    if labels is None:
+        raise InputError("no label column: the atlas colours and scores layers by class; choose the label column")
+    counts = pd.Series(labels).value_counts().to_dict()
+    if len(counts) < 2:
+        only = next(iter(counts), "")
+        raise InputError(f"the label column has a single class ('{only}'): separability needs at least two")
+    if len(labels) < folds:
+        raise InputError(f"{len(labels)} rows are fewer than the {folds} folds of the linear probe")
+    rare = min(counts, key=counts.get)
+    if counts[rare] < folds:
+        raise InputError(f"class '{rare}' has {counts[rare]} row(s); the {folds}-fold linear probe needs at least "
+                         f"{folds} per class (use fewer folds, or drop or merge that class)")
+    return counts
+
+
+# --- representations ---------------------------------------------------------------------------------------
+
+@torch.inference_mode()
+def extract(loaded: LoadedModel, inputs: TextInputs, pooling: str = "cls", max_length: int | None = None,
+            batch_size: int = 32, progress: Progress | None = None) -> np.ndarray:
+    """``(L + 1, n, hidden)`` float32: every hidden state's sentence vector per text, in input order."""
+    tokenizer = loaded.tokenizer
+    max_length = min(max_length or 10**9, max_input_length(loaded))
+    encoded = encode(tokenizer, inputs, max_length)
+    out = np.empty((loaded.num_layers + 1, len(encoded), loaded.anatomy.hidden_size), np.float32)
+    special_ids = list(tokenizer.all_special_ids)
+    done = 0
+
+    def run(idx: list[int]):
+        batch = make_batch(encoded, idx, tokenizer.pad_token_id, loaded.spec.device)
+        states = torch.stack(hidden_states(loaded, batch))  # (L + 1, batch, seq, hidden)
+        if pooling == "cls":
+            pooled = states[:, :, 0]
+        else:
+            weights = counted_mask(batch, special_ids, include_special=False).to(states.dtype)
+            pooled = (states * weights[None, :, :, None]).sum(2) / weights.sum(1).clamp(min=1)[None, :, None]
+        return idx, pooled.float().cpu().numpy()
+
+    for idx in bucket_indices(encoded, batch_size):
+        for part, pooled in halving_on_oom(run, idx):
+            out[:, part] = pooled
+            done += len(part)
+        if progress:
+            progress("extracting", done, len(encoded))
+    return out
+
+
+def representations(loaded: LoadedModel, inputs: TextInputs, pooling: str = "cls", max_length: int | None = None,
+                    batch_size: int = 32, progress: Progress | None = None,
+                    store: ArrayStore | None = None) -> tuple[np.ndarray, bool]:
+    """:func:`extract`, read from the disk cache when this model, data, pooling and max length were seen
+    before. Returns ``(array, cache_hit)``. Labels and batch size do not change the vectors, so not the key."""
+    store = store or ArrayStore()
+    data = dataclasses.replace(inputs, labels=None, row_ids=None, skipped_empty=0, dropped_over_limit=0)
+    key = key_of(model=loaded.fingerprint, data=data.content_hash(), pooling=pooling,
+                 max_length=min(max_length or 10**9, max_input_length(loaded)))
+    cached = store.get("representations", key)
+    if cached is not None and cached.shape[:2] == (loaded.num_layers + 1, len(inputs)):
+        return cached, True
+    reps = extract(loaded, inputs, pooling, max_length, batch_size, progress)
+    store.put("representations", key, reps)
+    return reps, False
+
+
+# --- projections ---------------------------------------------------------------------------------------------
+
+def project(x: np.ndarray, method: str = "pca", seed: int = 0, device: str = "cpu") -> np.ndarray:
+    """``(n, 2)`` coordinates of ``x`` ``(n, d)``."""
+    n = x.shape[0]
+    if n < 3:
+        raise InputError(f"{n} row(s) are too few to project; give at least 3")
+    if method == "pca":
+        if device.startswith("cuda"):
+            t = torch.as_tensor(x, device=device, dtype=torch.float32)
+            _, _, v = torch.pca_lowrank(t, q=min(6, *t.shape), center=True, niter=4)
+            return ((t - t.mean(0)) @ v[:, :2]).cpu().numpy()
+        from sklearn.decomposition import PCA
+
+        return PCA(n_components=2, random_state=seed).fit_transform(x)
+    if method == "umap":
+        import umap
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "n_jobs overridden by random_state" and numba chatter
+            return umap.UMAP(n_components=2, n_neighbors=min(15, n - 1), random_state=seed).fit_transform(x)
+    if method == "tsne":
+        from sklearn.manifold import TSNE
+
+        return TSNE(n_components=2, perplexity=min(30.0, (n - 1) / 3), init="pca", random_state=seed).fit_transform(x)
+    raise InputError(f"unknown method '{method}'; choose one of {', '.join(METHODS)}")
+
+
+def align_signs(coords: list[np.ndarray]) -> list[np.ndarray]:
+    """Flip each axis of each layer's PCA coordinates so it points the same way as the previous layer's
+    (positive inner product). Only signs change."""
+    out = [coords[0]] if coords else []
+    for c in coords[1:]:
+        signs = np.where((c * out[-1]).sum(0) < 0, -1.0, 1.0)
+        out.append(c * signs)
+    return out
+
+
+# --- separability and similarity -----------------------------------------------------------------------------
+
+def separability(x: np.ndarray, labels: np.ndarray, folds: int = 5, seed: int = 0) -> tuple[float, float, float]:
+    """(silhouette, probe accuracy mean, probe accuracy std) of vectors ``x`` ``(n, d)`` with ``labels``.
+
+    Silhouette: euclidean on the full vectors (a seeded sample of ``SILHOUETTE_MAX_ROWS`` above that size).
+    Probe: ``StandardScaler -> LogisticRegression(max_iter=1000)``, ``StratifiedKFold(folds, shuffle=True,
+    random_state=seed)``; std is numpy's (``ddof=0``) over the folds.
+    """
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import silhouette_score
+    from sklearn.model_selection import StratifiedKFold, cross_val_score
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    sample = SILHOUETTE_MAX_ROWS if len(x) > SILHOUETTE_MAX_ROWS else None
+    sil = float(silhouette_score(x, labels, metric="euclidean", sample_size=sample, random_state=seed))
+    probe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        scores = cross_val_score(probe, x, labels, cv=StratifiedKFold(folds, shuffle=True, random_state=seed))
+    return sil, float(scores.mean()), float(scores.std())
+
+
+def linear_cka(reps: np.ndarray) -> np.ndarray:
+    """``(S, S)`` linear CKA between the layers of ``reps`` ``(S, n, d)``:
+    ``||Y'X||_F^2 / (||X'X||_F ||Y'Y||_F)`` on column-centred X, Y. Uses ``n x n`` Gram matrices when there are
+    fewer rows than dimensions, ``d x d`` cross-covariances otherwise (the same number either way)."""
+    s, n, d = reps.shape
+    x = torch.from_numpy(np.ascontiguousarray(reps, dtype=np.float32))
+    x = x - x.mean(1, keepdim=True)
+    if n <= d:
+        grams = torch.einsum("lnd,lmd->lnm", x, x).reshape(s, n * n).double()
+        dots = grams @ grams.T  # <K_i, K_j>_F = ||X_j' X_i||_F^2
+    else:
+        dots = torch.empty(s, s, dtype=torch.float64)
+        for i in range(s):
+            for j in range(i, s):
+                dots[i, j] = dots[j, i] = (x[i].T @ x[j]).double().square().sum()
+    norms = dots.diagonal().sqrt()
+    cka = (dots / (norms[:, None] * norms[None, :]).clamp(min=1e-300)).numpy()
+    constant = constant_layers(reps)
+    cka[constant, :] = cka[:, constant] = np.nan  # undefined: a layer whose vectors are all the same
+    return cka
+
+
+def constant_layers(reps: np.ndarray, rtol: float = 1e-5) -> list[int]:
+    """Layers whose vectors are the same for every row (up to float noise), e.g. [CLS] at the embeddings:
+    its state there is the [CLS] embedding plus position 0, whatever the text."""
+    spread = np.abs(reps - reps[:, :1]).max(axis=(1, 2))
+    scale = np.abs(reps).max(axis=(1, 2))
+    return [i for i in range(len(reps)) if spread[i] <= rtol * max(scale[i], 1e-30)]
+
+
+# --- the whole analysis --------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class AtlasResult:
+    """``coords``: layer, example_id, x, y, label (chosen layers); ``separability``: layer, silhouette,
+    probe_accuracy, probe_accuracy_std (every layer); ``cka``: ``(L + 1, L + 1)``; ``info``: what was run."""
+
+    coords: pd.DataFrame
+    separability: pd.DataFrame
+    cka: np.ndarray
+    info: dict
+
+    def cka_frame(self) -> pd.DataFrame:
+        names = list(range(len(self.cka)))
+        return pd.DataFrame(self.cka, index=pd.Index(names, name="layer"), columns=names)
+
+
+def atlas(loaded: LoadedModel, inputs: TextInputs, config: AtlasConfig = AtlasConfig(),
+          progress: Progress | None = None, store: ArrayStore | None = None) -> AtlasResult:
+    """Representations (cached), projections of the chosen layers, separability of every layer and CKA."""
+    start = time.perf_counter()
+    if len(inputs) > max_rows():
+        raise InputError(f"{len(inputs):,} rows are more than the atlas' limit of {max_rows():,}: take a random "
+                         f"sample (--sample N) or raise LAYERLENS_ATLAS_MAX_ROWS")
+    counts = check_labels(inputs.labels, config.folds)
+    n_states = loaded.num_layers + 1
+    layers = parse_layers(config.layers, n_states)
+    reps, hit = representations(loaded, inputs, config.pooling, config.max_length, config.batch_size, progress, store)
+    labels = np.asarray(inputs.labels)
+
+    rows = []
+    for i in range(n_states):
+        rows.append((i, *separability(reps[i], labels, config.folds, config.seed)))
+        if progress:
+            progress("scoring layers", i + 1, n_states)
+    sep = pd.DataFrame(rows, columns=["layer", "silhouette", "probe_accuracy", "probe_accuracy_std"])
+
+    coords = []
+    for n, layer in enumerate(layers):
+        coords.append(project(reps[layer], config.method, config.seed, loaded.spec.device))
+        if progress:
+            progress(f"projecting ({config.method.upper()})", n + 1, len(layers))
+    if config.method == "pca":
+        coords = align_signs(coords)
+    ids = np.asarray(inputs.ids)
+    frame = pd.concat([pd.DataFrame({"layer": layer, "example_id": ids, "x": c[:, 0], "y": c[:, 1], "label": labels})
+                       for layer, c in zip(layers, coords, strict=True)], ignore_index=True)
+    info = {**config.to_dict(), "model": loaded.spec.name, "fingerprint": loaded.fingerprint, "rows": len(inputs),
+            "classes": {str(k): int(v) for k, v in counts.items()}, "layers": layers,
+            "constant_layers": constant_layers(reps), "cache_hit": hit,
+            "silhouette_sample": SILHOUETTE_MAX_ROWS if len(inputs) > SILHOUETTE_MAX_ROWS else None,
+            "seconds": round(time.perf_counter() - start, 3)}
+    return AtlasResult(frame, sep, linear_cka(reps), info)

@@ -1,0 +1,60 @@
+"""Arrays cached on disk under ``LAYERLENS_HOME`` (default ``~/.layerlens``), keyed by what produced them.
+
+A key is the SHA-256 of a JSON description (model fingerprint, data hash, options), so equal inputs find
+the same file and anything that changes the numbers changes the key. Writes go to a temporary file that is
+renamed into place, so a crash or a second process never leaves a half-written entry; an unreadable entry
+is dropped and recomputed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+def layerlens_home() -> Path:
+    return Path(os.environ.get("LAYERLENS_HOME", "~/.layerlens")).expanduser()
+
+
+def key_of(**parts) -> str:
+    """A stable key for ``parts`` (anything JSON can write)."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:40]
+
+
+class ArrayStore:
+    """``get``/``put`` of numpy arrays in ``root/kind/key.npy``."""
+
+    def __init__(self, root: Path | None = None):
+        self.root = Path(root) if root is not None else layerlens_home() / "cache"
+
+    def path(self, kind: str, key: str) -> Path:
+        return self.root / kind / f"{key}.npy"
+
+    def get(self, kind: str, key: str) -> np.ndarray | None:
+        path = self.path(kind, key)
+        if not path.is_file():
+            return None
+        try:
+            return np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            log.warning("dropping unreadable cache entry %s (%s)", path, exc)
+            path.unlink(missing_ok=True)
+            return None
+
+    def put(self, kind: str, key: str, array: np.ndarray) -> None:
+        path = self.path(kind, key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as f:
+                np.save(f, array, allow_pickle=False)
+            os.replace(f.name, path)
+        except OSError as exc:  # a full or read-only disk costs a recomputation, never the result
+            log.warning("could not cache %s (%s)", path, exc)
