@@ -92,6 +92,8 @@ def parse_layers(spec: str, n_states: int) -> list[int]:
                 if not -n_states <= i < n_states:
                     raise InputError(f"layer {i} does not exist: this model has hidden states 0..{n_states - 1}")
                 chosen.append(i % n_states)
+    except InputError:
+        raise
     except ValueError:
         raise InputError(f"cannot read layers '{spec}': use all, a slice such as -6: or a list such as 0,4,8") from None
     chosen = list(dict.fromkeys(chosen))
