@@ -83,3 +83,83 @@ def mismatch_html(tokens: pd.DataFrame, layer_names: list[str]) -> str:
         rows.append(f"<tr><td style='white-space:nowrap;padding-right:1em'>{html.escape(layer_names[layer])}</td>"
                     f"<td>{' '.join(cells)}</td></tr>")
     return "<table style='font-family:monospace;font-size:0.9em'>" + "".join(rows) + "</table>"
+
+
+# --- layer atlas --------------------------------------------------------------------------------------------
+
+WEBGL_ABOVE = 2000  # points per chart above which scatter plots use WebGL (same look, far faster to draw)
+
+
+def label_colours(labels) -> dict[str, str]:
+    """One colour per label, the same in every chart (sorted labels, Plotly's qualitative palette)."""
+    from plotly.colors import qualitative
+
+    palette = qualitative.Plotly + qualitative.Dark24
+    return {label: palette[i % len(palette)] for i, label in enumerate(sorted(map(str, set(labels))))}
+
+
+def atlas_grid(coords: pd.DataFrame, texts: dict[int, str], layer_names: list[str], title: str = "",
+               columns: int = 3) -> go.Figure:
+    """Small multiples: one 2-D scatter per layer of ``coords`` (layer, example_id, x, y, label), coloured by
+    label with shared colours; hover shows the example id, label and text (``texts[example_id]``)."""
+    from plotly.subplots import make_subplots
+
+    layers = list(dict.fromkeys(coords["layer"]))
+    rows = -(-len(layers) // columns)
+    fig = make_subplots(rows=rows, cols=min(columns, len(layers)), horizontal_spacing=0.04, vertical_spacing=0.08,
+                        subplot_titles=[layer_names[i] for i in layers])
+    colours = label_colours(coords["label"])
+    webgl = coords["layer"].eq(layers[0]).sum() > WEBGL_ABOVE
+    scatter = go.Scattergl if webgl else go.Scatter
+    for n, layer in enumerate(layers):
+        part = coords[coords["layer"] == layer]
+        for label, group in part.groupby(part["label"].astype(str), sort=True):
+            hover = [html.escape(texts.get(i, "")[:120]) for i in group["example_id"]]
+            template = f"<b>{html.escape(label)}</b> · row %{{customdata[0]}}<br>%{{customdata[1]}}<extra></extra>"
+            fig.add_trace(scatter(
+                x=group["x"], y=group["y"], mode="markers", name=label, legendgroup=label, showlegend=n == 0,
+                marker={"color": colours[label], "size": 5 if webgl else 6, "opacity": 0.75},
+                customdata=np.c_[group["example_id"], hover], hovertemplate=template),
+                row=n // columns + 1, col=n % columns + 1)
+    fig.update_xaxes(showticklabels=False)
+    fig.update_yaxes(showticklabels=False)
+    fig.update_layout(title=title, height=300 * rows + 80, legend={"orientation": "h", "y": 1.06, "x": 0},
+                      margin={"t": 90, "b": 10, "l": 10, "r": 10})
+    return fig
+
+
+def separability_curve(runs: dict[str, pd.DataFrame], layer_names: list[str] | None = None) -> go.Figure:
+    """Linear-probe accuracy (± std over folds, shaded) and silhouette per layer, one colour per run."""
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, row_heights=[0.6, 0.4],
+                        subplot_titles=["linear-probe accuracy (mean ± std over folds)", "silhouette (euclidean)"])
+    for i, (label, sep) in enumerate(runs.items()):
+        colour = COLOURS[i % len(COLOURS)]
+        x = sep["layer"].tolist()
+        names = [layer_names[v] for v in x] if layer_names else [str(v) for v in x]
+        low, high = sep["probe_accuracy"] - sep["probe_accuracy_std"], sep["probe_accuracy"] + sep["probe_accuracy_std"]
+        fig.add_trace(go.Scatter(x=x + x[::-1], y=high.tolist() + low.tolist()[::-1], fill="toself",
+                                 fillcolor=_rgba(colour, 0.15), line={"width": 0}, hoverinfo="skip",
+                                 showlegend=False, legendgroup=label), row=1, col=1)
+        fig.add_trace(go.Scatter(x=x, y=sep["probe_accuracy"], mode="lines+markers", name=label, legendgroup=label,
+                                 line={"color": colour}, customdata=np.c_[names, sep["probe_accuracy_std"]],
+                                 hovertemplate="%{customdata[0]}: accuracy %{y:.3f} ± %{customdata[1]:.3f}"
+                                               "<extra>" + html.escape(label) + "</extra>"), row=1, col=1)
+        fig.add_trace(go.Scatter(x=x, y=sep["silhouette"], mode="lines+markers", name=label, legendgroup=label,
+                                 showlegend=False, line={"color": colour, "dash": "dot"}, customdata=np.c_[names],
+                                 hovertemplate="%{customdata[0]}: silhouette %{y:.3f}<extra>" + html.escape(label)
+                                               + "</extra>"), row=2, col=1)
+    fig.update_xaxes(dtick=1)
+    fig.update_xaxes(title_text="layer (0 = embeddings)", row=2, col=1)
+    fig.update_layout(title="Separability by layer", height=480, legend={"orientation": "h", "y": -0.15},
+                      margin={"t": 60, "b": 10})
+    return fig
+
+
+def cka_heatmap(cka: np.ndarray, layer_names: list[str], title: str = "Linear CKA between layers") -> go.Figure:
+    """Layer x layer similarity; undefined cells (a constant layer) are left blank."""
+    fig = go.Figure(go.Heatmap(z=cka, x=layer_names, y=layer_names, zmin=0, zmax=1, colorscale="Viridis",
+                               hovertemplate="%{y} vs %{x}: CKA %{z:.3f}<extra></extra>"))
+    fig.update_layout(title=title, height=480, yaxis={"autorange": "reversed"}, margin={"t": 60, "b": 10})
+    return fig

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import streamlit as st
 
-from analysis.inputs import FORMATS, InputError, TextInputs, columns_of, from_text_area, parse
+from analysis.inputs import FORMATS, InputError, TextInputs, columns_of, from_hub_dataset, from_text_area, parse
 
 DEFAULT_ROW_LIMIT = 2000
 
@@ -41,3 +43,70 @@ def text_inputs(key: str, example: str, row_limit: int = DEFAULT_ROW_LIMIT, pair
     for note in inputs.notes():
         st.warning(note)
     return inputs
+
+
+DEMO_LABELLED = Path(__file__).resolve().parents[1] / "analysis" / "data" / "demo_sentiment.csv"
+SOURCES = ["Demo sentiment set", "Upload a file", "Hugging Face dataset"]
+
+
+def _pick(container, label: str, columns: list[str], preferred: tuple[str, ...], key: str, optional: bool = False):
+    options = (["(none)"] if optional else []) + columns
+    default = next((options.index(c) for c in preferred if c in options), 0)
+    choice = container.selectbox(label, options, index=default, key=key)
+    return None if choice == "(none)" else choice
+
+
+def labelled_inputs(key: str, row_limit: int) -> TextInputs | None:
+    """Labelled texts (optionally pairs) from the bundled demo set, an upload or a hub dataset; None (with a
+    message shown) when they cannot be used. Above ``row_limit`` rows the user must opt in to a random sample."""
+    source = st.radio("Data", SOURCES, horizontal=True, key=f"{key}_source")
+    try:
+        if source == SOURCES[0]:
+            pair = st.checkbox("Add the aspect term as a second text ([CLS] sentence [SEP] aspect [SEP]); keeps only "
+                               "the rows that have one", key=f"{key}_demo_pair")
+            inputs = parse(DEMO_LABELLED.read_bytes(), DEMO_LABELLED.name, "text", "aspect" if pair else None,
+                           label_column="label")
+            st.caption(f"{len(inputs)} short reviews written for LayerLens: positive, negative and neutral, five "
+                       "domains, most naming an aspect term.")
+        elif source == SOURCES[1]:
+            upload = st.file_uploader("A .csv, .tsv or .jsonl file with a text column and a label column "
+                                      "(TSV is read with quoting off)", type=["csv", "tsv", "jsonl"], key=f"{key}_file")
+            if upload is None:
+                st.info("Choose a file with a text column, a label column and optionally a second text column.")
+                return None
+            data = upload.getvalue()
+            columns = columns_of(data, upload.name)
+            c1, c2, c3 = st.columns(3)
+            text = _pick(c1, "Text column", columns, ("text", "sentence"), f"{key}_text")
+            pair = _pick(c2, "Second text (optional)", columns, (), f"{key}_pair", optional=True)
+            label = _pick(c3, "Label column", columns, ("label", "labels", "class"), f"{key}_label")
+            inputs = parse(data, upload.name, text, pair, label_column=label)
+        else:
+            c1, c2, c3 = st.columns(3)
+            name = c1.text_input("Dataset", "glue", key=f"{key}_hf_name")
+            config = c2.text_input("Configuration (optional)", "sst2", key=f"{key}_hf_config")
+            split = c3.text_input("Split", "validation", key=f"{key}_hf_split")
+            c1, c2, c3 = st.columns(3)
+            text = c1.text_input("Text column", "sentence", key=f"{key}_hf_text")
+            pair = c2.text_input("Second text column (optional)", "", key=f"{key}_hf_pair")
+            label = c3.text_input("Label column", "label", key=f"{key}_hf_label")
+            if not st.toggle("Load it", key=f"{key}_hf_load", help="Needs a network connection, or the dataset "
+                             "in the local Hugging Face cache."):
+                return None
+            inputs = _hub_rows(name.strip(), config.strip() or None, split.strip(), text, pair.strip() or None, label)
+    except InputError as exc:
+        st.error(str(exc))
+        return None
+    for note in inputs.notes():
+        st.warning(note)
+    if len(inputs) > row_limit:
+        st.warning(f"{len(inputs):,} rows are more than this page's limit of {row_limit:,}.")
+        if not st.checkbox(f"Use a random sample of {row_limit:,} rows (seed 0)", key=f"{key}_sample"):
+            return None
+        inputs = inputs.sample(row_limit, seed=0)
+    return inputs
+
+
+@st.cache_data(show_spinner="Loading the dataset…", max_entries=8)
+def _hub_rows(name, config, split, text, pair, label) -> TextInputs:
+    return from_hub_dataset(name, config, split, text, pair, label)

@@ -1,0 +1,113 @@
+"""Layer atlas (Song et al. 2020 Fig. 2; Sun et al. 2019 Tab. 3): each layer's sentence vectors by class."""
+
+import dataclasses
+
+import streamlit as st
+
+from analysis.inputs import InputError
+from analysis.plots import atlas_grid, cka_heatmap, separability_curve
+from analysis.projection import METHODS, AtlasConfig, atlas, max_rows, parse_layers
+from models.loading import ModelLoadError, ModelSpec
+from ui.inputs import labelled_inputs
+from ui.results import result_key, result_store
+from ui.sidebar import model_cache, start_page
+
+METHOD_NAMES = {"pca": "PCA", "umap": "UMAP", "tsne": "t-SNE"}
+
+loaded = start_page("Layer atlas", (
+    "Each layer's sentence vector (the **[CLS]** / first token's hidden state, or the **mean** of the text's "
+    "tokens) for a labelled dataset, projected to 2-D and coloured by class, as in Song et al. (2020, Fig. 2). "
+    "Beside it, how separable the classes are in each layer's full vectors (a k-fold **linear probe** and the "
+    "**silhouette**), a layer-selection curve without any fine-tuning (Sun et al. 2019, Tab. 3), and the "
+    "**CKA** similarity of every pair of layers. Layer 0 is the embedding output."))
+
+inputs = labelled_inputs("atlas", max_rows())
+c1, c2, c3, c4, c5 = st.columns([1.2, 1.6, 1, 0.8, 2.4])
+pooling = c1.radio("Vector", ["cls", "mean"], format_func={"cls": "[CLS]", "mean": "mean"}.get, key="atlas_pool",
+                   horizontal=True)
+method = c2.radio("Projection", METHODS, format_func=METHOD_NAMES.get, horizontal=True, key="atlas_method",
+                  help="PCA is exact and fast; UMAP and t-SNE take longer and run only when you press the button.")
+layers = c3.text_input("Layers", "-6:", key="atlas_layers", help="all, a slice (-6: is the last six) or a list 0,4,8")
+folds = c4.number_input("Folds", 2, 10, 5, key="atlas_folds", help="folds of the linear probe")
+compare = c5.text_input("Compare with (optional)", key="atlas_compare", placeholder="hub id or local directory",
+                        help="A second model on the same data, e.g. a fine-tuned checkpoint (Fig. 2 a-d).").strip()
+try:
+    config = AtlasConfig(pooling=pooling, method=method, layers=layers, folds=int(folds))
+    parse_layers(layers, loaded.num_layers + 1)
+except InputError as exc:
+    st.error(str(exc))
+    st.stop()
+
+
+def run(spec: ModelSpec, label: str):
+    """The atlas of ``spec`` on the inputs, from the shared store or computed with a progress bar."""
+    key = result_key(spec.resolved().to_dict(), inputs.content_hash(), inputs.ids, config.to_dict())
+    store = result_store()
+    if (result := store.get(key)) is not None:
+        return result
+    model = model_cache().get(spec)
+    bar = st.progress(0.0, text=f"{label}…")
+    result = atlas(model, inputs, config, progress=lambda stage, done, n: bar.progress(
+        done / max(n, 1), f"{label}: {stage} {done}/{n}"))
+    bar.empty()
+    store.put(key, result)
+    return result
+
+
+if inputs is not None and st.button(f"Draw the atlas ({METHOD_NAMES[method]})", type="primary", key="atlas_run"):
+    st.session_state["atlas_request"] = (inputs, config, compare)
+request = st.session_state.get("atlas_request")
+if request is None or inputs is None or request != (inputs, config, compare):
+    st.caption("Choose the data and options, then draw the atlas. Vectors are cached on disk per model and data, "
+               "so changing the projection or the layers is quick.")
+    st.stop()
+
+results = {}
+try:
+    results[loaded.spec.name] = run(loaded.spec, loaded.spec.name)
+    if compare:
+        results[compare] = run(dataclasses.replace(loaded.spec, name=compare, revision=None), compare)
+except (ModelLoadError, InputError) as exc:
+    st.error(str(exc) if not results else f"Second model: {exc}")
+except Exception as exc:  # never a traceback in the UI
+    st.error(f"The atlas failed: {type(exc).__name__}: {exc}")
+if loaded.spec.name not in results:
+    st.stop()
+
+main = results[loaded.spec.name]
+info = main.info
+classes = ", ".join(f"{k} ({v})" for k, v in info["classes"].items())
+st.caption(f"{info['rows']:,} rows · classes: {classes} · {info['seconds']:.2f} s"
+           + (" · vectors from the disk cache" if info["cache_hit"] else ""))
+names = loaded.anatomy.layer_names()
+if info["constant_layers"]:
+    st.info(f"{', '.join(names[i] for i in info['constant_layers'])}: the vector is the same for every text "
+            "(at the embeddings, [CLS] is just its token and position embedding), so its plot is a single "
+            "point, its silhouette 0, its probe the majority class and its CKA undefined (blank).")
+if info["silhouette_sample"]:
+    st.caption(f"Silhouette computed on a random sample of {info['silhouette_sample']:,} rows (seed {config.seed}).")
+fmt = st.radio("Chart downloads (camera icon on each chart)", ["png", "svg"], horizontal=True, key="atlas_fmt")
+chart_config = {"toImageButtonOptions": {"format": fmt, "filename": "layerlens_atlas", "scale": 2}}
+
+texts = dict(zip(inputs.ids, inputs.texts, strict=True))
+for i, (label, result) in enumerate(results.items()):
+    title = f"{label}: {METHOD_NAMES[method]} of the {'[CLS]' if pooling == 'cls' else 'mean'} vector"
+    st.plotly_chart(atlas_grid(result.coords, texts, names, title), config=chart_config, key=f"atlas_grid_{i}")
+    if len(inputs) > 2000:
+        st.caption(f"All {len(inputs):,} points are drawn (WebGL).")
+
+left, right = st.columns([3, 2])
+left.plotly_chart(separability_curve({k: r.separability for k, r in results.items()}, names), config=chart_config)
+view = right.radio("CKA of", list(results), horizontal=True, key="atlas_cka") if len(results) > 1 else None
+right.plotly_chart(cka_heatmap(results.get(view, main).cka, names), config=chart_config)
+
+for i, (label, result) in enumerate(results.items()):
+    with st.expander(f"Tables and downloads: {label}", expanded=False):
+        st.dataframe(result.separability, hide_index=True, width="stretch")
+        suffix = "" if i == 0 else "_compared"
+        d1, d2, d3 = st.columns(3)
+        d1.download_button("coords.csv", result.coords.to_csv(index=False), f"coords{suffix}.csv", "text/csv",
+                           key=f"dl_coords_{i}")
+        d2.download_button("separability.csv", result.separability.to_csv(index=False),
+                           f"separability{suffix}.csv", "text/csv", key=f"dl_sep_{i}")
+        d3.download_button("cka.csv", result.cka_frame().to_csv(), f"cka{suffix}.csv", "text/csv", key=f"dl_cka_{i}")
