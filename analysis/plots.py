@@ -28,7 +28,7 @@ def accuracy_curve(runs: dict[str, pd.DataFrame], layer_names: dict[str, list[st
         x = layers["layer"].tolist()
         names = (layer_names or {}).get(label) or [str(v) for v in x]
         fig.add_trace(go.Scatter(
-            x=x + x[::-1], y=layers["ci_high"].tolist() + layers["ci_low"].tolist()[::-1], fill="toself",
+            x=x + x[::-1], y=layers["ci_high"].tolist() + layers["ci_low"].tolist()[::-1], fill="toself", mode="lines",
             fillcolor=_rgba(colour, 0.15), line={"width": 0}, hoverinfo="skip", showlegend=False,
             legendgroup=label))
         fig.add_trace(go.Scatter(
@@ -123,8 +123,8 @@ def atlas_grid(coords: pd.DataFrame, texts: dict[int, str], layer_names: list[st
                 row=n // columns + 1, col=n % columns + 1)
     fig.update_xaxes(showticklabels=False)
     fig.update_yaxes(showticklabels=False)
-    fig.update_layout(title=title, height=300 * rows + 80, legend={"orientation": "h", "y": 1.06, "x": 0},
-                      margin={"t": 90, "b": 10, "l": 10, "r": 10})
+    fig.update_layout(title=title, height=300 * rows + 80, margin={"t": 80, "b": 10, "l": 10, "r": 10},
+                      legend={"title": {"text": "class"}, "itemsizing": "constant"})
     return fig
 
 
@@ -139,7 +139,7 @@ def separability_curve(runs: dict[str, pd.DataFrame], layer_names: list[str] | N
         x = sep["layer"].tolist()
         names = [layer_names[v] for v in x] if layer_names else [str(v) for v in x]
         low, high = sep["probe_accuracy"] - sep["probe_accuracy_std"], sep["probe_accuracy"] + sep["probe_accuracy_std"]
-        fig.add_trace(go.Scatter(x=x + x[::-1], y=high.tolist() + low.tolist()[::-1], fill="toself",
+        fig.add_trace(go.Scatter(x=x + x[::-1], y=high.tolist() + low.tolist()[::-1], fill="toself", mode="lines",
                                  fillcolor=_rgba(colour, 0.15), line={"width": 0}, hoverinfo="skip",
                                  showlegend=False, legendgroup=label), row=1, col=1)
         fig.add_trace(go.Scatter(x=x, y=sep["probe_accuracy"], mode="lines+markers", name=label, legendgroup=label,

@@ -7,7 +7,8 @@ module gives
 - the sentence vector: the first token's state ([CLS], ``<s>``) or the mean over counted (non-special) tokens;
   cached on disk by model fingerprint, data hash, pooling and max length (:mod:`analysis.store`);
 - 2-D coordinates by PCA (exact, scikit-learn; ``torch.pca_lowrank`` on a GPU), UMAP or t-SNE. PCA axes may be
-  sign-flipped to line up with the previous layer's; nothing else changes the coordinates;
+  sign-flipped to line up with the previous layer's; nothing else changes the coordinates (a layer whose
+  vectors are all the same, as [CLS] at the embeddings, is drawn at the origin rather than as rounding noise);
 - separability on the full vectors: silhouette (euclidean) and a linear probe (standardised logistic
   regression, stratified k-fold: mean and std of accuracy);
 - a layer x layer linear CKA matrix (Kornblith et al. 2019).
@@ -298,9 +299,12 @@ def atlas(loaded: LoadedModel, inputs: TextInputs, config: AtlasConfig = AtlasCo
             progress("scoring layers", i + 1, n_states)
     sep = pd.DataFrame(rows, columns=["layer", "silhouette", "probe_accuracy", "probe_accuracy_std"])
 
-    coords = []
+    coords, constant = [], constant_layers(reps)
     for n, layer in enumerate(layers):
-        coords.append(project(reps[layer], config.method, config.seed, loaded.spec.device))
+        if layer in constant:  # every row the same point: project no float noise, draw them at the origin
+            coords.append(np.zeros((len(inputs), 2)))
+        else:
+            coords.append(project(reps[layer], config.method, config.seed, loaded.spec.device))
         if progress:
             progress(f"projecting ({config.method.upper()})", n + 1, len(layers))
     if config.method == "pca":
@@ -310,7 +314,7 @@ def atlas(loaded: LoadedModel, inputs: TextInputs, config: AtlasConfig = AtlasCo
                        for layer, c in zip(layers, coords, strict=True)], ignore_index=True)
     info = {**config.to_dict(), "model": loaded.spec.name, "fingerprint": loaded.fingerprint, "rows": len(inputs),
             "classes": {str(k): int(v) for k, v in counts.items()}, "layers": layers,
-            "constant_layers": constant_layers(reps), "cache_hit": hit,
+            "constant_layers": constant, "cache_hit": hit,
             "silhouette_sample": SILHOUETTE_MAX_ROWS if len(inputs) > SILHOUETTE_MAX_ROWS else None,
             "seconds": round(time.perf_counter() - start, 3)}
     return AtlasResult(frame, sep, linear_cka(reps), info)

@@ -82,7 +82,8 @@ def test_coordinates_silhouette_and_probe_agree_with_scikit_learn(tiny_dirs, tmp
     result = atlas(loaded_of(path), inputs, AtlasConfig(layers="all", folds=3), store=ArrayStore(tmp_path))
     vectors, labels = plain_vectors(path, inputs), np.array(inputs.labels)
     previous = None
-    for layer in range(vectors.shape[0]):
+    assert (result.coords[result.coords.layer == 0][["x", "y"]] == 0).all().all()  # constant [CLS]: the origin
+    for layer in range(1, vectors.shape[0]):
         ours = result.coords[result.coords.layer == layer][["x", "y"]].to_numpy()
         ref = PCA(n_components=2).fit_transform(vectors[layer])
         signs = np.sign((ours * ref).sum(0))
