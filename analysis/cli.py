@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 
 from analysis.inputs import InputError
 from analysis.projection import METHODS, POOLINGS
+from analysis.taskdata import TRUNCATIONS
 from models.loading import DEMO_NAME, DEVICES, DTYPES, SUGGESTED_MODELS, ModelLoadError, ModelSpec
 
 log = logging.getLogger("layerlens")
@@ -231,6 +232,118 @@ def cmd_atlas(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_finetune_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("fine-tuning")
+    g.add_argument("--config", type=Path, help="a .yaml or .json file of these options (keys: the flag names with "
+                   "underscores); flags given on the command line override it")
+    g.add_argument("--train", help="training rows: a .csv/.tsv/.jsonl file, 'demo', or hf:NAME[/CONFIG]:SPLIT")
+    g.add_argument("--val", help="validation rows (same forms); default: hold out --val-fraction of --train")
+    g.add_argument("--val-fraction", type=float, default=0.2, help="without --val (default 0.2, stratified)")
+    g.add_argument("--test", help="test rows (same forms); predictions.csv is for them when given")
+    g.add_argument("--text-column", default="text", help="column holding the texts (default: text)")
+    g.add_argument("--pair-column", help="second text of a pair: the aspect (ABSA) or hypothesis (NLI)")
+    g.add_argument("--label-column", default="label", help="column holding the class labels (default: label)")
+    g.add_argument("--head", default="cls", help="cls, pooler, layer-K, first4-|last4-concat|mean|max, all-concat, "
+                   "lstm, attention, scalar-mix, gru-share-C, gru-cat-C, gru-share-C-linear (default cls)")
+    g.add_argument("--epochs", type=positive_int, default=3)
+    g.add_argument("--lr", type=float, default=2e-5, help="base learning rate (default 2e-5)")
+    g.add_argument("--layer-decay", type=float, default=1.0,
+                   help="layer-wise decay xi: layer k trains at lr * xi^(L-k) (Sun et al.; 0.95 there; default 1)")
+    g.add_argument("--weight-decay", type=float, default=0.01)
+    g.add_argument("--warmup", type=float, default=0.1, help="warm-up proportion of the steps (default 0.1)")
+    g.add_argument("--dropout", type=float, default=0.1, help="dropout in the head (default 0.1)")
+    g.add_argument("--truncation", choices=TRUNCATIONS, default="head", help="long texts: keep the head, the tail, "
+                   "or head+tail (128 + 382 at 512, scaled)")
+    g.add_argument("--max-length", type=positive_int, default=128, help="tokens per text (default 128)")
+    g.add_argument("--max-steps", type=positive_int, help="stop after this many optimiser steps")
+    g.add_argument("--folds", type=positive_int, default=1, help="k-fold cross-validation over --train")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--early-stopping", action="store_true", help="stop when validation loss stops improving "
+                   "(--patience epochs) and keep the best epoch")
+    g.add_argument("--patience", type=positive_int, default=2)
+    p.set_defaults(batch_size=16)
+
+
+def apply_config_file(parser: argparse.ArgumentParser, args: argparse.Namespace, argv) -> argparse.Namespace:
+    """Re-parse with the defaults taken from ``--config`` so that command-line flags win."""
+    if getattr(args, "config", None) is None:
+        return args
+    path = args.config
+    if not path.is_file():
+        raise UserError(f"no such config file: {path}")
+    try:
+        if path.suffix.lower() in (".yaml", ".yml"):
+            import yaml
+
+            values = yaml.safe_load(path.read_text())
+        else:
+            values = json.loads(path.read_text())
+    except Exception as exc:
+        raise UserError(f"cannot read {path}: {str(exc).splitlines()[0]}") from None
+    if not isinstance(values, dict):
+        raise UserError(f"{path} must hold a mapping of option names to values")
+    known = set(vars(args)) - {"func", "command", "config"}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise UserError(f"{path}: unknown option(s) {', '.join(unknown)} (use the flag names with underscores)")
+    for key, value in values.items():
+        if key in ("out", "data", "input") and value is not None:
+            values[key] = Path(value)
+    sub = parser._subparsers._group_actions[0].choices[args.command]
+    sub.set_defaults(**values)
+    return parser.parse_args(argv)
+
+
+def cmd_finetune(args: argparse.Namespace) -> int:
+    """Fine-tune a classifier head (and the encoder) on labelled data."""
+    from analysis.finetune import Splits, read_split, run_finetune, split_off
+    from analysis.training import FinetuneConfig
+
+    if args.out is None:
+        raise UserError("--out DIR is required: fine-tuning writes metrics.json, predictions.csv, checkpoint/, ...")
+    if not args.train:
+        raise UserError("--train is required (a file, 'demo', or hf:NAME[/CONFIG]:SPLIT)")
+    config = FinetuneConfig(
+        head=args.head, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, layer_decay=args.layer_decay,
+        weight_decay=args.weight_decay, warmup=args.warmup, dropout=args.dropout, truncation=args.truncation,
+        max_length=args.max_length, max_steps=args.max_steps, folds=args.folds, seed=args.seed,
+        early_stopping=args.early_stopping, patience=args.patience)
+    read = lambda source: read_split(source, args.text_column, args.pair_column, args.label_column)  # noqa: E731
+    train = read(args.train)
+    val = read(args.val) if args.val else None
+    if val is None and config.folds == 1:
+        train, val = split_off(train, args.val_fraction, args.seed)
+        print(f"note: validation = {len(val)} rows held out from --train (stratified, seed {args.seed})",
+              file=sys.stderr)
+    splits = Splits(train, val, read(args.test) if args.test else None)
+    out = prepare_out(args.out)
+    with tqdm(desc="fine-tuning", unit="step", file=sys.stderr) as bar:
+        def progress(event, state, control):
+            bar.total = state.total_steps
+            bar.update(state.step - bar.n)
+            if event == "step":
+                bar.set_postfix(epoch=state.epoch, loss=f"{state.last_loss:.3f}")
+            else:
+                h = state.history[-1]
+                bar.write(f"epoch {h['epoch']}: val loss {h['val_loss']:.4f}, accuracy {h['val_accuracy']:.4f}, "
+                          f"macro-F1 {h['val_macro_f1']:.4f}")
+
+        try:
+            metrics = run_finetune(spec_from_args(args), splits, config, out, [progress], log=bar.write)
+        except ValueError as exc:  # a head that does not fit this model
+            raise UserError(str(exc)) from None
+    write_json(out, "run.json", {"config": config.to_dict(), "model_spec": spec_from_args(args).to_dict(),
+                                 "train": args.train, "val": args.val, "test": args.test,
+                                 "text_column": args.text_column, "pair_column": args.pair_column,
+                                 "label_column": args.label_column, "versions": versions()})
+    std = f" ± {metrics['accuracy_std']:.4f}" if "accuracy_std" in metrics else ""
+    print(f"{metrics.get('evaluated_on', '')} accuracy {metrics.get('accuracy', float('nan')):.4f}{std}, macro-F1 "
+          f"{metrics.get('macro_f1', float('nan')):.4f}; head parameters {metrics['head_trainable_parameters']:,}")
+    print(f"wrote {out}/metrics.json, predictions.csv, run.json" + (", checkpoint/" if config.folds == 1 else ""),
+          file=sys.stderr)
+    return 0
+
+
 def versions() -> dict:
     import platform
 
@@ -247,6 +360,8 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str, Callable[[ar
               add_probe_arguments),
     "atlas": (cmd_atlas, "layer atlas: per-layer sentence vectors in 2-D by class, separability and CKA per layer",
               add_atlas_arguments),
+    "finetune": (cmd_finetune, "fine-tune a layer-pooling classifier head and the encoder on labelled data",
+                 add_finetune_arguments),
 }
 
 
@@ -265,12 +380,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
     logging.getLogger("huggingface_hub").setLevel(logging.ERROR)  # retries while offline; the error says it
     try:
+        args = apply_config_file(parser, args, argv)
         return args.func(args)
     except (ModelLoadError, UserError, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -16,6 +16,7 @@ import random
 from pathlib import Path
 
 FORMATS = ("txt", "csv", "tsv", "jsonl")
+DEMO_LABELLED = Path(__file__).resolve().parent / "data" / "demo_sentiment.csv"  # the bundled labelled set
 
 
 class InputError(ValueError):

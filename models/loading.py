@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
+from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
 from models.anatomy import FAMILIES, HEAD_PARTS, Anatomy, UnsupportedArchitectureError, anatomy_of, family_of
 
@@ -195,13 +195,9 @@ def _head_prefixes(family: str) -> tuple[str, ...]:
     return tuple(p + "." for p in HEAD_PARTS[family])
 
 
-def load_model(spec: ModelSpec) -> LoadedModel:
-    """Load ``spec`` as a masked LM in eval mode with gradients off. Raises :class:`ModelLoadError`."""
-    start = time.perf_counter()
-    spec = spec.resolved()
+def _config_and_family(spec: ModelSpec, kwargs: dict):
     if spec.name == DEMO_NAME and not (DEMO_DIR / "config.json").is_file():
         raise ModelLoadError(f"the demo model is missing from {DEMO_DIR}; run `python -m models.pretrain` first")
-    kwargs = {"revision": spec.revision, "trust_remote_code": False}
     try:
         config = AutoConfig.from_pretrained(spec.source, **kwargs)
     except (OSError, ValueError) as exc:
@@ -210,6 +206,39 @@ def load_model(spec: ModelSpec) -> LoadedModel:
         family = family_of(config.model_type)
     except UnsupportedArchitectureError as exc:
         raise ModelLoadError(str(exc)) from exc
+    return config, family
+
+
+def _load_error(spec: ModelSpec, exc: BaseException) -> ModelLoadError:
+    if not spec.allow_pickle and "safetensors" in str(exc).lower():
+        return ModelLoadError(
+            f"'{spec.name}' has no safetensors weights; pickle weights can run arbitrary code, so they are "
+            "only loaded when you allow pickle (--allow-pickle) for a source you trust")
+    return ModelLoadError(_explain(spec, exc))
+
+
+def load_encoder(spec: ModelSpec):
+    """A fresh, trainable copy of ``spec``'s encoder (``AutoModel``, with its pooler where the family has one)
+    and its tokenizer, for fine-tuning. Any checkpoint of a supported family will do (an ELECTRA
+    discriminator too); the MLM head is not needed. Never the shared cached model."""
+    spec = spec.resolved()
+    kwargs = {"revision": spec.revision, "trust_remote_code": False}
+    config, _ = _config_and_family(spec, kwargs)
+    try:
+        encoder = AutoModel.from_pretrained(spec.source, config=config, use_safetensors=not spec.allow_pickle,
+                                            **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(spec.source, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise _load_error(spec, exc) from exc
+    return encoder.to(spec.device).train(), tokenizer
+
+
+def load_model(spec: ModelSpec) -> LoadedModel:
+    """Load ``spec`` as a masked LM in eval mode with gradients off. Raises :class:`ModelLoadError`."""
+    start = time.perf_counter()
+    spec = spec.resolved()
+    kwargs = {"revision": spec.revision, "trust_remote_code": False}
+    config, family = _config_and_family(spec, kwargs)
     try:
         model, info = AutoModelForMaskedLM.from_pretrained(
             spec.source, config=config, dtype=DTYPES[spec.dtype], use_safetensors=not spec.allow_pickle,
@@ -217,11 +246,7 @@ def load_model(spec: ModelSpec) -> LoadedModel:
         )
         tokenizer = AutoTokenizer.from_pretrained(spec.source, **kwargs)
     except (OSError, ValueError) as exc:
-        if not spec.allow_pickle and "safetensors" in str(exc).lower():
-            raise ModelLoadError(
-                f"'{spec.name}' has no safetensors weights; pickle weights can run arbitrary code, so they are "
-                "only loaded when you allow pickle (--allow-pickle) for a source you trust") from exc
-        raise ModelLoadError(_explain(spec, exc)) from exc
+        raise _load_error(spec, exc) from exc
     missing_head = sorted(k for k in info.get("missing_keys", ()) if k.startswith(_head_prefixes(family)))
     if missing_head:
         found = ", ".join(config.architectures or [config.model_type])
@@ -235,4 +260,4 @@ def load_model(spec: ModelSpec) -> LoadedModel:
 
 
 __all__ = ["FAMILIES", "DEMO_NAME", "SUGGESTED_MODELS", "ModelSpec", "LoadedModel", "ModelLoadError",
-           "load_model", "resolve_device", "resolve_dtype", "module_nbytes"]
+           "load_model", "load_encoder", "resolve_device", "resolve_dtype", "module_nbytes"]

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import streamlit as st
 
-from analysis.inputs import FORMATS, InputError, TextInputs, columns_of, from_hub_dataset, from_text_area, parse
+from analysis.inputs import (
+    DEMO_LABELLED,
+    FORMATS,
+    InputError,
+    TextInputs,
+    columns_of,
+    from_hub_dataset,
+    from_text_area,
+    parse,
+)
 
 DEFAULT_ROW_LIMIT = 2000
 
@@ -45,7 +52,6 @@ def text_inputs(key: str, example: str, row_limit: int = DEFAULT_ROW_LIMIT, pair
     return inputs
 
 
-DEMO_LABELLED = Path(__file__).resolve().parents[1] / "analysis" / "data" / "demo_sentiment.csv"
 SOURCES = ["Demo sentiment set", "Upload a file", "Hugging Face dataset"]
 
 

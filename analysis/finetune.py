@@ -1,0 +1,202 @@
+"""One fine-tuning run from data to files: what ``python -m analysis finetune`` and a dashboard job do.
+
+Writes under ``out``: ``metrics.json`` (accuracy, macro_f1, head_trainable_parameters, history, per-class
+report, confusion matrix), ``predictions.csv`` (``example_id,label,prediction`` for the test set when given,
+else the validation set), ``layer_weights.csv`` (attention / scalar-mix heads: ``example_id`` then
+``layer_<i>``; rows sum to 1), ``checkpoint/`` (``encoder/`` as ``save_pretrained`` with the tokenizer,
+``head.safetensors``, ``head.json``), ``epochs/<e>/`` (per-epoch layer weights and validation [CLS] vectors)
+and ``run.json``. With ``folds > 1``: k-fold cross-validation over the training set (mean and std), fold
+predictions are out-of-fold, and a majority vote of the fold models labels the test set; no checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis.inputs import DEMO_LABELLED, InputError, TextInputs
+from analysis.taskdata import TaskData, label_ids, prepare
+from analysis.training import Callback, Classifier, FinetuneConfig, evaluate, seed_everything, train, weights_frame
+from models.loading import ModelSpec, load_encoder
+
+
+@dataclasses.dataclass
+class Splits:
+    train: TextInputs
+    val: TextInputs | None = None
+    test: TextInputs | None = None
+
+
+def read_split(source: str, text_column: str = "text", pair_column: str | None = None,
+               label_column: str | None = "label") -> TextInputs:
+    """A data split from ``demo`` (the bundled sentiment set), ``hf:NAME[/CONFIG]:SPLIT`` (a Hugging Face
+    dataset) or a .csv/.tsv/.jsonl path."""
+    from analysis.inputs import from_hub_dataset, read_file
+
+    if source == "demo":
+        return read_file(DEMO_LABELLED, "text", pair_column and "aspect", label_column=label_column and "label")
+    if source.startswith("hf:"):
+        name, _, split = source[3:].partition(":")
+        dataset, _, subset = name.partition("/")
+        return from_hub_dataset(dataset, subset or None, split or "train", text_column, pair_column, label_column)
+    return read_file(source, text_column, pair_column, label_column=label_column)
+
+
+def split_off(data: TextInputs, fraction: float, seed: int = 0) -> tuple[TextInputs, TextInputs]:
+    """(train, validation): a stratified random ``fraction`` of ``data`` held out for validation."""
+    from sklearn.model_selection import train_test_split
+
+    if not 0 < fraction < 1:
+        raise InputError(f"the validation fraction must be between 0 and 1, got {fraction}")
+    positions = np.arange(len(data))
+    try:
+        tr, va = train_test_split(positions, test_size=fraction, random_state=seed, stratify=data.labels)
+    except ValueError as exc:
+        raise InputError(f"cannot hold out {fraction:.0%} for validation: {exc}") from None
+    return data.subset(sorted(tr)), data.subset(sorted(va))
+
+
+def majority_vote(predictions: list[np.ndarray]) -> np.ndarray:
+    """Per example, the label most runs predicted; ties go to the smallest label id."""
+    stacked = np.stack(predictions)
+    return np.array([min(Counter(col).most_common(), key=lambda kv: (-kv[1], kv[0]))[0] for col in stacked.T])
+
+
+def save_checkpoint(model: Classifier, tokenizer, labels: dict[str, int], config: FinetuneConfig, path: Path) -> None:
+    from safetensors.torch import save_file
+
+    path.mkdir(parents=True, exist_ok=True)
+    model.encoder.save_pretrained(path / "encoder")
+    tokenizer.save_pretrained(path / "encoder")
+    save_file({k: v.detach().cpu().contiguous() for k, v in model.head.state_dict().items()},
+              path / "head.safetensors")
+    (path / "head.json").write_text(json.dumps({"head": model.head_name, "labels": labels,
+                                                "dropout": config.dropout, "max_length": config.max_length,
+                                                "truncation": config.truncation}, indent=2))
+
+
+def load_checkpoint(path: Path, device: str = "cpu") -> tuple[Classifier, object, dict]:
+    """(classifier in eval mode, tokenizer, head.json) from :func:`save_checkpoint`'s directory."""
+    from safetensors.torch import load_file
+
+    meta = json.loads((path / "head.json").read_text())
+    encoder, tokenizer = load_encoder(ModelSpec(str(path / "encoder"), device=device))
+    model = Classifier(encoder, meta["head"], len(meta["labels"]), meta["dropout"])
+    model.head.load_state_dict(load_file(path / "head.safetensors"))
+    return model.eval(), tokenizer, meta
+
+
+def _one_run(encoder, tokenizer, num_labels: int, train_data: TaskData, val_data: TaskData, config, device, out,
+             callbacks):
+    seed_everything(config.seed)  # the head's initial weights too
+    model = Classifier(encoder, config.head, num_labels, config.dropout).to(device)
+    return train(model, train_data, val_data, config, tokenizer.pad_token_id, device, out, callbacks)
+
+
+def run_finetune(spec: ModelSpec, splits: Splits, config: FinetuneConfig, out: Path,
+                 callbacks: list[Callback] = (), log: Callable[[str], None] = lambda s: None) -> dict:
+    """Fine-tune ``spec`` on ``splits`` with ``config``; write the files above; return ``metrics.json``'s dict."""
+    start = time.perf_counter()
+    if splits.train.labels is None:
+        raise InputError("the training data has no labels: choose the label column")
+    if config.folds == 1 and splits.val is None:
+        raise InputError("a validation set is needed (or use k-fold cross-validation with --folds K)")
+    labels = label_ids(splits.train.labels, splits.val.labels if splits.val else None,
+                       splits.test.labels if splits.test else None)
+    names = list(labels)
+    spec = spec.resolved()
+    device = spec.device
+    out.mkdir(parents=True, exist_ok=True)
+    encoder, tokenizer = load_encoder(spec)
+    max_length = min(config.max_length, _position_limit(encoder))
+    encode = lambda inputs: prepare(tokenizer, inputs, labels, max_length, config.truncation)  # noqa: E731
+    train_data = encode(splits.train)
+    test_data = encode(splits.test) if splits.test is not None else None
+    head_params = Classifier(encoder, config.head, len(labels), config.dropout).head_parameters()
+    result: dict = {"labels": names, "head": config.head, "head_trainable_parameters": head_params,
+                    "truncated_train_texts": train_data.truncated}
+    if config.folds == 1:
+        val_data = encode(splits.val)
+        model, state = _one_run(encoder, tokenizer, len(labels), train_data, val_data, config, device, out, callbacks)
+        target, name = (test_data, "test") if test_data is not None else (val_data, "validation")
+        ev = evaluate(model, target, config.batch_size, tokenizer.pad_token_id, device)
+        result.update(evaluated_on=name, history=state.history, steps=state.step, stopped=len(state.history)
+                      < config.epochs and state.step < state.total_steps)
+        if target.labels[0] >= 0:
+            result.update(ev.metrics(target.labels, names))
+        _predictions(target, ev.predictions, names).to_csv(out / "predictions.csv", index=False)
+        if ev.layer_weights is not None:
+            weights_frame(ev, target).to_csv(out / "layer_weights.csv", index=False)
+        save_checkpoint(model, tokenizer, labels, config, out / "checkpoint")
+    else:
+        result.update(_cross_validate(encoder, tokenizer, labels, train_data, test_data, config, device, out,
+                                      callbacks, log))
+    result["seconds"] = round(time.perf_counter() - start, 2)
+    (out / "metrics.json").write_text(json.dumps(result, indent=2, default=float))
+    return result
+
+
+def _position_limit(encoder) -> int:
+    positions = getattr(encoder.config, "max_position_embeddings", 512)
+    if encoder.config.model_type in ("roberta", "xlm-roberta", "camembert"):
+        positions -= (encoder.config.pad_token_id or 0) + 1
+    return positions
+
+
+def _predictions(data: TaskData, predictions: np.ndarray, names: list[str]) -> pd.DataFrame:
+    return pd.DataFrame({"example_id": list(data.ids),
+                         "label": [names[y] if y >= 0 else "" for y in data.labels],
+                         "prediction": [names[p] for p in predictions]})
+
+
+def _cross_validate(encoder, tokenizer, labels, data: TaskData, test: TaskData | None, config, device, out,
+                    callbacks, log) -> dict:
+    from sklearn.model_selection import StratifiedKFold
+
+    names = list(labels)
+    counts = Counter(data.labels)
+    if min(counts.values()) < config.folds:
+        rare = names[min(counts, key=counts.get)]
+        raise InputError(f"class '{rare}' has {counts[min(counts, key=counts.get)]} row(s): too few for "
+                         f"{config.folds}-fold cross-validation")
+    initial = {k: v.detach().cpu().clone() for k, v in encoder.state_dict().items()}
+    folds, oof, test_votes = [], np.zeros(len(data), dtype=np.int64), []
+    splitter = StratifiedKFold(config.folds, shuffle=True, random_state=config.seed)
+    for k, (tr, va) in enumerate(splitter.split(np.zeros(len(data)), data.labels)):
+        log(f"fold {k + 1}/{config.folds}")
+        encoder.load_state_dict(initial)  # every fold starts from the pre-trained weights
+        fold_config = dataclasses.replace(config, seed=config.seed + k)
+        model, state = _one_run(encoder, tokenizer, len(labels), data.subset(tr), data.subset(va), fold_config,
+                                device, out / "folds" / str(k), callbacks)
+        ev = evaluate(model, data.subset(va), config.batch_size, tokenizer.pad_token_id, device)
+        oof[va] = ev.predictions
+        m = ev.metrics([data.labels[i] for i in va], names)
+        folds.append({"fold": k, "accuracy": m["accuracy"], "macro_f1": m["macro_f1"], "history": state.history})
+        if test is not None:
+            test_votes.append(evaluate(model, test, config.batch_size, tokenizer.pad_token_id, device).predictions)
+    acc, f1 = np.array([f["accuracy"] for f in folds]), np.array([f["macro_f1"] for f in folds])
+    result = {"folds": folds, "accuracy": float(acc.mean()), "accuracy_std": float(acc.std()),
+              "macro_f1": float(f1.mean()), "macro_f1_std": float(f1.std()), "evaluated_on": "out-of-fold"}
+    if test is not None:
+        vote = majority_vote(test_votes)
+        _predictions(test, vote, names).to_csv(out / "predictions.csv", index=False)
+        if test.labels[0] >= 0:
+            ens = _metrics_of(vote, test.labels, names)
+            result["ensemble_test"] = {"accuracy": ens["accuracy"], "macro_f1": ens["macro_f1"]}
+    else:
+        _predictions(data, oof, names).to_csv(out / "predictions.csv", index=False)
+    return result
+
+
+def _metrics_of(predictions: np.ndarray, labels: list[int], names: list[str]) -> dict:
+    from analysis.training import Evaluation
+
+    return Evaluation(0.0, predictions, None, None, None).metrics(labels, names)
+
