@@ -49,6 +49,13 @@ def head_names(num_layers: int = 12) -> list[str]:
     return names
 
 
+def group_features(states: torch.Tensor, layers: list[int]) -> torch.Tensor:
+    """``(batch, seq, len(layers) * hidden)``: each token's states of ``layers`` side by side, layer-major
+    (features ``j * hidden:(j + 1) * hidden`` are layer ``layers[j]``). Moved with ``permute``: a ``reshape`` of
+    the stacked ``(layers, batch, seq, hidden)`` tensor would interleave layers, tokens and examples."""
+    return states[layers].permute(1, 2, 0, 3).flatten(2)
+
+
 def _cls(states: torch.Tensor, layers: list[int]) -> torch.Tensor:
     """``(batch, len(layers), hidden)``: the first token of each chosen state."""
     return states[layers, :, 0].transpose(0, 1)
@@ -184,9 +191,7 @@ class GRUHead(nn.Module):
         lengths = mask.sum(1)
         outputs = []
         for g, layers in enumerate(self.groups):
-            # (len(layers), batch, seq, hidden) -> (batch, seq, len(layers) * hidden): layer-major features,
-            # moved with permute (a reshape of the stacked tensor would interleave layers and tokens)
-            x = states[layers].permute(1, 2, 0, 3).flatten(2)
+            x = group_features(states, layers)
             embed = self.embedders[0 if len(self.embedders) == 1 else g]
             outputs.append(embed(x) if self.linear else self._run_gru(embed, x, lengths)[0])
         _, h_n = self._run_gru(self.downstream, torch.cat(outputs, dim=-1), lengths)
