@@ -1,0 +1,227 @@
+"""The fine-tuning engine and ``python -m analysis finetune`` on tiny models."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from transformers import AutoModelForMaskedLM, BertConfig
+
+from analysis.cli import main
+from analysis.finetune import Splits, load_checkpoint, majority_vote, run_finetune, split_off
+from analysis.heads import head_names
+from analysis.inputs import InputError, TextInputs
+from analysis.taskdata import encode_truncated, label_ids, prepare, truncate_indices
+from analysis.training import Classifier, FinetuneConfig, evaluate, layer_of, parameter_groups, train
+from models.loading import ModelSpec, load_encoder
+from tests.conftest import tiny_tokenizer
+
+
+@pytest.fixture(scope="module")
+def bert4(tmp_path_factory):
+    """A tiny 4-layer BERT (enough layers for first4/last4 and GRU groups of 1, 2, 4)."""
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("bert4")
+    config = BertConfig(vocab_size=99, hidden_size=16, num_hidden_layers=4, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=64)
+    AutoModelForMaskedLM.from_config(config).save_pretrained(path)
+    tiny_tokenizer().save_pretrained(path)
+    return path
+
+
+def synthetic(n: int, seed: int = 0) -> TextInputs:
+    """An easy task: 'good' -> pos, 'bad' -> neg, among filler words."""
+    rng = np.random.default_rng(seed)
+    filler = ["the", "film", "is", "very", "movie", "and", "it", "was"]
+    texts, labels = [], []
+    for i in range(n):
+        words = list(rng.choice(filler, 5))
+        word, label = ("good", "pos") if i % 2 else ("bad", "neg")
+        words.insert(int(rng.integers(0, 6)), word)
+        texts.append(" ".join(words))
+        labels.append(label)
+    return TextInputs(tuple(texts), labels=tuple(labels))
+
+
+# --- truncation ---------------------------------------------------------------------------------------------
+
+def test_head_plus_tail_is_128_and_382_at_512():
+    keep = truncate_indices(1000, 510, "head+tail")
+    assert keep == list(range(128)) + list(range(1000 - 382, 1000))
+
+
+@pytest.mark.parametrize("strategy, expected", [("head", [0, 1, 2, 3]), ("tail", [6, 7, 8, 9]),
+                                                ("head+tail", [0, 7, 8, 9])])
+def test_truncation_strategies(strategy, expected):
+    assert truncate_indices(10, 4, strategy) == expected
+    assert truncate_indices(3, 4, strategy) == [0, 1, 2]  # short texts are untouched
+
+
+def test_head_plus_tail_scales_with_the_budget():
+    keep = truncate_indices(300, 126, "head+tail")  # max length 128
+    assert len(keep) == 126 and keep[:32] == list(range(32)) and keep[-1] == 299 and 32 not in keep
+
+
+def test_encoded_truncation_keeps_the_chosen_tokens_with_specials():
+    tok = tiny_tokenizer()
+    words = "the film is good and it was very bad ! fun".split()
+    ids, types, cut = encode_truncated(tok, [" ".join(words)], None, 7, "head+tail")
+    full = tok(" ".join(words), add_special_tokens=False)["input_ids"]
+    keep = truncate_indices(len(full), 5, "head+tail")
+    assert ids[0] == [tok.cls_token_id, *[full[i] for i in keep], tok.sep_token_id] and cut == 1
+    pair_ids, pair_types, _ = encode_truncated(tok, ["the film is good"], ["fun"], 32, "head")
+    assert pair_ids[0] == tok("the film is good", "fun")["input_ids"]
+    assert pair_types[0] == tok("the film is good", "fun")["token_type_ids"]
+
+
+# --- learning rates ---------------------------------------------------------------------------------------
+
+def test_layer_wise_learning_rates(bert4):
+    encoder, _ = load_encoder(ModelSpec(str(bert4), device="cpu"))
+    model = Classifier(encoder, "cls", 2)
+    config = FinetuneConfig(lr=1.0, layer_decay=0.5, weight_decay=0.01)
+    lr_of, wd_of = {}, {}
+    for group in parameter_groups(model, config):
+        for p in group["params"]:
+            lr_of[id(p)], wd_of[id(p)] = group["lr"], group["weight_decay"]
+    named = dict(model.named_parameters())
+    assert set(lr_of) == {id(p) for p in named.values()}  # every parameter is optimised, once
+    assert lr_of[id(named["encoder.embeddings.word_embeddings.weight"])] == 0.5 ** 4
+    for k in range(4):  # encoder.layer.k is layer k + 1: lr * xi^(L - (k + 1))
+        assert lr_of[id(named[f"encoder.encoder.layer.{k}.attention.self.query.weight"])] == 0.5 ** (3 - k)
+    assert lr_of[id(named["head.classifier.out.weight"])] == 1.0
+    assert wd_of[id(named["encoder.encoder.layer.0.attention.output.LayerNorm.weight"])] == 0.0
+    assert wd_of[id(named["encoder.encoder.layer.0.attention.self.query.bias"])] == 0.0
+    assert wd_of[id(named["encoder.encoder.layer.0.attention.self.query.weight"])] == 0.01
+
+
+def test_layer_of_other_families():
+    assert layer_of("embeddings.word_embeddings.weight", 12) == 0
+    assert layer_of("encoder.embedding_hidden_mapping_in.weight", 12) == 0  # ALBERT
+    assert layer_of("transformer.layer.3.ffn.lin1.weight", 6) == 4  # DistilBERT
+    assert layer_of("encoder.albert_layer_groups.0.albert_layers.0.ffn.weight", 12) == 12  # shared: top
+
+
+# --- training -------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", head_names(4))
+def test_two_steps_of_fine_tuning_move_every_head(bert4, name):
+    encoder, tok = load_encoder(ModelSpec(str(bert4), device="cpu"))
+    data = synthetic(8)
+    labels = label_ids(data.labels)
+    task = prepare(tok, data, labels, 32, "head")
+    model = Classifier(encoder, name, len(labels), dropout=0.0)
+    before = {k: v.clone() for k, v in model.head.state_dict().items()}
+    model, state = train(model, task, task, FinetuneConfig(head=name, max_steps=2, batch_size=4, lr=1e-3, warmup=0),
+                         tok.pad_token_id)
+    assert state.step == 2
+    changed = [k for k, v in model.head.state_dict().items() if not torch.equal(v, before[k])]
+    assert changed == list(before)  # every head tensor was updated
+
+
+def test_an_easy_task_is_learned(bert4, tmp_path):
+    splits = Splits(synthetic(160), synthetic(40, seed=1), synthetic(40, seed=2))
+    config = FinetuneConfig(head="attention", epochs=8, batch_size=16, lr=3e-3, seed=0)
+    metrics = run_finetune(ModelSpec(str(bert4), device="cpu"), splits, config, tmp_path)
+    assert metrics["evaluated_on"] == "test" and metrics["accuracy"] > 0.9  # chance is 0.5
+    assert len(metrics["history"]) == 8 and metrics["confusion_matrix"] and metrics["labels"] == ["neg", "pos"]
+    # what was written is what a reloaded checkpoint predicts
+    model, tok, meta = load_checkpoint(tmp_path / "checkpoint")
+    test = prepare(tok, splits.test, {n: i for i, n in enumerate(meta["labels"])}, 128, "head")
+    again = evaluate(model, test, 8, tok.pad_token_id, "cpu")
+    written = pd.read_csv(tmp_path / "predictions.csv")
+    names = list(meta["labels"])  # label name -> id, in id order
+    assert written.prediction.tolist() == [names[p] for p in again.predictions]
+    weights = pd.read_csv(tmp_path / "layer_weights.csv")
+    assert list(weights.columns) == ["example_id", "layer_1", "layer_2", "layer_3", "layer_4"]
+    np.testing.assert_allclose(weights.iloc[:, 1:].sum(1), 1, rtol=1e-5)
+    vectors = np.load(tmp_path / "epochs" / "1" / "val_cls.npy")
+    assert vectors.shape == (5, 40, 16)
+
+
+def test_early_stopping_keeps_the_best_epoch(bert4, tmp_path):
+    splits = Splits(synthetic(40), synthetic(20, seed=1))
+    config = FinetuneConfig(epochs=12, lr=0.05, early_stopping=True, patience=1, batch_size=8)  # lr too high
+    metrics = run_finetune(ModelSpec(str(bert4), device="cpu"), splits, config, tmp_path)
+    history = metrics["history"]
+    best = min(h["val_loss"] for h in history)
+    assert len(history) < 12 and history[-1]["val_loss"] > best
+    assert metrics["loss"] == pytest.approx(best, rel=1e-5)  # the restored weights are the best epoch's
+
+
+def test_cross_validation_and_ensemble(bert4, tmp_path):
+    splits = Splits(synthetic(30), test=synthetic(10, seed=3))
+    metrics = run_finetune(ModelSpec(str(bert4), device="cpu"), splits,
+                           FinetuneConfig(folds=3, epochs=1, batch_size=8), tmp_path)
+    assert len(metrics["folds"]) == 3 and "accuracy_std" in metrics and "ensemble_test" in metrics
+    assert metrics["accuracy"] == pytest.approx(np.mean([f["accuracy"] for f in metrics["folds"]]))
+    assert len(pd.read_csv(tmp_path / "predictions.csv")) == 10
+
+
+def test_majority_vote():
+    votes = [np.array([0, 1, 2, 1]), np.array([0, 2, 2, 0]), np.array([1, 2, 0, 2])]
+    assert majority_vote(votes).tolist() == [0, 2, 2, 0]  # last column: a three-way tie goes to the smallest id
+
+
+def test_bad_labels():
+    with pytest.raises(InputError, match="single class"):
+        label_ids(["a", "a"])
+    with pytest.raises(InputError, match="not in the training data"):
+        label_ids(["a", "b"], ["c"])
+    with pytest.raises(InputError, match="learning rate"):
+        FinetuneConfig(lr=-1)
+
+
+def test_split_off_is_stratified():
+    train_part, val = split_off(synthetic(40), 0.25)
+    assert len(val) == 10 and sorted(val.labels).count("pos") == 5 and not set(val.ids) & set(train_part.ids)
+
+
+# --- CLI -----------------------------------------------------------------------------------------------------
+
+def write_tsv(path, inputs: TextInputs):
+    rows = ["text\tlabel"] + [f"{t}\t{lab}" for t, lab in zip(inputs.texts, inputs.labels, strict=True)]
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_cli_writes_the_contract_files_and_reads_a_config_file(bert4, tmp_path):
+    train_file = write_tsv(tmp_path / "train.tsv", synthetic(24))
+    val_file = write_tsv(tmp_path / "val.tsv", synthetic(12, seed=1))
+    config = tmp_path / "run.yaml"
+    config.write_text(f"model: {bert4}\ntrain: {train_file}\nval: {val_file}\nhead: scalar-mix\nepochs: 5\n"
+                      "batch_size: 8\nlr: 0.001\n")
+    out = tmp_path / "out"
+    assert main(["finetune", "--config", str(config), "--epochs", "1", "--out", str(out)]) == 0  # flag wins
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert {"accuracy", "macro_f1", "head_trainable_parameters", "history"} <= set(metrics)
+    assert len(metrics["history"]) == 1 and metrics["head"] == "scalar-mix"
+    assert list(pd.read_csv(out / "predictions.csv").columns) == ["example_id", "label", "prediction"]
+    assert list(pd.read_csv(out / "layer_weights.csv").columns)[:2] == ["example_id", "layer_0"]
+    assert (out / "checkpoint" / "encoder" / "config.json").is_file() and (out / "checkpoint" / "head.json").is_file()
+    assert json.loads((out / "run.json").read_text())["config"]["batch_size"] == 8
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--head", "gru-share-5"], "must be one of"),
+    (["--lr", "0"], "learning rate"),
+    (["--train", "missing.tsv"], "no such file"),
+    (["--epochs", "0"], "must be at least 1"),
+])
+def test_cli_bad_input_is_one_line(bert4, tmp_path, capsys, extra, message):
+    train_file = write_tsv(tmp_path / "train.tsv", synthetic(20))
+    try:
+        code = main(["finetune", "--model", str(bert4), "--train", str(train_file), "--out", str(tmp_path / "o"),
+                     *extra])
+    except SystemExit as exc:  # argparse's own checks
+        code = exc.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[-1].startswith("error:") and message in err[-1]
+
+
+def test_cli_unknown_config_key(tmp_path, capsys):
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"learning_rate": 1}))
+    assert main(["finetune", "--config", str(config), "--out", str(tmp_path / "o")]) == 2
+    assert "unknown option(s) learning_rate" in capsys.readouterr().err
