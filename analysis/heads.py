@@ -1,8 +1,9 @@
 """Classifier heads over an encoder's hidden states, by the names the CLI takes (see :func:`build_head`).
 
-Every head is a ``torch.nn.Module`` whose ``forward(states, mask)`` takes ``states`` ``(L + 1, batch, seq,
-hidden)`` (Hugging Face ``hidden_states`` stacked: 0 = embedding output, i = output of layer i) and the
-attention mask ``(batch, seq)``, and returns :class:`HeadOutput`. Which states each head reads:
+Every head is a ``torch.nn.Module`` whose ``forward(states, mask)`` takes ``states``, the ``L + 1`` tensors
+``(batch, seq, hidden)`` of Hugging Face ``hidden_states`` (a tuple, or a tensor stacked on a first axis;
+0 = embedding output, i = output of layer i), and the attention mask ``(batch, seq)``, and returns
+:class:`HeadOutput`. Heads read only the states they use (nothing stacks all of them). Which states each head reads:
 
 | head | states |
 |---|---|
@@ -51,14 +52,15 @@ def head_names(num_layers: int = 12) -> list[str]:
 
 def group_features(states: torch.Tensor, layers: list[int]) -> torch.Tensor:
     """``(batch, seq, len(layers) * hidden)``: each token's states of ``layers`` side by side, layer-major
-    (features ``j * hidden:(j + 1) * hidden`` are layer ``layers[j]``). Moved with ``permute``: a ``reshape`` of
-    the stacked ``(layers, batch, seq, hidden)`` tensor would interleave layers, tokens and examples."""
-    return states[layers].permute(1, 2, 0, 3).flatten(2)
+    (features ``j * hidden:(j + 1) * hidden`` are layer ``layers[j]``), concatenated on the feature axis (a
+    ``reshape`` of a stacked ``(layers, batch, seq, hidden)`` tensor would interleave layers, tokens and
+    examples)."""
+    return torch.cat([states[i] for i in layers], dim=-1)
 
 
 def _cls(states: torch.Tensor, layers: list[int]) -> torch.Tensor:
     """``(batch, len(layers), hidden)``: the first token of each chosen state."""
-    return states[layers, :, 0].transpose(0, 1)
+    return torch.stack([states[i][:, 0] for i in layers], dim=1)
 
 
 class LinearClassifier(nn.Module):
@@ -147,7 +149,7 @@ class ScalarMixHead(nn.Module):
     def forward(self, states, mask) -> HeadOutput:
         weights = torch.softmax(self.w, dim=0)
         mixed = self.gamma * torch.einsum("l,bld->bd", weights, _cls(states, self.layers))
-        return HeadOutput(self.classifier(mixed), weights.expand(states.shape[1], -1), self.layers)
+        return HeadOutput(self.classifier(mixed), weights.expand(states[0].shape[0], -1), self.layers)
 
 
 class GRUHead(nn.Module):

@@ -116,16 +116,32 @@ def prepare(tokenizer, inputs: TextInputs, labels: dict[str, int], max_length: i
     return TaskData(ids, types, y, inputs.ids, cut)
 
 
+def batch_order(lengths: list[int], batch_size: int, shuffle: bool, seed: int = 0, by_length: bool = False,
+                group: int = 50) -> list[list[int]]:
+    """Indices of each batch. ``shuffle`` with ``by_length`` is length-grouped sampling (as the HF Trainer's
+    ``group_by_length``): shuffle, sort each run of ``group`` batches by length so a batch pads little, then
+    shuffle the batches. ``by_length`` alone sorts everything (evaluation)."""
+    order = list(range(len(lengths)))
+    rng = random.Random(seed)
+    if shuffle:
+        rng.shuffle(order)
+        if by_length:
+            mega = batch_size * group
+            order = [i for s in range(0, len(order), mega)
+                     for i in sorted(order[s:s + mega], key=lambda i: -lengths[i])]
+    elif by_length:
+        order.sort(key=lambda i: lengths[i])
+    out = [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
+    if shuffle and by_length:
+        rng.shuffle(out)
+    return out
+
+
 def batches(data: TaskData, batch_size: int, pad_id: int, shuffle: bool, seed: int = 0, by_length: bool = False):
     """Padded batches (dynamic padding: to the longest text of the batch) as dicts of tensors plus
-    ``positions`` (indices into ``data``). ``by_length`` sorts by length first (evaluation)."""
-    order = list(range(len(data)))
-    if shuffle:
-        random.Random(seed).shuffle(order)
-    elif by_length:
-        order.sort(key=lambda i: len(data.input_ids[i]))
-    for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
+    ``positions`` (indices into ``data``), in the order of :func:`batch_order`."""
+    lengths = [len(ids) for ids in data.input_ids]
+    for idx in batch_order(lengths, batch_size, shuffle, seed, by_length):
         width = max(len(data.input_ids[i]) for i in idx)
         ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
         types = torch.zeros((len(idx), width), dtype=torch.long)

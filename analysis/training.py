@@ -56,6 +56,7 @@ class FinetuneConfig:
     early_stopping: bool = False
     patience: int = 2
     save_vectors: bool = True  # per-epoch validation [CLS] of every layer, for the atlas
+    group_by_length: bool = True  # batches of similar length (less padding), in random order
 
     def __post_init__(self):
         problems = []
@@ -102,9 +103,10 @@ class Classifier(nn.Module):
     def forward(self, input_ids, attention_mask, token_type_ids=None, return_states: bool = False):
         kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None and self._uses_types() else {}
         out = self.encoder(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, **kwargs)
-        states = torch.stack(out.hidden_states)  # (L + 1, batch, seq, hidden)
-        result = self.head(states, attention_mask)
-        return (result, states[:, :, 0]) if return_states else result
+        result = self.head(out.hidden_states, attention_mask)
+        if not return_states:
+            return result
+        return result, torch.stack([h[:, 0] for h in out.hidden_states])  # (L + 1, batch, hidden)
 
     def _uses_types(self) -> bool:
         return getattr(self.encoder.config, "type_vocab_size", 0) > 1
@@ -232,7 +234,7 @@ def train(model: Classifier, train_data: TaskData, val_data: TaskData, config: F
     accelerator = Accelerator(cpu=device == "cpu", mixed_precision="bf16" if autocast else "no")
     steps_per_epoch = math.ceil(len(train_data) / config.batch_size)
     total = min(config.max_steps or 10**12, steps_per_epoch * config.epochs)
-    optimizer = torch.optim.AdamW(parameter_groups(model, config), lr=config.lr)
+    optimizer = torch.optim.AdamW(parameter_groups(model, config), lr=config.lr, fused=True)  # one kernel, CPU too
     scheduler = get_linear_schedule_with_warmup(optimizer, int(config.warmup * total), total)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     state, control = TrainState(total_steps=total), TrainControl()
@@ -242,7 +244,8 @@ def train(model: Classifier, train_data: TaskData, val_data: TaskData, config: F
         state.epoch = epoch
         model.train()
         losses = []
-        for batch in batches(train_data, config.batch_size, pad_id, shuffle=True, seed=config.seed + epoch):
+        for batch in batches(train_data, config.batch_size, pad_id, shuffle=True, seed=config.seed + epoch,
+                             by_length=config.group_by_length):
             batch.pop("positions")
             labels = batch.pop("labels").to(accelerator.device)
             with accelerator.autocast():
