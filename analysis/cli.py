@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 from analysis.inputs import InputError
 from analysis.projection import METHODS, POOLINGS
 from analysis.taskdata import TRUNCATIONS
+from analysis.training import PRESETS, SCHEDULES
 from models.loading import DEMO_NAME, DEVICES, DTYPES, SUGGESTED_MODELS, ModelLoadError, ModelSpec
 
 log = logging.getLogger("layerlens")
@@ -236,6 +237,9 @@ def add_finetune_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("fine-tuning")
     g.add_argument("--config", type=Path, help="a .yaml or .json file of these options (keys: the flag names with "
                    "underscores); flags given on the command line override it")
+    g.add_argument("--preset", choices=sorted(PRESETS), help="the papers' settings as defaults: sun2019 (batch 24, "
+                   "lr 2e-5, layer decay 0.95, head+tail at 512, 4 epochs) or grubert (gru-share-3, lr 1e-5 x 0.9 per "
+                   "epoch, batch 64, 15 epochs, early stopping, 40 tokens); options given explicitly win")
     g.add_argument("--train", help="training rows: a .csv/.tsv/.jsonl file, 'demo', or hf:NAME[/CONFIG]:SPLIT")
     g.add_argument("--val", help="validation rows (same forms); default: hold out --val-fraction of --train")
     g.add_argument("--val-fraction", type=float, default=0.2, help="without --val (default 0.2, stratified)")
@@ -261,13 +265,21 @@ def add_finetune_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--early-stopping", action="store_true", help="stop when validation loss stops improving "
                    "(--patience epochs) and keep the best epoch")
     g.add_argument("--patience", type=positive_int, default=2)
+    g.add_argument("--schedule", choices=SCHEDULES, default="linear",
+                   help="linear warm-up and decay (default), or epoch-decay: lr x 0.9 after each epoch (GRUBERT)")
     p.set_defaults(batch_size=16)
 
 
 def apply_config_file(parser: argparse.ArgumentParser, args: argparse.Namespace, argv) -> argparse.Namespace:
-    """Re-parse with the defaults taken from ``--config`` so that command-line flags win."""
-    if getattr(args, "config", None) is None:
+    """Re-parse with defaults from ``--preset`` and then ``--config``, so that command-line flags win."""
+    preset = getattr(args, "preset", None)
+    if getattr(args, "config", None) is None and preset is None:
         return args
+    sub = parser._subparsers._group_actions[0].choices[args.command]
+    if preset is not None:
+        sub.set_defaults(**PRESETS[preset])
+    if getattr(args, "config", None) is None:
+        return parser.parse_args(argv)
     path = args.config
     if not path.is_file():
         raise UserError(f"no such config file: {path}")
@@ -289,7 +301,10 @@ def apply_config_file(parser: argparse.ArgumentParser, args: argparse.Namespace,
     for key, value in values.items():
         if key in ("out", "data", "input") and value is not None:
             values[key] = Path(value)
-    sub = parser._subparsers._group_actions[0].choices[args.command]
+    if "preset" in values:
+        if values["preset"] not in PRESETS:
+            raise UserError(f"{path}: unknown preset '{values['preset']}' (choose from {', '.join(sorted(PRESETS))})")
+        sub.set_defaults(**PRESETS[values["preset"]])
     sub.set_defaults(**values)
     return parser.parse_args(argv)
 
@@ -307,7 +322,7 @@ def cmd_finetune(args: argparse.Namespace) -> int:
         head=args.head, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, layer_decay=args.layer_decay,
         weight_decay=args.weight_decay, warmup=args.warmup, dropout=args.dropout, truncation=args.truncation,
         max_length=args.max_length, max_steps=args.max_steps, folds=args.folds, seed=args.seed,
-        early_stopping=args.early_stopping, patience=args.patience)
+        early_stopping=args.early_stopping, patience=args.patience, schedule=args.schedule)
     read = lambda source: read_split(source, args.text_column, args.pair_column, args.label_column)  # noqa: E731
     train = read(args.train)
     val = read(args.val) if args.val else None

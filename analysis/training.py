@@ -37,6 +37,20 @@ from analysis.taskdata import TRUNCATIONS, TaskData, batches
 log = logging.getLogger(__name__)
 
 
+SCHEDULES = ("linear", "epoch-decay")
+# The papers' settings; a preset sets defaults that explicit options override.
+PRESETS = {
+    # Sun et al. 2019 §5.1/5.3: batch 24, lr 2e-5, warm-up 0.1, dropout 0.1, 4 epochs, layer decay 0.95
+    # (§5.3.3), head+tail truncation at 512 (§5.3.1).
+    "sun2019": {"batch_size": 24, "lr": 2e-5, "warmup": 0.1, "dropout": 0.1, "epochs": 4, "layer_decay": 0.95,
+                "truncation": "head+tail", "max_length": 512},
+    # GRUBERT §2.3: Adam at 1e-5 multiplied by 0.9 after each epoch, batch 64, 15 epochs, dropout 0.5 (inside
+    # the GRU head), early stopping on validation loss; tweets cut at 40 sub-tokens.
+    "grubert": {"batch_size": 64, "lr": 1e-5, "schedule": "epoch-decay", "warmup": 0.0, "weight_decay": 0.0,
+                "epochs": 15, "early_stopping": True, "max_length": 40, "head": "gru-share-3"},
+}
+
+
 @dataclasses.dataclass
 class FinetuneConfig:
     head: str = "cls"
@@ -57,6 +71,7 @@ class FinetuneConfig:
     patience: int = 2
     save_vectors: bool = True  # per-epoch validation [CLS] of every layer, for the atlas
     group_by_length: bool = True  # batches of similar length (less padding), in random order
+    schedule: str = "linear"  # linear warm-up then decay; or "epoch-decay": lr * 0.9^(epoch - 1) (GRUBERT)
 
     def __post_init__(self):
         problems = []
@@ -76,6 +91,8 @@ class FinetuneConfig:
             problems.append("max steps must be at least 1")
         if self.folds < 1:
             problems.append("folds must be at least 1")
+        if self.schedule not in SCHEDULES:
+            problems.append(f"schedule must be one of {', '.join(SCHEDULES)}")
         if problems:
             raise InputError("; ".join(problems))
 
@@ -155,6 +172,7 @@ class TrainState:
     total_steps: int = 0
     history: list[dict] = dataclasses.field(default_factory=list)
     last_loss: float = float("nan")
+    lr: float = float("nan")  # the top (base) learning rate after the last step
 
 
 @dataclasses.dataclass
@@ -227,16 +245,20 @@ def train(model: Classifier, train_data: TaskData, val_data: TaskData, config: F
     """Fine-tune ``model`` in place; returns it (the best epoch's weights with early stopping) and the state.
     With ``out``, per-epoch layer weights and validation [CLS] vectors go to ``out/epochs/<e>/``."""
     from accelerate import Accelerator
+    from torch.optim.lr_scheduler import LambdaLR
     from transformers import get_linear_schedule_with_warmup
 
     seed_everything(config.seed)
     autocast = device.startswith("cuda") and torch.cuda.is_bf16_supported()
     accelerator = Accelerator(cpu=device == "cpu", mixed_precision="bf16" if autocast else "no")
-    steps_per_epoch = math.ceil(len(train_data) / config.batch_size)
+    steps_per_epoch = math.ceil(math.ceil(len(train_data) / config.batch_size) / accelerator.num_processes)
     total = min(config.max_steps or 10**12, steps_per_epoch * config.epochs)
     optimizer = torch.optim.AdamW(parameter_groups(model, config), lr=config.lr, fused=True)  # one kernel, CPU too
-    scheduler = get_linear_schedule_with_warmup(optimizer, int(config.warmup * total), total)
-    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    if config.schedule == "linear":
+        scheduler = get_linear_schedule_with_warmup(optimizer, int(config.warmup * total), total)
+    else:
+        scheduler = LambdaLR(optimizer, lambda step: 0.9 ** (step // steps_per_epoch))
+    model, optimizer = accelerator.prepare(model, optimizer)  # the scheduler steps once per step: not prepared
     state, control = TrainState(total_steps=total), TrainControl()
     best_loss, best_state, since_best = float("inf"), None, 0
     start = time.perf_counter()
@@ -244,8 +266,11 @@ def train(model: Classifier, train_data: TaskData, val_data: TaskData, config: F
         state.epoch = epoch
         model.train()
         losses = []
-        for batch in batches(train_data, config.batch_size, pad_id, shuffle=True, seed=config.seed + epoch,
-                             by_length=config.group_by_length):
+        epoch_batches = batches(train_data, config.batch_size, pad_id, shuffle=True, seed=config.seed + epoch,
+                                by_length=config.group_by_length)
+        for n, batch in enumerate(epoch_batches):
+            if n % accelerator.num_processes != accelerator.process_index:
+                continue  # under `accelerate launch`, each process takes every n-th batch
             batch.pop("positions")
             labels = batch.pop("labels").to(accelerator.device)
             with accelerator.autocast():
@@ -259,6 +284,7 @@ def train(model: Classifier, train_data: TaskData, val_data: TaskData, config: F
             optimizer.zero_grad(set_to_none=True)
             state.step += 1
             state.last_loss = loss.item()
+            state.lr = max(scheduler.get_last_lr())
             losses.append(state.last_loss)
             for cb in callbacks:
                 cb("step", state, control)
@@ -271,7 +297,7 @@ def train(model: Classifier, train_data: TaskData, val_data: TaskData, config: F
         state.history.append({"epoch": epoch, "step": state.step, "train_loss": float(np.mean(losses or [np.nan])),
                               "val_loss": ev.loss, "val_accuracy": metrics["accuracy"],
                               "val_macro_f1": metrics["macro_f1"], "seconds": round(time.perf_counter() - start, 2)})
-        if out is not None:
+        if out is not None and accelerator.is_main_process:
             save_epoch(out / "epochs" / str(epoch), ev, val_data)
         if ev.loss < best_loss:
             best_loss, since_best = ev.loss, 0

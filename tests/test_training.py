@@ -220,6 +220,30 @@ def test_cli_bad_input_is_one_line(bert4, tmp_path, capsys, extra, message):
     assert code == 2 and err[-1].startswith("error:") and message in err[-1]
 
 
+def test_preset_sets_defaults_and_flags_win(bert4, tmp_path):
+    train_file = write_tsv(tmp_path / "train.tsv", synthetic(20))
+    out = tmp_path / "out"
+    argv = ["finetune", "--model", str(bert4), "--train", str(train_file), "--out", str(out), "--preset", "grubert",
+            "--epochs", "1", "--head", "gru-share-2", "--max-steps", "2"]
+    assert main(argv) == 0
+    config = json.loads((out / "run.json").read_text())["config"]
+    assert config["schedule"] == "epoch-decay" and config["batch_size"] == 64 and config["early_stopping"]
+    assert config["epochs"] == 1 and config["head"] == "gru-share-2"  # given explicitly
+
+
+def test_epoch_decay_schedule(bert4):
+    encoder, tok = load_encoder(ModelSpec(str(bert4), device="cpu"))
+    data = synthetic(8)
+    task = prepare(tok, data, label_ids(data.labels), 32, "head")
+    seen = []
+    model = Classifier(encoder, "cls", 2)
+    config = FinetuneConfig(epochs=3, batch_size=4, lr=1.0, schedule="epoch-decay", warmup=0.0)
+    train(model, task, task, config, tok.pad_token_id,
+          callbacks=[lambda event, state, control: event == "step" and seen.append(state.lr)])
+    # the lr after each step: 2 steps per epoch, multiplied by 0.9 after every epoch
+    assert seen == pytest.approx([1.0, 0.9, 0.9, 0.81, 0.81, 0.729])
+
+
 def test_cli_unknown_config_key(tmp_path, capsys):
     config = tmp_path / "c.json"
     config.write_text(json.dumps({"learning_rate": 1}))
