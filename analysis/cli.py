@@ -267,6 +267,8 @@ def add_finetune_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--patience", type=positive_int, default=2)
     g.add_argument("--schedule", choices=SCHEDULES, default="linear",
                    help="linear warm-up and decay (default), or epoch-decay: lr x 0.9 after each epoch (GRUBERT)")
+    g.add_argument("--further-pretrain-steps", type=int, default=0, help="first continue masked-LM training on the "
+                   "training texts for this many steps (within-task further pre-training, Sun et al. 4.2)")
     p.set_defaults(batch_size=16)
 
 
@@ -322,7 +324,8 @@ def cmd_finetune(args: argparse.Namespace) -> int:
         head=args.head, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, layer_decay=args.layer_decay,
         weight_decay=args.weight_decay, warmup=args.warmup, dropout=args.dropout, truncation=args.truncation,
         max_length=args.max_length, max_steps=args.max_steps, folds=args.folds, seed=args.seed,
-        early_stopping=args.early_stopping, patience=args.patience, schedule=args.schedule)
+        early_stopping=args.early_stopping, patience=args.patience, schedule=args.schedule,
+        further_pretrain_steps=args.further_pretrain_steps)
     read = lambda source: read_split(source, args.text_column, args.pair_column, args.label_column)  # noqa: E731
     train = read(args.train)
     val = read(args.val) if args.val else None

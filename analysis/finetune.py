@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 
 from analysis.inputs import DEMO_LABELLED, InputError, TextInputs
 from analysis.taskdata import TaskData, label_ids, prepare
@@ -100,6 +101,38 @@ def _one_run(encoder, tokenizer, num_labels: int, train_data: TaskData, val_data
     return train(model, train_data, val_data, config, tokenizer.pad_token_id, device, out, callbacks)
 
 
+def further_pretrain(spec: ModelSpec, texts, steps: int, out: Path, batch_size: int = 16, max_length: int = 128,
+                     lr: float = 5e-5, seed: int = 0, log: Callable[[str], None] = lambda s: None) -> Path:
+    """Within-task further pre-training (Sun et al. 2019 §4.2 / §5.4): ``steps`` of masked-LM training (15%
+    masking by transformers' ``DataCollatorForLanguageModeling``) on the task's own texts, from ``spec``'s
+    pre-trained MLM; saved to ``out`` (a ``save_pretrained`` directory to fine-tune from). Returns ``out``."""
+    from transformers import DataCollatorForLanguageModeling
+
+    from models.loading import load_model
+
+    seed_everything(seed)
+    loaded = load_model(spec)  # a fresh copy (not the shared cache), made trainable here
+    model, tok = loaded.model.train().requires_grad_(True), loaded.tokenizer
+    enc = tok(list(texts), truncation=True, max_length=max_length)["input_ids"]
+    collate = DataCollatorForLanguageModeling(tok, mlm_probability=0.15, seed=seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    rng = np.random.default_rng(seed)
+    for step in range(steps):
+        rows = rng.choice(len(enc), size=min(batch_size, len(enc)), replace=False)
+        batch = {k: v.to(loaded.spec.device) for k, v in collate([{"input_ids": enc[i]} for i in rows]).items()}
+        loss = model(**batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if step % 50 == 0 or step == steps - 1:
+            log(f"further pre-training step {step + 1}/{steps}: MLM loss {loss.item():.3f}")
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
 def run_finetune(spec: ModelSpec, splits: Splits, config: FinetuneConfig, out: Path,
                  callbacks: list[Callback] = (), log: Callable[[str], None] = lambda s: None) -> dict:
     """Fine-tune ``spec`` on ``splits`` with ``config``; write the files above; return ``metrics.json``'s dict."""
@@ -114,6 +147,11 @@ def run_finetune(spec: ModelSpec, splits: Splits, config: FinetuneConfig, out: P
     spec = spec.resolved()
     device = spec.device
     out.mkdir(parents=True, exist_ok=True)
+    if config.further_pretrain_steps:
+        texts = splits.train.texts + (splits.train.pairs or ())
+        spec = dataclasses.replace(spec, name=str(further_pretrain(
+            spec, texts, config.further_pretrain_steps, out / "further_pretrained", config.batch_size,
+            config.max_length, seed=config.seed, log=log)), revision=None)
     encoder, tokenizer = load_encoder(spec)
     max_length = min(config.max_length, _position_limit(encoder))
     encode = lambda inputs: prepare(tokenizer, inputs, labels, max_length, config.truncation)  # noqa: E731

@@ -72,6 +72,7 @@ class FinetuneConfig:
     save_vectors: bool = True  # per-epoch validation [CLS] of every layer, for the atlas
     group_by_length: bool = True  # batches of similar length (less padding), in random order
     schedule: str = "linear"  # linear warm-up then decay; or "epoch-decay": lr * 0.9^(epoch - 1) (GRUBERT)
+    further_pretrain_steps: int = 0  # masked-LM steps on the training texts first (Sun et al. §4.2)
 
     def __post_init__(self):
         problems = []
@@ -91,6 +92,8 @@ class FinetuneConfig:
             problems.append("max steps must be at least 1")
         if self.folds < 1:
             problems.append("folds must be at least 1")
+        if self.further_pretrain_steps < 0:
+            problems.append("further pre-training steps cannot be negative")
         if self.schedule not in SCHEDULES:
             problems.append(f"schedule must be one of {', '.join(SCHEDULES)}")
         if problems:

@@ -9,7 +9,7 @@ import torch
 from transformers import AutoModelForMaskedLM, BertConfig
 
 from analysis.cli import main
-from analysis.finetune import Splits, load_checkpoint, majority_vote, run_finetune, split_off
+from analysis.finetune import Splits, further_pretrain, load_checkpoint, majority_vote, run_finetune, split_off
 from analysis.heads import head_names
 from analysis.inputs import InputError, TextInputs
 from analysis.taskdata import encode_truncated, label_ids, prepare, truncate_indices
@@ -157,6 +157,24 @@ def test_cross_validation_and_ensemble(bert4, tmp_path):
     assert len(metrics["folds"]) == 3 and "accuracy_std" in metrics and "ensemble_test" in metrics
     assert metrics["accuracy"] == pytest.approx(np.mean([f["accuracy"] for f in metrics["folds"]]))
     assert len(pd.read_csv(tmp_path / "predictions.csv")) == 10
+
+
+def test_further_pretraining_lowers_the_task_mlm_loss(bert4, tmp_path):
+    from transformers import AutoModelForMaskedLM, DataCollatorForLanguageModeling
+
+    texts = synthetic(32).texts
+
+    def mlm_loss(path):
+        model, tok = AutoModelForMaskedLM.from_pretrained(path).eval(), tiny_tokenizer()
+        batch = DataCollatorForLanguageModeling(tok, seed=7)([{"input_ids": tok(t)["input_ids"]} for t in texts])
+        with torch.no_grad():
+            return model(**batch).loss.item()
+
+    further = further_pretrain(ModelSpec(str(bert4), device="cpu"), texts, 30, tmp_path / "fp", batch_size=8, lr=3e-3)
+    assert mlm_loss(further) < mlm_loss(bert4) - 0.5
+    metrics = run_finetune(ModelSpec(str(bert4), device="cpu"), Splits(synthetic(16), synthetic(8, seed=1)),
+                           FinetuneConfig(epochs=1, further_pretrain_steps=3, batch_size=8), tmp_path / "run")
+    assert (tmp_path / "run" / "further_pretrained" / "config.json").is_file() and "accuracy" in metrics
 
 
 def test_majority_vote():
