@@ -275,7 +275,7 @@ def add_finetune_arguments(p: argparse.ArgumentParser) -> None:
 def apply_config_file(parser: argparse.ArgumentParser, args: argparse.Namespace, argv) -> argparse.Namespace:
     """Re-parse with defaults from ``--preset`` and then ``--config``, so that command-line flags win."""
     preset = getattr(args, "preset", None)
-    if getattr(args, "config", None) is None and preset is None:
+    if args.command != "finetune" or (getattr(args, "config", None) is None and preset is None):
         return args
     sub = parser._subparsers._group_actions[0].choices[args.command]
     if preset is not None:
@@ -300,9 +300,7 @@ def apply_config_file(parser: argparse.ArgumentParser, args: argparse.Namespace,
     unknown = sorted(set(values) - known)
     if unknown:
         raise UserError(f"{path}: unknown option(s) {', '.join(unknown)} (use the flag names with underscores)")
-    for key, value in values.items():
-        if key in ("out", "data", "input") and value is not None:
-            values[key] = Path(value)
+    values = {key: _coerce(sub, key, value, path) for key, value in values.items()}
     if "preset" in values:
         if values["preset"] not in PRESETS:
             raise UserError(f"{path}: unknown preset '{values['preset']}' (choose from {', '.join(sorted(PRESETS))})")
@@ -311,21 +309,50 @@ def apply_config_file(parser: argparse.ArgumentParser, args: argparse.Namespace,
     return parser.parse_args(argv)
 
 
-def cmd_finetune(args: argparse.Namespace) -> int:
-    """Fine-tune a classifier head (and the encoder) on labelled data."""
-    from analysis.finetune import Splits, read_split, run_finetune, split_off
+def finetune_config(args: argparse.Namespace):
     from analysis.training import FinetuneConfig
 
-    if args.out is None:
-        raise UserError("--out DIR is required: fine-tuning writes metrics.json, predictions.csv, checkpoint/, ...")
-    if not args.train:
-        raise UserError("--train is required (a file, 'demo', or hf:NAME[/CONFIG]:SPLIT)")
-    config = FinetuneConfig(
+    return FinetuneConfig(
         head=args.head, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, layer_decay=args.layer_decay,
         weight_decay=args.weight_decay, warmup=args.warmup, dropout=args.dropout, truncation=args.truncation,
         max_length=args.max_length, max_steps=args.max_steps, folds=args.folds, seed=args.seed,
         early_stopping=args.early_stopping, patience=args.patience, schedule=args.schedule,
         further_pretrain_steps=args.further_pretrain_steps)
+
+
+def _coerce(parser: argparse.ArgumentParser, key: str, value, path: Path):
+    """A config-file value checked and converted as the command line would (types, choices, flags)."""
+    action = next(a for a in parser._actions if a.dest == key)
+    if value is None:
+        return None
+    if isinstance(action, argparse._StoreTrueAction):
+        if not isinstance(value, bool):
+            raise UserError(f"{path.name}: {key} must be true or false, got {value!r}")
+        return value
+    try:
+        converted = action.type(str(value)) if action.type is not None else value
+    except (argparse.ArgumentTypeError, ValueError) as exc:
+        raise UserError(f"{path.name}: {key}: {exc}") from None
+    if action.choices is not None and converted not in action.choices:
+        raise UserError(f"{path.name}: {key} must be one of {', '.join(map(str, action.choices))}, got {value!r}")
+    return converted
+
+
+def cmd_finetune(args: argparse.Namespace, callbacks: list = ()) -> int:
+    """Fine-tune a classifier head (and the encoder) on labelled data."""
+    run_finetune_args(args, callbacks)
+    return 0
+
+
+def run_finetune_args(args: argparse.Namespace, callbacks: list = ()) -> dict:
+    """``finetune`` from parsed arguments (also the body of a dashboard job); returns metrics.json's dict."""
+    from analysis.finetune import Splits, read_split, run_finetune, split_off
+
+    if args.out is None:
+        raise UserError("--out DIR is required: fine-tuning writes metrics.json, predictions.csv, checkpoint/, ...")
+    if not args.train:
+        raise UserError("--train is required (a file, 'demo', or hf:NAME[/CONFIG]:SPLIT)")
+    config = finetune_config(args)
     read = lambda source: read_split(source, args.text_column, args.pair_column, args.label_column)  # noqa: E731
     train = read(args.train)
     val = read(args.val) if args.val else None
@@ -347,7 +374,7 @@ def cmd_finetune(args: argparse.Namespace) -> int:
                           f"macro-F1 {h['val_macro_f1']:.4f}")
 
         try:
-            metrics = run_finetune(spec_from_args(args), splits, config, out, [progress], log=bar.write)
+            metrics = run_finetune(spec_from_args(args), splits, config, out, [progress, *callbacks], log=bar.write)
         except ValueError as exc:  # a head that does not fit this model
             raise UserError(str(exc)) from None
     write_json(out, "run.json", {"config": config.to_dict(), "model_spec": spec_from_args(args).to_dict(),
@@ -359,6 +386,71 @@ def cmd_finetune(args: argparse.Namespace) -> int:
           f"{metrics.get('macro_f1', float('nan')):.4f}; head parameters {metrics['head_trainable_parameters']:,}")
     print(f"wrote {out}/metrics.json, predictions.csv, run.json" + (", checkpoint/" if config.folds == 1 else ""),
           file=sys.stderr)
+    return metrics
+
+
+def add_jobs_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    s = sub.add_parser("submit", help="queue a fine-tuning job (prints its id last) and start a worker if needed")
+    s.add_argument("--config", type=Path, required=True, help="the options file finetune --config takes")
+    s.add_argument("--name", default="", help="a name for the job list")
+    s.add_argument("--no-worker", action="store_true", help="only queue it (a worker started later runs it)")
+    ls = sub.add_parser("list", help="the jobs, newest first")
+    ls.add_argument("--json", action="store_true")
+    for action, text in (("show", "one job as JSON with its progress and, once finished, metrics"),
+                         ("cancel", "stop a queued or running job (it keeps its log)"),
+                         ("logs", "print a job's log")):
+        a = sub.add_parser(action, help=text)
+        a.add_argument("id", type=int)
+        if action == "show":
+            a.add_argument("--json", action="store_true", help="(the output is always JSON)")
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    """Background fine-tuning jobs: submit, list, show, cancel, logs (state under LAYERLENS_HOME)."""
+    from jobs.store import JobStore
+    from jobs.submit import SubmitError, submit
+
+    store = JobStore()
+    if args.action == "submit":
+        if not args.config.is_file():
+            raise UserError(f"no such config file: {args.config}")
+        text = args.config.read_text()
+        try:
+            import yaml
+
+            config = yaml.safe_load(text) if args.config.suffix.lower() in (".yaml", ".yml") else json.loads(text)
+        except Exception as exc:
+            raise UserError(f"cannot read {args.config}: {str(exc).splitlines()[0]}") from None
+        if not isinstance(config, dict):
+            raise UserError(f"{args.config} must hold a mapping of option names to values")
+        try:
+            job_id = submit(config, store, args.name, start_worker=not args.no_worker)
+        except SubmitError as exc:
+            raise UserError(f"not queued: {exc}") from None
+        print(job_id)
+        return 0
+    if args.action == "list":
+        jobs = store.list()
+        if args.json:
+            print(json.dumps([j.to_dict() for j in jobs], indent=2, default=str))
+            return 0
+        for j in jobs:
+            p = j.progress
+            done = f"{p.get('step', 0)}/{p.get('total_steps', '?')}" if p else ""
+            acc = f"acc {j.metrics['accuracy']:.4f}" if j.metrics and "accuracy" in j.metrics else ""
+            print(f"{j.id:>5}  {j.status:<9}  {done:>11}  {acc:<11}  {j.name}")
+        return 0
+    job = store.get(args.id)
+    if job is None:
+        raise UserError(f"no job {args.id} under {store.root}")
+    if args.action == "show":
+        print(json.dumps(job.to_dict(), indent=2, default=str))
+    elif args.action == "cancel":
+        print(f"job {job.id}: {store.request_cancel(job.id)}"
+              + (" (stopping)" if store.get(job.id).status == "running" else ""))
+    else:
+        print(job.log_path.read_text(errors="replace") if job.log_path.is_file() else "(no log yet)", end="")
     return 0
 
 
@@ -380,6 +472,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str, Callable[[ar
               add_atlas_arguments),
     "finetune": (cmd_finetune, "fine-tune a layer-pooling classifier head and the encoder on labelled data",
                  add_finetune_arguments),
+    "jobs": (cmd_jobs, "background fine-tuning jobs: submit, list, show, cancel, logs", add_jobs_arguments),
 }
 
 
@@ -391,7 +484,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     parent = model_options()
     for name, (func, help_text, add_arguments) in COMMANDS.items():
-        p = sub.add_parser(name, parents=[parent], help=help_text, description=help_text)
+        parents = [] if name == "jobs" else [parent]  # jobs carry their model in their options
+        p = sub.add_parser(name, parents=parents, help=help_text, description=help_text)
         add_arguments(p)
         p.set_defaults(func=func)
     return parser
@@ -413,6 +507,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into head & co.
+        return 0
     except Exception as exc:  # the CLI never ends in a traceback unless asked to
         if os.environ.get("LAYERLENS_DEBUG"):
             raise

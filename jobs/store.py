@@ -1,0 +1,198 @@
+"""Fine-tuning jobs in a SQLite database under ``LAYERLENS_HOME`` (``jobs/jobs.db``): the queue and its state.
+
+Statuses: ``queued`` -> ``running`` -> ``succeeded`` | ``failed`` | ``cancelled`` (a queued job can be cancelled
+too). Claiming is one ``BEGIN IMMEDIATE`` transaction, so two workers never take the same job, and two sessions
+submitting at once get two jobs. Every connection is short-lived (WAL mode): the Streamlit server, the worker
+and the job processes all read and write the same file safely.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+from analysis.store import layerlens_home
+
+STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
+FINISHED = ("succeeded", "failed", "cancelled")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL,
+    config TEXT NOT NULL,
+    device TEXT NOT NULL,
+    status TEXT NOT NULL DEFAULT 'queued',
+    created REAL NOT NULL,
+    started REAL,
+    finished REAL,
+    progress TEXT NOT NULL DEFAULT '{}',
+    metrics TEXT,
+    error TEXT,
+    pid INTEGER,
+    cancel_requested INTEGER NOT NULL DEFAULT 0
+);
+"""
+
+
+@dataclasses.dataclass
+class Job:
+    id: int
+    name: str
+    config: dict
+    device: str
+    status: str
+    created: float
+    started: float | None
+    finished: float | None
+    progress: dict
+    metrics: dict | None
+    error: str | None
+    pid: int | None
+    cancel_requested: bool
+    directory: Path
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "job.log"
+
+    def to_dict(self) -> dict:
+        out = dataclasses.asdict(self)
+        out["directory"] = str(self.directory)
+        out["log_path"] = str(self.log_path)
+        return out
+
+
+def jobs_home() -> Path:
+    return layerlens_home() / "jobs"
+
+
+class JobStore:
+    def __init__(self, root: Path | None = None):
+        self.root = Path(root) if root is not None else jobs_home()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.path = self.root / "jobs.db"
+        with self._connect() as db:
+            db.executescript(SCHEMA)
+
+    @contextlib.contextmanager
+    def _connect(self):
+        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        db.row_factory = sqlite3.Row
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            yield db
+        finally:
+            db.close()
+
+    def directory(self, job_id: int) -> Path:
+        return self.root / str(job_id)
+
+    def _job(self, row) -> Job:
+        return Job(row["id"], row["name"], json.loads(row["config"]), row["device"], row["status"], row["created"],
+                   row["started"], row["finished"], json.loads(row["progress"]),
+                   json.loads(row["metrics"]) if row["metrics"] else None, row["error"], row["pid"],
+                   bool(row["cancel_requested"]), self.directory(row["id"]))
+
+    # --- queue ---------------------------------------------------------------------------------------------
+
+    def submit(self, config: dict, device: str, name: str = "") -> int:
+        with self._connect() as db:
+            cur = db.execute("INSERT INTO jobs (name, config, device, created) VALUES (?, ?, ?, ?)",
+                             (name, json.dumps(config), device, time.time()))
+            job_id = cur.lastrowid
+        self.directory(job_id).mkdir(parents=True, exist_ok=True)
+        return job_id
+
+    def claim(self, device: str, limit: int) -> Job | None:
+        """The oldest queued job for ``device``, marked running, if fewer than ``limit`` run there now."""
+        with self._connect() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                running = db.execute("SELECT COUNT(*) FROM jobs WHERE status='running' AND device=?",
+                                     (device,)).fetchone()[0]
+                row = None
+                if running < limit:
+                    row = db.execute("SELECT * FROM jobs WHERE status='queued' AND device=? ORDER BY id LIMIT 1",
+                                     (device,)).fetchone()
+                if row is not None:
+                    db.execute("UPDATE jobs SET status='running', started=? WHERE id=?", (time.time(), row["id"]))
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        return self.get(row["id"]) if row is not None else None
+
+    def queued_devices(self) -> list[str]:
+        with self._connect() as db:
+            return [r[0] for r in db.execute("SELECT DISTINCT device FROM jobs WHERE status='queued'")]
+
+    # --- state ---------------------------------------------------------------------------------------------
+
+    def get(self, job_id: int) -> Job | None:
+        with self._connect() as db:
+            row = db.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
+        return self._job(row) if row is not None else None
+
+    def list(self, limit: int = 200) -> list[Job]:
+        with self._connect() as db:
+            rows = db.execute("SELECT * FROM jobs ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+        return [self._job(r) for r in rows]
+
+    def set_pid(self, job_id: int, pid: int) -> None:
+        with self._connect() as db:
+            db.execute("UPDATE jobs SET pid=? WHERE id=?", (pid, job_id))
+
+    def update_progress(self, job_id: int, progress: dict) -> None:
+        with self._connect() as db:
+            db.execute("UPDATE jobs SET progress=? WHERE id=?", (json.dumps(progress, default=float), job_id))
+
+    def finish(self, job_id: int, status: str, error: str | None = None, metrics: dict | None = None) -> bool:
+        """Mark a queued or running job finished; False if it had finished already."""
+        assert status in FINISHED
+        with self._connect() as db:
+            cur = db.execute("UPDATE jobs SET status=?, finished=?, error=?, metrics=COALESCE(?, metrics) "
+                             "WHERE id=? AND status IN ('queued', 'running')",
+                             (status, time.time(), error, json.dumps(metrics, default=float) if metrics else None,
+                              job_id))
+            return cur.rowcount == 1
+
+    def request_cancel(self, job_id: int) -> str:
+        """Cancel: a queued job is cancelled at once; a running one is flagged for its worker to stop.
+        Returns the job's status after the call."""
+        job = self.get(job_id)
+        if job is None:
+            raise KeyError(job_id)
+        if job.status == "queued" and self.finish(job_id, "cancelled"):
+            return "cancelled"
+        with self._connect() as db:
+            db.execute("UPDATE jobs SET cancel_requested=1 WHERE id=? AND status='running'", (job_id,))
+        return self.get(job_id).status
+
+    def recover(self) -> list[int]:
+        """Jobs left ``running`` by a worker or server that died: marked failed (interrupted)."""
+        lost = [j.id for j in self.list(10**6) if j.status == "running" and not pid_alive(j.pid)]
+        for job_id in lost:
+            self.finish(job_id, "failed", "interrupted: the worker or the server stopped while the job ran")
+        return lost
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (exited, not yet reaped) is not alive
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[-1].split()[0] != "Z"
+    except OSError:
+        return True

@@ -1,0 +1,136 @@
+"""The job worker: one per ``LAYERLENS_HOME`` (a lock file), started on demand by ``submit``.
+
+    python -m jobs.worker [--idle-exit 300]
+
+It marks jobs orphaned by a dead worker as failed, then loops: claim queued jobs (at most
+``LAYERLENS_JOBS_PER_DEVICE``, default 1, running per device), start each as its own process (``python -m
+jobs.run ID``, or ``accelerate launch -m jobs.run ID`` when the job asks for several processes), stop those
+whose cancel was requested (SIGTERM, SIGKILL after 5 s) and record how each ended. The job process records
+success itself; a non-zero exit without a recorded status becomes ``failed`` with the log's last lines. The
+worker exits after ``--idle-exit`` seconds with nothing queued or running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from jobs.store import JobStore
+
+log = logging.getLogger("layerlens.worker")
+POLL_S = 0.5
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def job_command(job, root: Path) -> list[str]:
+    processes = int(job.config.get("num_processes", 1) or 1)
+    entry = ["-m", "jobs.run", str(job.id), "--root", str(root)]
+    if processes > 1:
+        return [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(processes), *entry]
+    return [sys.executable, *entry]
+
+
+class Worker:
+    def __init__(self, store: JobStore, per_device: int | None = None):
+        self.store = store
+        self.per_device = per_device or int(os.environ.get("LAYERLENS_JOBS_PER_DEVICE", 1))
+        self.running: dict[int, tuple[subprocess.Popen, float | None]] = {}  # id -> (process, time SIGTERM sent)
+
+    def start(self, job) -> None:
+        job.directory.mkdir(parents=True, exist_ok=True)
+        with open(job.log_path, "ab") as logf:
+            proc = subprocess.Popen(job_command(job, self.store.root), stdout=logf, stderr=subprocess.STDOUT,
+                                    cwd=Path(__file__).resolve().parents[1], start_new_session=True,
+                                    env={**os.environ, "TQDM_MININTERVAL": "5"})  # a readable log
+        self.store.set_pid(job.id, proc.pid)
+        self.running[job.id] = (proc, None)
+        log.info("job %d started (pid %d)", job.id, proc.pid)
+
+    def step(self) -> None:
+        for device in self.store.queued_devices():
+            while (job := self.store.claim(device, self.per_device)) is not None:
+                try:
+                    self.start(job)
+                except OSError as exc:
+                    self.store.finish(job.id, "failed", f"could not start the job process: {exc}")
+        for job_id, (proc, term_sent) in list(self.running.items()):
+            code = proc.poll()
+            job = self.store.get(job_id)
+            if code is None:
+                if job.cancel_requested and term_sent is None:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                    self.running[job_id] = (proc, time.time())
+                elif term_sent is not None and time.time() - term_sent > 5:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                continue
+            del self.running[job_id]
+            if job.cancel_requested:
+                self.store.finish(job_id, "cancelled")
+            elif code != 0:
+                self.store.finish(job_id, "failed", tail(job.log_path) or f"exit status {code}")
+            else:
+                self.store.finish(job_id, "failed", "the job process ended without recording a result")
+
+    def busy(self) -> bool:
+        return bool(self.running) or bool(self.store.queued_devices())
+
+
+def run(store: JobStore, idle_exit: float) -> None:
+    lock = open(store.root / "worker.lock", "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        log.info("a worker is already running for %s", store.root)
+        return
+    lost = store.recover()
+    if lost:
+        log.warning("marked interrupted jobs as failed: %s", lost)
+    worker, idle_since = Worker(store), time.time()
+    while True:
+        worker.step()
+        if worker.busy():
+            idle_since = time.time()
+        elif time.time() - idle_since > idle_exit:
+            return
+        time.sleep(POLL_S)
+
+
+def ensure_worker(store: JobStore) -> bool:
+    """Start a detached worker for ``store`` unless one holds the lock. True if one was started."""
+    with open(store.root / "worker.lock", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    with open(store.root / "worker.log", "ab") as logf:
+        subprocess.Popen([sys.executable, "-m", "jobs.worker", "--root", str(store.root)], stdout=logf,
+                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    return True
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--root", type=Path, help="the jobs directory (default: LAYERLENS_HOME/jobs)")
+    p.add_argument("--idle-exit", type=float, default=300, help="exit after this many idle seconds")
+    args = p.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    run(JobStore(args.root), args.idle_exit)
+
+
+if __name__ == "__main__":
+    main()
