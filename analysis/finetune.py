@@ -83,6 +83,31 @@ def save_checkpoint(model: Classifier, tokenizer, labels: dict[str, int], config
                                                 "truncation": config.truncation}, indent=2))
 
 
+def save_mlm_view(source: ModelSpec, encoder, path: Path) -> bool:
+    """``path`` = the source's masked-LM model with its encoder replaced by the fine-tuned one (the pre-trained
+    MLM head kept), so the reconstruction probe and the atlas can load the fine-tuned model. False when the
+    source has no MLM head (e.g. an ELECTRA discriminator)."""
+    from models.loading import ModelLoadError, load_model
+
+    try:
+        mlm = load_model(dataclasses.replace(source, device="cpu", dtype="float32"))
+    except ModelLoadError:
+        return False
+    model = mlm.model
+    output = model.get_output_embeddings()
+    if output is not None and output.weight is model.get_input_embeddings().weight:
+        # untie: the decoder keeps the pre-trained matrix while the embeddings take the fine-tuned one
+        output.weight = torch.nn.Parameter(output.weight.detach().clone())
+        if getattr(output, "bias", None) is not None:  # BERT ties decoder.bias to predictions.bias: untie it too
+            output.bias = torch.nn.Parameter(output.bias.detach().clone())
+        model.config.tie_word_embeddings = False
+    state = {k: v.detach().cpu() for k, v in encoder.state_dict().items() if not k.startswith("pooler.")}
+    model.base_model.load_state_dict(state, strict=True)
+    mlm.model.save_pretrained(path)
+    mlm.tokenizer.save_pretrained(path)
+    return True
+
+
 def load_checkpoint(path: Path, device: str = "cpu") -> tuple[Classifier, object, dict]:
     """(classifier in eval mode, tokenizer, head.json) from :func:`save_checkpoint`'s directory."""
     from safetensors.torch import load_file
@@ -173,6 +198,7 @@ def run_finetune(spec: ModelSpec, splits: Splits, config: FinetuneConfig, out: P
         if ev.layer_weights is not None:
             weights_frame(ev, target).to_csv(out / "layer_weights.csv", index=False)
         save_checkpoint(model, tokenizer, labels, config, out / "checkpoint")
+        result["mlm_view"] = save_mlm_view(spec, model.encoder, out / "checkpoint" / "mlm")
     else:
         result.update(_cross_validate(encoder, tokenizer, labels, train_data, test_data, config, device, out,
                                       callbacks, log))

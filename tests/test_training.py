@@ -25,7 +25,10 @@ def bert4(tmp_path_factory):
     path = tmp_path_factory.mktemp("bert4")
     config = BertConfig(vocab_size=99, hidden_size=16, num_hidden_layers=4, num_attention_heads=2,
                         intermediate_size=32, max_position_embeddings=64)
-    AutoModelForMaskedLM.from_config(config).save_pretrained(path)
+    model = AutoModelForMaskedLM.from_config(config)
+    with torch.no_grad():
+        model.cls.predictions.bias.normal_()  # non-zero, so a lost or re-initialised head bias shows
+    model.save_pretrained(path)
     tiny_tokenizer().save_pretrained(path)
     return path
 
@@ -138,6 +141,20 @@ def test_an_easy_task_is_learned(bert4, tmp_path):
     np.testing.assert_allclose(weights.iloc[:, 1:].sum(1), 1, rtol=1e-5)
     vectors = np.load(tmp_path / "epochs" / "1" / "val_cls.npy")
     assert vectors.shape == (5, 40, 16)
+    # the MLM view: the fine-tuned encoder under the pre-trained MLM head, loadable by the probe and the atlas
+    from models.loading import load_model
+
+    view = load_model(ModelSpec(str(tmp_path / "checkpoint" / "mlm"), device="cpu"))
+    original = load_model(ModelSpec(str(bert4), device="cpu"))
+    tuned = dict(model.encoder.named_parameters())
+    for name, p in view.model.base_model.named_parameters():
+        assert torch.equal(p, tuned[name]), name
+    head, before = dict(view.model.cls.named_parameters()), dict(original.model.cls.named_parameters())
+    assert set(head) >= set(before)
+    for name, p in before.items():  # the pre-trained head, untied from the fine-tuned embeddings
+        assert torch.equal(head[name], p), name
+    assert torch.equal(view.model.cls.predictions.decoder.bias, original.model.cls.predictions.bias)
+    assert metrics["mlm_view"] is True
 
 
 def test_early_stopping_keeps_the_best_epoch(bert4, tmp_path):
