@@ -163,3 +163,48 @@ def cka_heatmap(cka: np.ndarray, layer_names: list[str], title: str = "Linear CK
                                hovertemplate="%{y} vs %{x}: CKA %{z:.3f}<extra></extra>"))
     fig.update_layout(title=title, height=480, yaxis={"autorange": "reversed"}, margin={"t": 60, "b": 10})
     return fig
+
+
+# --- fine-tuning -------------------------------------------------------------------------------------------
+
+def history_chart(history: list[dict]) -> go.Figure:
+    """Per-epoch training and validation loss (left axis) and validation accuracy / macro-F1 (right axis)."""
+    epochs = [h["epoch"] for h in history]
+    fig = go.Figure()
+    for key, name, dash in (("train_loss", "train loss", None), ("val_loss", "validation loss", "dash")):
+        fig.add_trace(go.Scatter(x=epochs, y=[h[key] for h in history], name=name, mode="lines+markers",
+                                 line={"color": COLOURS[0], "dash": dash}))
+    for key, name, colour in (("val_accuracy", "validation accuracy", COLOURS[2]),
+                              ("val_macro_f1", "validation macro-F1", COLOURS[3])):
+        fig.add_trace(go.Scatter(x=epochs, y=[h[key] for h in history], name=name, mode="lines+markers",
+                                 line={"color": colour}, yaxis="y2"))
+    fig.update_layout(xaxis={"title": "epoch", "dtick": 1}, yaxis={"title": "loss"},
+                      yaxis2={"title": "score", "overlaying": "y", "side": "right", "range": [0, 1]},
+                      height=320, margin={"t": 30, "b": 10}, legend={"orientation": "h", "y": -0.25})
+    return fig
+
+
+def layer_weight_heatmap(weights: pd.DataFrame, labels: pd.Series, layer_names: list[str]) -> go.Figure:
+    """Examples (rows, grouped by label) x layers: each example's learned layer weights."""
+    cols = [c for c in weights.columns if c.startswith("layer_")]
+    order = np.argsort(labels.astype(str).to_numpy(), kind="stable")
+    w, lab = weights[cols].to_numpy()[order], labels.astype(str).to_numpy()[order]
+    ids = weights["example_id"].to_numpy()[order]
+    fig = go.Figure(go.Heatmap(z=w, x=[layer_names[int(c.split("_")[1])] for c in cols], y=list(range(len(w))),
+                               colorscale="Viridis", customdata=np.c_[ids, lab][:, None, :].repeat(len(cols), 1),
+                               hovertemplate="row %{customdata[0]} (%{customdata[1]}) · %{x}: %{z:.3f}"
+                                             "<extra></extra>"))
+    fig.update_layout(title="Layer weights per example (grouped by label)", yaxis={"showticklabels": False,
+                      "title": "examples"}, height=460, margin={"t": 50, "b": 10})
+    return fig
+
+
+def mean_weight_lines(frames: dict[str, pd.DataFrame], layer_names: list[str], title: str) -> go.Figure:
+    """One line per key (a class, an epoch): the mean weight of each layer."""
+    fig = go.Figure()
+    for key, frame in frames.items():
+        cols = [c for c in frame.columns if c.startswith("layer_")]
+        fig.add_trace(go.Scatter(x=[layer_names[int(c.split("_")[1])] for c in cols], y=frame[cols].mean(),
+                                 mode="lines+markers", name=str(key)))
+    fig.update_layout(title=title, yaxis={"title": "mean weight"}, height=360, margin={"t": 50, "b": 10})
+    return fig

@@ -322,13 +322,15 @@ def train(model: Classifier, train_data: TaskData, val_data: TaskData, config: F
 
 
 def save_epoch(directory: Path, ev: Evaluation, data: TaskData) -> None:
-    """Per-epoch files for the dashboard: ``layer_weights.csv`` and ``val_cls.npy`` (float16, (L+1, n, hidden))."""
+    """Per-epoch files for the dashboard: ``layer_weights.csv``, ``val_cls.npy`` (float16, (L+1, n, hidden)) and
+    ``val_ids.json`` (each row's example id and label id; names in metrics.json's ``labels``)."""
     directory.mkdir(parents=True, exist_ok=True)
     if ev.layer_weights is not None:
         weights_frame(ev, data).to_csv(directory / "layer_weights.csv", index=False)
     if ev.cls_vectors is not None:
         np.save(directory / "val_cls.npy", ev.cls_vectors)
-        (directory / "val_ids.json").write_text(json.dumps(list(map(int, data.ids))))
+        (directory / "val_ids.json").write_text(json.dumps({"example_id": list(map(int, data.ids)),
+                                                            "label": list(map(int, data.labels))}))
 
 
 def weights_frame(ev: Evaluation, data: TaskData):

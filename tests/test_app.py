@@ -38,7 +38,7 @@ def test_home_names_every_analysis():
     at = run_page("app.py")
     links = [getattr(e, "label", None) or getattr(e.proto, "label", "") for e in at.get("page_link")]
     text = " ".join([m.value for m in at.markdown] + links)
-    for title in ["Reconstruction probing", "Layer atlas", "Layer duplication", "Layer pooling", "Fine-tuning jobs"]:
+    for title in ["Reconstruction probing", "Layer atlas", "Layer duplication", "Layer weights", "Fine-tuning jobs"]:
         assert title in text
 
 

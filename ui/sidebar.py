@@ -66,14 +66,16 @@ ANALYSES = [
     Page("pages/2_Layer_Atlas.py", "Layer atlas", ":material/scatter_plot:",
          "Per-layer [CLS] projections (PCA, UMAP, t-SNE) coloured by class, and how separable each layer is.",
          "Song et al. 2020, Fig. 2; Sun et al. 2019"),
-    Page("pages/3_Layer_Weights.py", "Layer pooling heads", ":material/tune:",
-         "LSTM/attention pooling over layers, GRUBERT, layer selection and layer-wise learning-rate decay; "
-         "the learned layer weights.", "Song et al. 2020; GRUBERT; Sun et al. 2019"),
+    Page("pages/3_Layer_Weights.py", "Layer weights", ":material/tune:",
+         "What a fine-tuned attention-pooling or scalar-mix head learned: each layer's weight per example, "
+         "class and epoch; the validation [CLS] atlas after the first and last epoch.",
+         "Song et al. 2020; GRUBERT; Sun et al. 2019"),
     Page("pages/4_Layer_Duplication.py", "Layer duplication", ":material/layers:",
          "Make a model deeper by duplicating layers without training; preview, export, fine-tune.",
          "Kao et al. 2020, §3"),
     Page("pages/5_Fine_Tune_Jobs.py", "Fine-tuning jobs", ":material/work_history:",
-         "Short fine-tuning runs launched from the browser, with live progress and comparisons.",
+         "Fine-tune with layer-pooling heads (LSTM/attention pooling, GRUBERT, layer selection, layer-wise "
+         "learning-rate decay) as background jobs: live progress, cancel, comparison, ensembles.",
          "Sun et al. 2019; Song et al. 2020"),
 ]
 

@@ -1,0 +1,97 @@
+"""Layer weights of a finished fine-tuning job (attention pooling, scalar mix), its atlas by epoch, and links."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from analysis.plots import atlas_grid, layer_weight_heatmap, mean_weight_lines
+from analysis.projection import align_signs, constant_layers, project
+from jobs.store import JobStore
+from models.anatomy import layer_name
+from models.loading import SUGGESTED_MODELS
+from ui.sidebar import KEY_MODEL, KEY_OTHER, OTHER, start_page
+
+start_page("Layer weights", (
+    "What a fine-tuned **attention-pooling** (Song et al. 2020) or **scalar-mix** head learned: how much "
+    "weight each layer's [CLS] gets, per example, per class and across epochs; and the validation set's "
+    "[CLS] vectors of the last layers after the first and the last epoch (PCA, as in Song et al. Fig. 2)."))
+store = JobStore()
+jobs = [j for j in store.list() if j.status == "succeeded"]
+if not jobs:
+    st.info("No finished job yet: start one on the **Fine-tuning jobs** page (head *attention* or *scalar-mix* "
+            "for layer weights).")
+    st.stop()
+weighted = [j for j in jobs if (j.directory / "artifacts" / "layer_weights.csv").is_file()]
+default = jobs.index(weighted[0]) if weighted else 0
+job = st.selectbox("Finished job", jobs, index=default, key="lw_job",
+                   format_func=lambda j: f"#{j.id} {j.name} · accuracy {j.metrics.get('accuracy', float('nan')):.3f}")
+art = job.directory / "artifacts"
+metrics = json.loads((art / "metrics.json").read_text())
+names = metrics["labels"]
+epochs = sorted(int(p.name) for p in (art / "epochs").iterdir() if p.is_dir()) if (art / "epochs").is_dir() else []
+
+if (art / "layer_weights.csv").is_file():
+    weights = pd.read_csv(art / "layer_weights.csv")
+    n_states = max(int(c.split("_")[1]) for c in weights.columns if c.startswith("layer_")) + 1
+    layer_names = [layer_name(i, n_states - 1) for i in range(n_states)]
+    preds = pd.read_csv(art / "predictions.csv", keep_default_na=False).set_index("example_id")
+    labels = preds.loc[weights.example_id, "label"].reset_index(drop=True)
+    st.caption(f"{len(weights)} examples of the {metrics.get('evaluated_on', '')} set; weights sum to 1 per example"
+               + (" (a scalar mix has one set of weights for all examples)" if job.config.get("head") == "scalar-mix"
+                  else ""))
+    left, right = st.columns(2)
+    left.plotly_chart(layer_weight_heatmap(weights, labels, layer_names))
+    by_class = {c: weights[labels.to_numpy() == c] for c in sorted(set(labels)) if c}
+    right.plotly_chart(mean_weight_lines(by_class or {"all": weights}, layer_names, "Mean weight per layer, by class"))
+    per_epoch = {f"epoch {e}": pd.read_csv(art / "epochs" / str(e) / "layer_weights.csv") for e in epochs
+                 if (art / "epochs" / str(e) / "layer_weights.csv").is_file()}
+    if per_epoch:
+        st.plotly_chart(mean_weight_lines(per_epoch, layer_names, "Mean weight per layer on the validation set, "
+                                                                  "by epoch"))
+    st.download_button("layer_weights.csv", (art / "layer_weights.csv").read_bytes(), f"layer_weights_{job.id}.csv")
+else:
+    st.info(f"Head `{job.config.get('head', 'cls')}` learns no layer weights (only `attention` and `scalar-mix` "
+            "do); the atlas by epoch and the links below still apply.")
+
+
+@st.cache_data(max_entries=8, show_spinner="Projecting the validation vectors…")
+def epoch_coords(path: str, layers: tuple[int, ...]) -> pd.DataFrame:
+    vectors = np.load(path).astype(np.float32)
+    meta = json.loads((Path(path).parent / "val_ids.json").read_text())
+    constant = constant_layers(vectors)
+    coords = align_signs([np.zeros((vectors.shape[1], 2)) if i in constant else project(vectors[i]) for i in layers])
+    return pd.concat([pd.DataFrame({"layer": i, "example_id": meta["example_id"], "x": c[:, 0], "y": c[:, 1],
+                                    "label": [names[y] for y in meta["label"]]}) for i, c in zip(layers, coords,
+                                                                                               strict=True)])
+
+
+if len(epochs) >= 1 and (art / "epochs" / str(epochs[0]) / "val_cls.npy").is_file():
+    st.subheader(f"Validation [CLS] vectors: epoch {epochs[0]} vs epoch {epochs[-1]} (PCA)")
+    n = np.load(art / "epochs" / str(epochs[0]) / "val_cls.npy", mmap_mode="r").shape[0]
+    layers = tuple(range(max(1, n - 6), n))
+    for e in dict.fromkeys([epochs[0], epochs[-1]]):
+        coords = epoch_coords(str(art / "epochs" / str(e) / "val_cls.npy"), layers)
+        st.plotly_chart(atlas_grid(coords, {}, [layer_name(i, n - 1) for i in range(n)], f"after epoch {e}"),
+                        key=f"lw_atlas_{e}")
+
+st.subheader("Look further")
+mlm = art / "checkpoint" / "mlm"
+if not mlm.is_dir():
+    st.caption("This model has no MLM head to reuse, so the fine-tuned model cannot be probed or mapped.")
+else:
+    st.caption("The fine-tuned encoder under the model's pre-trained MLM head, compared with the pre-trained model.")
+    c1, c2 = st.columns(2)
+    for column, label, page, key in ((c1, "Reconstruction: pre-trained vs fine-tuned", "pages/1_Reconstruction.py",
+                                      "probe_compare"),
+                                     (c2, "Layer atlas: pre-trained vs fine-tuned", "pages/2_Layer_Atlas.py",
+                                      "atlas_compare")):
+        if column.button(label, key=f"lw_go_{key}"):
+            base = job.config.get("model", "demo")
+            st.session_state[KEY_MODEL] = base if base in SUGGESTED_MODELS else OTHER
+            if base not in SUGGESTED_MODELS:
+                st.session_state[KEY_OTHER] = base
+            st.session_state[key] = str(mlm)
+            st.switch_page(page)

@@ -1,0 +1,138 @@
+"""Fine-tuning jobs: submit background runs, watch them live, stop them, compare heads, vote an ensemble."""
+
+import hashlib
+import os
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from analysis.finetune import majority_vote
+from analysis.heads import head_names
+from analysis.inputs import FORMATS, InputError, columns_of
+from analysis.plots import history_chart
+from analysis.store import layerlens_home
+from analysis.training import PRESETS
+from jobs.store import FINISHED, JobStore
+from jobs.submit import SubmitError, submit
+from ui.jobs import job_table
+from ui.sidebar import start_page
+
+loaded = start_page("Fine-tuning jobs", (
+    "Fine-tune the encoder with a **layer-pooling head** as a background job: it runs in its own process, "
+    "keeps running when you close the browser, and can be stopped. Heads: the final [CLS] (`cls`), one layer "
+    "(`layer-K`), pooled layers (`last4-mean`, ...), LSTM or attention pooling over the layers' [CLS] "
+    "(Song et al. 2020), a scalar mix, or GRUBERT's GRU fusion. Finished attention and scalar-mix runs show "
+    "their learned layer weights on the **Layer weights** page."))
+store = JobStore()
+
+st.subheader("New job")
+source = st.radio("Training data", ["Demo sentiment set", "Upload a file", "A file on the server",
+                                    "Hugging Face dataset"], horizontal=True, key="job_source")
+text_col, pair_col, label_col, train = "text", None, "label", None
+try:
+    if source == "Demo sentiment set":
+        train = "demo"
+        pair_col = "aspect" if st.checkbox("Aspect as the second text", key="job_demo_pair") else None
+    elif source == "Upload a file":
+        upload = st.file_uploader("A .csv, .tsv or .jsonl file", type=list(FORMATS[1:]), key="job_upload")
+        if upload is not None:
+            data = upload.getvalue()
+            saved = layerlens_home() / "uploads" / f"{hashlib.sha256(data).hexdigest()[:16]}_{upload.name}"
+            saved.parent.mkdir(parents=True, exist_ok=True)
+            saved.write_bytes(data)  # the job process reads it from here
+            train, columns = str(saved), columns_of(data, upload.name)
+            c1, c2, c3 = st.columns(3)
+            text_col = c1.selectbox("Text column", columns, key="job_text_col")
+            pair_col = c2.selectbox("Second text", ["(none)", *columns], key="job_pair_col")
+            label_col = c3.selectbox("Label column", columns, index=len(columns) - 1, key="job_label_col")
+            pair_col = None if pair_col == "(none)" else pair_col
+    else:
+        hub = source == "Hugging Face dataset"
+        train = st.text_input("Dataset" if hub else "Path", "hf:glue/sst2:train" if hub else "",
+                              key="job_path", help="hf:NAME[/CONFIG]:SPLIT" if hub else "a .csv/.tsv/.jsonl file")
+        c1, c2, c3 = st.columns(3)
+        text_col = c1.text_input("Text column", "sentence" if hub else "text", key="job_text_col_t")
+        pair_col = c2.text_input("Second text column (optional)", key="job_pair_col_t") or None
+        label_col = c3.text_input("Label column", "label", key="job_label_col_t")
+except InputError as exc:
+    st.error(str(exc))
+
+c1, c2, c3 = st.columns([2, 2, 1])
+model = c1.text_input("Model", loaded.spec.name, key="job_model", help="the sidebar's model by default; any hub "
+                      "id or local directory (e.g. a duplicated model exported from Layer duplication)")
+heads = head_names(loaded.num_layers)
+head = c2.selectbox("Head", heads, index=heads.index("attention"), key="job_head")
+preset = c3.selectbox("Preset", ["(none)", *sorted(PRESETS)], key="job_preset",
+                      help="the papers' settings (Sun et al. 2019; GRUBERT); the fields below still win")
+c1, c2, c3, c4, c5 = st.columns(5)
+epochs = c1.number_input("Epochs", 1, 100, 3, key="job_epochs")
+lr = c2.number_input("Learning rate", 1e-6, 1e-2, 1e-4 if model == "demo" else 2e-5, format="%.0e", key="job_lr",
+                     help="2e-5 is the papers' default; the small demo model learns faster at 1e-4")
+batch = c3.number_input("Batch size", 1, 256, 16, key="job_batch")
+decay = c4.number_input("Layer LR decay ξ", 0.5, 1.0, 1.0, step=0.05, key="job_decay",
+                        help="layer k trains at lr·ξ^(L-k) (Sun et al.: 0.95)")
+max_len = c5.number_input("Max tokens", 8, 512, 128, key="job_maxlen")
+config = {"model": model, "train": train, "text_column": text_col, "pair_column": pair_col, "label_column": label_col,
+          "head": head, "epochs": int(epochs), "lr": float(lr), "batch_size": int(batch), "layer_decay": float(decay),
+          "max_length": int(max_len), "preset": None if preset == "(none)" else preset,
+          "early_stopping": st.checkbox("Early stopping (keep the best epoch)", key="job_early")}
+if st.button("Submit the job", type="primary", key="job_submit", disabled=not train):
+    try:
+        job_id = submit(config, store, start_worker=not os.environ.get("LAYERLENS_JOBS_NO_WORKER"))
+        st.success(f"Job {job_id} queued: it starts as soon as the device is free.")
+    except SubmitError as exc:
+        st.error(f"Not queued: {exc}")
+
+
+@st.fragment(run_every=2)
+def live() -> None:
+    jobs = store.list()
+    st.subheader("Jobs")
+    if not jobs:
+        st.caption("No jobs yet.")
+        return
+    st.dataframe(job_table(jobs), hide_index=True, width="stretch", column_config={
+        "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0)})
+    chosen = st.selectbox("Job", [j.id for j in jobs], format_func=lambda i: f"#{i}", key="job_view")
+    job = store.get(chosen)
+    left, right = st.columns([3, 1])
+    if job.progress.get("history"):
+        left.plotly_chart(history_chart(job.progress["history"]), key=f"curve_{job.id}")
+    if job.status not in FINISHED and right.button("Cancel", key=f"cancel_{job.id}"):
+        right.info(f"Job {job.id}: {store.request_cancel(job.id)}")
+    if job.error:
+        right.error(job.error[-600:])
+    with st.expander("Log"):
+        st.code(job.log_path.read_text(errors="replace")[-5000:] if job.log_path.is_file() else "(no log yet)")
+
+
+live()
+
+finished = [j for j in store.list() if j.status == "succeeded" and j.metrics]
+if finished:
+    st.subheader("Compare finished runs")
+    table = pd.DataFrame([{"job": j.id, "model": j.config.get("model", "demo"), "head": j.config.get("head", "cls"),
+                           "evaluated on": j.metrics.get("evaluated_on"), "accuracy": j.metrics.get("accuracy"),
+                           "macro_f1": j.metrics.get("macro_f1")} for j in finished])
+    st.dataframe(table, hide_index=True, width="stretch")
+    fig = go.Figure([go.Bar(name=m, x=[f"#{r.job} {r.head}" for r in table.itertuples()], y=table[m])
+                     for m in ("accuracy", "macro_f1")])
+    fig.update_layout(barmode="group", yaxis={"range": [0, 1]}, height=320, margin={"t": 30})
+    st.plotly_chart(fig)
+    picked = st.multiselect("Majority-vote ensemble of", [j.id for j in finished], key="job_ensemble",
+                            help="runs evaluated on the same examples; ties go to the first label")
+    if len(picked) >= 2:
+        preds = [pd.read_csv(store.directory(i) / "artifacts" / "predictions.csv", keep_default_na=False)
+                 for i in picked]
+        if any(not p.example_id.equals(preds[0].example_id) for p in preds):
+            st.error("These runs were evaluated on different examples; pick runs on the same data.")
+        else:
+            names = sorted(set(preds[0].label) | {x for p in preds for x in p.prediction})
+            vote = majority_vote([np.array([names.index(x) for x in p.prediction]) for p in preds])
+            from sklearn.metrics import accuracy_score, f1_score
+
+            truth = [names.index(x) for x in preds[0].label]
+            st.metric("Ensemble accuracy", f"{accuracy_score(truth, vote):.4f}",
+                      help=f"macro-F1 {f1_score(truth, vote, average='macro'):.4f}")

@@ -1,0 +1,100 @@
+"""AppTests of the fine-tuning jobs page and the layer-weights page, with the runner faked (no worker)."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from analysis.finetune import Splits, run_finetune
+from analysis.training import FinetuneConfig
+from jobs.store import JobStore
+from models.loading import ModelSpec
+from tests.test_app import run_page
+from tests.test_training import bert4, synthetic  # noqa: F401  (bert4 is a fixture)
+
+JOBS, WEIGHTS = "pages/5_Fine_Tune_Jobs.py", "pages/3_Layer_Weights.py"
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path))
+    monkeypatch.setenv("LAYERLENS_JOBS_NO_WORKER", "1")
+    return JobStore(tmp_path / "jobs")
+
+
+def finished_job(store: JobStore, model, head: str) -> int:
+    """A job as the worker leaves it: artifacts from a real (tiny) run, status succeeded."""
+    config = {"model": str(model), "train": "x", "head": head, "epochs": 2}
+    job_id = store.submit(config, "cpu", f"{head} run")
+    store.claim("cpu", 10)
+    metrics = run_finetune(ModelSpec(str(model), device="cpu"), Splits(synthetic(24), synthetic(12, seed=1)),
+                           FinetuneConfig(head=head, epochs=2, batch_size=8, lr=3e-3), store.directory(job_id) /
+                           "artifacts")
+    store.finish(job_id, "succeeded", metrics=metrics)
+    return job_id
+
+
+def test_submit_from_the_page_queues_a_job(home, tiny_dirs):
+    at = run_page(JOBS, model=str(tiny_dirs["bert"]))
+    assert not at.exception and not at.error
+    at.selectbox(key="job_head").set_value("cls").run()
+    at.button(key="job_submit").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert "queued" in at.success[0].value
+    jobs = home.list()
+    assert len(jobs) == 1 and jobs[0].status == "queued" and jobs[0].config["head"] == "cls"
+    assert jobs[0].config["train"] == "demo"
+    assert at.dataframe[0].value["status"].tolist() == ["queued"]
+
+
+def test_bad_options_are_a_message_and_nothing_is_queued(home, tiny_dirs):
+    at = run_page(JOBS, model=str(tiny_dirs["bert"]))
+    at.radio(key="job_source").set_value("A file on the server").run()
+    at.text_input(key="job_path").set_value("/nowhere/train.csv").run()
+    at.button(key="job_submit").click().run()
+    assert not at.exception and "Not queued: no such file" in at.error[0].value
+    assert home.list() == []
+
+
+def test_finished_runs_are_compared_and_voted(home, bert4):  # noqa: F811
+    first, second = finished_job(home, bert4, "attention"), finished_job(home, bert4, "cls")
+    at = run_page(JOBS, model=str(bert4))
+    assert not at.exception
+    compare = at.dataframe[1].value
+    assert compare["job"].tolist() == [second, first]
+    expected = json.loads((home.directory(first) / "artifacts" / "metrics.json").read_text())["accuracy"]
+    assert compare.set_index("job").loc[first, "accuracy"] == pytest.approx(expected)
+    at.multiselect(key="job_ensemble").set_value([first, second]).run()
+    assert not at.exception and at.metric[0].label == "Ensemble accuracy"
+
+
+def test_cancel_a_queued_job_from_the_page(home, tiny_dirs):
+    job_id = home.submit({"model": str(tiny_dirs["bert"]), "train": "demo"}, "cpu", "waiting")
+    at = run_page(JOBS, model=str(tiny_dirs["bert"]))
+    at.button(key=f"cancel_{job_id}").click().run()
+    assert not at.exception and home.get(job_id).status == "cancelled"
+
+
+def test_layer_weights_page_shows_the_saved_weights(home, bert4):  # noqa: F811
+    job_id = finished_job(home, bert4, "attention")
+    at = run_page(WEIGHTS, model=str(bert4))
+    assert not at.exception and not at.error
+    charts = at.get("plotly_chart")
+    assert len(charts) == 5  # heat map, by class, by epoch, atlas after epoch 1 and after epoch 2
+    art = home.directory(job_id) / "artifacts"
+    heat = json.loads(charts[0].proto.spec)["data"][0]
+    weights = pd.read_csv(art / "layer_weights.csv")
+    shape = heat["z"]["shape"] if isinstance(heat["z"], dict) else f"{len(heat['z'])}, {len(heat['z'][0])}"
+    assert shape == f"{len(weights)}, 4"  # examples x layers 1..4 of a 4-layer model
+    assert at.button(key="lw_go_probe_compare") is not None
+
+
+def test_layer_weights_page_without_jobs_says_what_to_do(home, tiny_dirs):
+    at = run_page(WEIGHTS, model=str(tiny_dirs["bert"]))
+    assert not at.exception and "No finished job yet" in at.info[0].value
+
+
+def test_a_head_without_weights_is_explained(home, bert4):  # noqa: F811
+    finished_job(home, bert4, "cls")
+    at = run_page(WEIGHTS, model=str(bert4))
+    assert not at.exception and "learns no layer weights" in at.info[0].value
