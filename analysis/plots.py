@@ -179,7 +179,8 @@ def history_chart(history: list[dict]) -> go.Figure:
         fig.add_trace(go.Scatter(x=epochs, y=[h[key] for h in history], name=name, mode="lines+markers",
                                  line={"color": colour}, yaxis="y2"))
     fig.update_layout(xaxis={"title": "epoch", "dtick": 1}, yaxis={"title": "loss"},
-                      yaxis2={"title": "score", "overlaying": "y", "side": "right", "range": [0, 1]},
+                      yaxis2={"title": "score", "overlaying": "y", "side": "right", "range": [0, 1.02],
+                              "tickmode": "linear", "dtick": 0.2, "showgrid": False},
                       height=320, margin={"t": 30, "b": 10}, legend={"orientation": "h", "y": -0.25})
     return fig
 

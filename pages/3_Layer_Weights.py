@@ -84,14 +84,19 @@ if not mlm.is_dir():
 else:
     st.caption("The fine-tuned encoder under the model's pre-trained MLM head, compared with the pre-trained model.")
     c1, c2 = st.columns(2)
-    for column, label, page, key in ((c1, "Reconstruction: pre-trained vs fine-tuned", "pages/1_Reconstruction.py",
-                                      "probe_compare"),
-                                     (c2, "Layer atlas: pre-trained vs fine-tuned", "pages/2_Layer_Atlas.py",
-                                      "atlas_compare")):
-        if column.button(label, key=f"lw_go_{key}"):
-            base = job.config.get("model", "demo")
-            st.session_state[KEY_MODEL] = base if base in SUGGESTED_MODELS else OTHER
-            if base not in SUGGESTED_MODELS:
-                st.session_state[KEY_OTHER] = base
-            st.session_state[key] = str(mlm)
-            st.switch_page(page)
+
+    def preselect(key: str, page: str) -> None:
+        """A button callback (it runs before the next script run, when widget state may still change)."""
+        base = job.config.get("model", "demo")
+        st.session_state[KEY_MODEL] = base if base in SUGGESTED_MODELS else OTHER
+        if base not in SUGGESTED_MODELS:
+            st.session_state[KEY_OTHER] = base
+        st.session_state[key] = str(mlm)
+        st.session_state["lw_go"] = page
+
+    c1.button("Reconstruction: pre-trained vs fine-tuned", key="lw_go_probe_compare", on_click=preselect,
+              args=("probe_compare", "pages/1_Reconstruction.py"))
+    c2.button("Layer atlas: pre-trained vs fine-tuned", key="lw_go_atlas_compare", on_click=preselect,
+              args=("atlas_compare", "pages/2_Layer_Atlas.py"))
+    if page := st.session_state.pop("lw_go", None):
+        st.switch_page(page)

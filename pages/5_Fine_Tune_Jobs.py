@@ -95,7 +95,8 @@ def live() -> None:
         return
     st.dataframe(job_table(jobs), hide_index=True, width="stretch", column_config={
         "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0)})
-    chosen = st.selectbox("Job", [j.id for j in jobs], format_func=lambda i: f"#{i}", key="job_view")
+    labels = {j.id: f"#{j.id} {j.name} ({j.status})" for j in jobs}
+    chosen = st.selectbox("Job", list(labels), format_func=labels.get, key="job_view")
     job = store.get(chosen)
     left, right = st.columns([3, 1])
     if job.progress.get("history"):

@@ -86,7 +86,9 @@ def test_layer_weights_page_shows_the_saved_weights(home, bert4):  # noqa: F811
     weights = pd.read_csv(art / "layer_weights.csv")
     shape = heat["z"]["shape"] if isinstance(heat["z"], dict) else f"{len(heat['z'])}, {len(heat['z'][0])}"
     assert shape == f"{len(weights)}, 4"  # examples x layers 1..4 of a 4-layer model
-    assert at.button(key="lw_go_probe_compare") is not None
+    at.button(key="lw_go_probe_compare").click().run()  # to the probe, the fine-tuned model preselected
+    assert not at.exception
+    assert at.text_input(key="probe_compare").value == str(art / "checkpoint" / "mlm")
 
 
 def test_layer_weights_page_without_jobs_says_what_to_do(home, tiny_dirs):
