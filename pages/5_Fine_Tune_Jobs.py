@@ -89,6 +89,10 @@ if st.button("Submit the job", type="primary", key="job_submit", disabled=not tr
 @st.fragment(run_every=2)
 def live() -> None:
     jobs = store.list()
+    done = sum(j.status in FINISHED for j in jobs)
+    if st.session_state.setdefault("jobs_done", done) != done:  # a job ended: redraw the comparison below too
+        st.session_state["jobs_done"] = done
+        st.rerun(scope="app")
     st.subheader("Jobs")
     if not jobs:
         st.caption("No jobs yet.")
