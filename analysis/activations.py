@@ -101,6 +101,8 @@ def hidden_states(loaded: LoadedModel, batch: Batch, input_ids: torch.Tensor | N
     ``input_ids`` replaces the batch's ids (for masking) while keeping its attention mask.
     """
     out = loaded.model.base_model(**batch.model_inputs(input_ids), output_hidden_states=True, return_dict=True)
+    if len(out.hidden_states) != loaded.num_layers + 1:  # e.g. output hooks installed twice on shared layers
+        raise RuntimeError(f"the model returned {len(out.hidden_states)} hidden states for {loaded.num_layers} layers")
     return out.hidden_states
 
 

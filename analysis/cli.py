@@ -389,6 +389,59 @@ def run_finetune_args(args: argparse.Namespace, callbacks: list = ()) -> dict:
     return metrics
 
 
+def add_duplicate_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("duplication")
+    plan = g.add_mutually_exclusive_group()
+    plan.add_argument("--duplicate-first", type=int, metavar="K",
+                      help="the paper's plan: copy each of the first K layers right after itself (L -> L + K)")
+    plan.add_argument("--plan", help="0-based source layer of each new layer, e.g. 0,0,1,1,2,2,3,4,5")
+    plan.add_argument("--depth", type=positive_int, help="ALBERT: apply the shared layer this many times")
+    g.add_argument("--preview-input", type=Path, help="texts to probe the deeper model on (writes preview/)")
+    g.add_argument("--column", default="text", help="text column of --preview-input (csv/tsv/jsonl)")
+    g.add_argument("--sweep", action="store_true", help="final-layer accuracy for K = 0..L duplicated layers on "
+                   "--preview-input (writes sweep.csv)")
+
+
+def cmd_duplicate(args: argparse.Namespace) -> int:
+    """Layer duplication: export a deeper model (and probe it) without training."""
+    from analysis.duplication import duplicate_first, export, parse_plan, preview, sweep
+    from analysis.inputs import read_file
+    from analysis.reconstruction import probe
+    from models.loading import load_model
+
+    if args.out is None:
+        raise UserError("--out DIR is required: the deeper model is saved there")
+    if args.sweep and args.preview_input is None:
+        raise UserError("--sweep needs --preview-input (the texts to probe)")
+    inputs = read_file(args.preview_input, args.column) if args.preview_input else None
+    loaded = load_model(spec_from_args(args))
+    albert = loaded.anatomy.family == "albert"
+    if args.depth is not None:
+        if not albert:
+            raise UserError("--depth is for ALBERT (one shared layer); use --duplicate-first or --plan")
+        plan = [0] * args.depth
+    elif args.plan is not None:
+        if albert:
+            raise UserError("ALBERT shares one layer across depth: give --depth N instead of a plan")
+        plan = parse_plan(args.plan, loaded.num_layers)
+    else:
+        plan = duplicate_first(loaded.num_layers, args.duplicate_first or 0)
+    out = prepare_out(args.out)
+    export(loaded, plan, out)
+    print(f"plan ({len(plan)} layers): {','.join(map(str, plan)) if not albert else f'shared x {len(plan)}'}")
+    if inputs is not None:
+        result = probe(preview(loaded, plan), inputs)
+        (out / "preview").mkdir(exist_ok=True)
+        result.layers.to_csv(out / "preview" / "layers.csv", index=False)
+        print(result.layers.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    if args.sweep:
+        table = sweep(loaded, inputs)
+        table.to_csv(out / "sweep.csv", index=False)
+        print(table.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    print(f"wrote {out} (loads with AutoModelForMaskedLM.from_pretrained)", file=sys.stderr)
+    return 0
+
+
 def add_jobs_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     s = sub.add_parser("submit", help="queue a fine-tuning job (prints its id last) and start a worker if needed")
@@ -472,6 +525,8 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str, Callable[[ar
               add_atlas_arguments),
     "finetune": (cmd_finetune, "fine-tune a layer-pooling classifier head and the encoder on labelled data",
                  add_finetune_arguments),
+    "duplicate": (cmd_duplicate, "layer duplication: a deeper model from the pre-trained layers, without training",
+                  add_duplicate_arguments),
     "jobs": (cmd_jobs, "background fine-tuning jobs: submit, list, show, cancel, logs", add_jobs_arguments),
 }
 

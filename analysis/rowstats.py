@@ -57,6 +57,8 @@ def row_stats_numpy(logits: np.ndarray, targets: np.ndarray, k: int):
     logits = np.ascontiguousarray(logits, dtype=np.float32)
     targets = targets.astype(np.int64)
     n = logits.shape[0]
+    if targets.shape != (n,) or (n and not 0 <= targets.min() <= targets.max() < logits.shape[1]):
+        raise ValueError(f"targets {targets.shape} do not match logits {logits.shape}")  # the kernel trusts them
     k = max(1, min(k, logits.shape[1]))
     pred, rank = np.empty(n, np.int64), np.empty(n, np.int64)
     top_ids, top_vals = np.empty((n, k), np.int64), np.empty((n, k), np.float32)

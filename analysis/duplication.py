@@ -1,0 +1,230 @@
+"""Layer duplication (Kao et al. 2020, §3): a deeper model made of the pre-trained layers, without training.
+
+A **plan** lists the source layer (0-based encoder layer) of each layer of the new model, in order. The paper's
+preset makes an L-layer model L + k deep by inserting a copy of each of the first k layers right after its
+original (12 -> 15: ``0,0,1,1,2,2,3,...,11``). ALBERT shares one layer across depth, so its plan is a depth N.
+
+- :func:`preview` builds a *view*: new module objects down to the encoder whose layer list holds the same
+  layer modules in plan order, with a copied config. No weight is copied and the (shared, cached) model is not
+  touched: its objects, config and parameters stay as they were.
+- :func:`export` materialises independent copies in a fresh model of the new depth and ``save_pretrained``s it;
+  plain ``AutoModelForMaskedLM.from_pretrained`` loads it and computes what the preview computed.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from transformers import AutoModelForMaskedLM
+
+from analysis.activations import counted_mask, encode, hidden_states, make_batch, max_input_length
+from analysis.inputs import InputError, TextInputs
+from models.anatomy import anatomy_of
+from models.loading import LoadedModel
+
+LAYER_LISTS = {"bert": "encoder.layer", "roberta": "encoder.layer", "electra": "encoder.layer",
+               "distilbert": "transformer.layer"}
+
+
+def duplicate_first(num_layers: int, k: int) -> list[int]:
+    """The paper's plan: the first ``k`` layers each followed by a copy of itself, then the rest."""
+    if not 0 <= k <= num_layers:
+        raise InputError(f"can duplicate 0..{num_layers} of the first layers, not {k}")
+    return [i for i in range(num_layers) for _ in range(2 if i < k else 1)]
+
+
+def duplicate_last(num_layers: int, k: int) -> list[int]:
+    if not 0 <= k <= num_layers:
+        raise InputError(f"can duplicate 0..{num_layers} of the last layers, not {k}")
+    return [i for i in range(num_layers) for _ in range(2 if i >= num_layers - k else 1)]
+
+
+def parse_plan(text: str, num_layers: int) -> list[int]:
+    """A custom plan from ``"0,0,1,2"`` (0-based source layers; repeats, drops and reorders allowed)."""
+    parts = [p for p in re.split(r"[,\s]+", text.strip()) if p]
+    if not parts:
+        raise InputError("the plan is empty: list the source layer of each new layer, e.g. 0,0,1,2,3")
+    try:
+        plan = [int(p) for p in parts]
+    except ValueError:
+        raise InputError(f"cannot read the plan '{text}': use whole numbers separated by commas") from None
+    bad = sorted({i for i in plan if not 0 <= i < num_layers})
+    if bad:
+        raise InputError(f"layer(s) {', '.join(map(str, bad))} do not exist: the source model has layers "
+                         f"0..{num_layers - 1} (0-based)")
+    return plan
+
+
+def check_plan(plan: list[int], loaded: LoadedModel) -> list[int]:
+    if not plan:
+        raise InputError("the plan is empty")
+    if loaded.anatomy.family == "albert":
+        return plan  # a depth: every entry is the shared layer
+    return parse_plan(",".join(map(str, plan)), loaded.num_layers)
+
+
+def _family(loaded: LoadedModel) -> str:
+    return "roberta" if loaded.anatomy.family in ("roberta", "xlm-roberta") else loaded.anatomy.family
+
+
+def _view_path(model: torch.nn.Module, dotted: str) -> torch.nn.Module:
+    """A shallow copy of ``model`` in which the modules along ``dotted`` (e.g. ``bert.encoder``) are shallow
+    copies too, so replacing a child of the last one changes nothing in ``model``. Returns the copy."""
+    root = copy.copy(model)
+    root._modules = dict(model._modules)
+    node = root
+    for name in dotted.split(".") if dotted else []:
+        child = copy.copy(node._modules[name])
+        child._modules = dict(child._modules)
+        node._modules[name] = child
+        node = child
+    return root
+
+
+@torch.inference_mode()
+def _hooks_installed(loaded: LoadedModel) -> None:
+    """transformers 5 records hidden states with forward hooks that a model installs on its layer modules on
+    its first forward, and marks the model object as hooked. A view made before that would install a second
+    set on the shared layers (doubling every recorded state, in the cached model too). One tiny forward of the
+    original, by the public path, installs them first; the view then inherits the mark."""
+    ids = torch.tensor([[loaded.tokenizer.cls_token_id or 0, loaded.tokenizer.sep_token_id or 0]],
+                       device=loaded.spec.device)
+    loaded.model.base_model(input_ids=ids, output_hidden_states=True)
+    loaded.model(input_ids=ids, output_hidden_states=True)
+
+
+def preview(loaded: LoadedModel, plan: list[int]) -> LoadedModel:
+    """The deeper model as a view over ``loaded``'s modules (see the module docstring). For ALBERT ``plan``
+    only gives the depth, ``len(plan)``."""
+    plan = check_plan(plan, loaded)
+    _hooks_installed(loaded)
+    model = loaded.model
+    config = copy.deepcopy(model.config)
+    config.num_hidden_layers = len(plan)
+    base_name = model.base_model_prefix
+    family = _family(loaded)
+    if family == "albert":
+        view = _view_path(model, f"{base_name}.encoder")
+        encoder = view._modules[base_name]._modules["encoder"]
+    else:
+        holder_path, list_name = LAYER_LISTS[family].rsplit(".", 1)
+        view = _view_path(model, f"{base_name}.{holder_path}")
+        encoder = view._modules[base_name]._modules[holder_path]
+        layers = encoder._modules[list_name]
+        encoder._modules[list_name] = torch.nn.ModuleList([layers[i] for i in plan])
+        if hasattr(encoder, "n_layers"):
+            encoder.n_layers = len(plan)
+    encoder.config = config
+    view._modules[base_name].config = config
+    view.config = config
+    return dataclasses.replace(loaded, model=view, anatomy=anatomy_of(view), nbytes=0, load_seconds=0.0)
+
+
+def export(loaded: LoadedModel, plan: list[int], out: Path) -> Path:
+    """Save the deeper model to ``out`` (``save_pretrained``, with the tokenizer and ``duplication.json``)."""
+    plan = check_plan(plan, loaded)
+    source = loaded.model
+    config = copy.deepcopy(source.config)
+    config.num_hidden_layers = len(plan)
+    state = {k: v.detach().clone() for k, v in source.state_dict().items()}
+    family = _family(loaded)
+    if family != "albert":
+        prefix = f"{source.base_model_prefix}.{LAYER_LISTS[family]}."
+        pattern = re.compile(re.escape(prefix) + r"(\d+)\.(.*)")
+        layers = {}
+        for key, value in state.items():
+            if m := pattern.fullmatch(key):
+                layers.setdefault(int(m.group(1)), {})[m.group(2)] = value
+        state = {k: v for k, v in state.items() if not pattern.fullmatch(k)}
+        for new, src in enumerate(plan):
+            state.update({f"{prefix}{new}.{name}": value.clone() for name, value in layers[src].items()})
+    model = AutoModelForMaskedLM.from_config(config, dtype=next(source.parameters()).dtype)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    tied = {k for k in missing if k.endswith(("decoder.weight", "decoder.bias"))}
+    if set(missing) - tied or unexpected:
+        raise RuntimeError(f"export mismatch: missing {sorted(set(missing) - tied)[:4]}, unexpected "
+                           f"{sorted(unexpected)[:4]}")
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    loaded.tokenizer.save_pretrained(out)
+    (out / "duplication.json").write_text(json.dumps({"source": loaded.spec.name, "source_layers": loaded.num_layers,
+                                                      "plan": plan, "family": loaded.anatomy.family}, indent=2))
+    return out
+
+
+def source_names(plan: list[int], family: str) -> list[str]:
+    """Hidden-state labels of the deeper model aligned by source: ``embeddings``, then ``L{i} (copy of {s})``."""
+    names = ["embeddings"]
+    for i, src in enumerate(plan, start=1):
+        names.append(f"{i} ← shared" if family == "albert" else f"{i} ← {src + 1}")
+    return names
+
+
+@torch.inference_mode()
+def token_states(loaded: LoadedModel, inputs: TextInputs, max_tokens: int = 4000, batch_size: int = 32) -> np.ndarray:
+    """``(L + 1, n, hidden)``: every state at the first ``max_tokens`` counted (non-special) token positions of
+    ``inputs``, in input order."""
+    tok = loaded.tokenizer
+    encoded = encode(tok, inputs, max_input_length(loaded))
+    special = list(tok.all_special_ids)
+    parts, n = [], 0
+    for start in range(0, len(encoded), batch_size):
+        batch = make_batch(encoded, list(range(start, min(start + batch_size, len(encoded)))), tok.pad_token_id,
+                           loaded.spec.device)
+        keep = counted_mask(batch, special, include_special=False)
+        states = torch.stack(hidden_states(loaded, batch))[:, keep]  # (L + 1, tokens, hidden)
+        parts.append(states.float().cpu().numpy())
+        n += states.shape[1]
+        if n >= max_tokens:
+            break
+    return np.concatenate(parts, axis=1)[:, :max_tokens]
+
+
+def compare(loaded: LoadedModel, plan: list[int], inputs: TextInputs, progress: Callable | None = None) -> dict:
+    """The preview's analyses: per-layer probe of the original and the deeper model on ``inputs`` and the
+    original x deeper linear CKA of their token states. Returns ``{"original", "deeper", "cka", "names"}``."""
+    from analysis.reconstruction import probe
+
+    deeper = preview(loaded, plan)
+    original_result = probe(loaded, inputs)
+    deeper_result = probe(deeper, inputs)
+    cka = cross_cka(token_states(loaded, inputs), token_states(deeper, inputs))
+    return {"original": original_result, "deeper": deeper_result, "cka": cka,
+            "names": source_names(check_plan(plan, loaded), loaded.anatomy.family)}
+
+
+def sweep(loaded: LoadedModel, inputs: TextInputs, progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
+    """The paper's sweep: final-layer reconstruction accuracy with the first k layers duplicated, k = 0..L
+    (ALBERT: depth L + k). Columns ``duplicated,final_layer_accuracy``."""
+    from analysis.reconstruction import probe
+
+    rows = []
+    for k in range(loaded.num_layers + 1):
+        plan = duplicate_first(loaded.num_layers, k)
+        layers = probe(preview(loaded, plan), inputs).layers
+        rows.append({"duplicated": k, "final_layer_accuracy": float(layers["accuracy"].iloc[-1])})
+        if progress:
+            progress(k + 1, loaded.num_layers + 1)
+    return pd.DataFrame(rows)
+
+
+def cross_cka(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``(Sa, Sb)`` linear CKA between every state of ``a`` ``(Sa, n, d)`` and of ``b`` ``(Sb, n, d)``."""
+    x = torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
+    y = torch.from_numpy(np.ascontiguousarray(b, dtype=np.float32))
+    x, y = x - x.mean(1, keepdim=True), y - y.mean(1, keepdim=True)
+    self_x = torch.stack([(m.T @ m).double().square().sum().sqrt() for m in x])
+    self_y = torch.stack([(m.T @ m).double().square().sum().sqrt() for m in y])
+    out = torch.empty(len(x), len(y), dtype=torch.float64)
+    for i in range(len(x)):
+        for j in range(len(y)):
+            out[i, j] = (x[i].T @ y[j]).double().square().sum() / (self_x[i] * self_y[j]).clamp(min=1e-300)
+    return out.numpy()

@@ -1,0 +1,160 @@
+"""Layer duplication: views equal exports equal plain transformers; the cached model is never touched."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from transformers import AutoModelForMaskedLM
+
+from analysis.cli import main
+from analysis.duplication import (
+    cross_cka,
+    duplicate_first,
+    duplicate_last,
+    export,
+    parse_plan,
+    preview,
+    sweep,
+    token_states,
+)
+from analysis.inputs import InputError, TextInputs
+from analysis.projection import linear_cka
+from analysis.reconstruction import probe
+from models.loading import ModelSpec, load_model
+
+TEXTS = TextInputs(("the film is good .", "i hated it , very dull !", "fun and not bad"))
+
+
+def loaded_of(path):
+    return load_model(ModelSpec(str(path), device="cpu"))
+
+
+def batch(loaded):
+    return loaded.tokenizer(list(TEXTS.texts), padding=True, return_tensors="pt")
+
+
+def plan_for(loaded, extra: int):
+    if loaded.anatomy.family == "albert":
+        return [0] * (loaded.num_layers + extra)
+    return duplicate_first(loaded.num_layers, min(extra, loaded.num_layers))
+
+
+@torch.no_grad()
+def test_zero_duplications_are_bit_identical(tiny_dir):
+    loaded = loaded_of(tiny_dir)
+    enc = batch(loaded)
+    ref = loaded.model(**enc, output_hidden_states=True)
+    out = preview(loaded, plan_for(loaded, 0)).model(**enc, output_hidden_states=True)
+    assert torch.equal(ref.logits, out.logits)
+    assert len(out.hidden_states) == len(ref.hidden_states)
+    assert all(torch.equal(a, b) for a, b in zip(ref.hidden_states, out.hidden_states, strict=True))
+
+
+@torch.no_grad()
+def test_export_computes_what_the_preview_computed(tiny_dir, tmp_path):
+    loaded = loaded_of(tiny_dir)
+    plan = plan_for(loaded, 2)
+    enc = batch(loaded)
+    view = preview(loaded, plan).model(**enc, output_hidden_states=True)
+    exported = AutoModelForMaskedLM.from_pretrained(export(loaded, plan, tmp_path / "deeper")).eval()
+    out = exported(**enc, output_hidden_states=True)
+    assert exported.config.num_hidden_layers == len(plan) == len(view.hidden_states) - 1
+    assert torch.equal(view.logits, out.logits)
+    assert all(torch.equal(a, b) for a, b in zip(view.hidden_states, out.hidden_states, strict=True))
+
+
+@torch.no_grad()
+def test_duplicated_layers_really_repeat_their_source(tiny_dirs):
+    loaded = loaded_of(tiny_dirs["bert"])  # 3 layers; plan 0,0,1,2
+    enc = loaded.tokenizer(["the film is good ."], return_tensors="pt")  # one text: no padding, no mask needed
+    states = preview(loaded, [0, 0, 1, 2]).model(**enc, output_hidden_states=True).hidden_states
+    again = loaded.model.bert.encoder.layer[0](states[1])
+    again = again[0] if isinstance(again, tuple) else again
+    torch.testing.assert_close(states[2], again)  # the copy applies layer 0 to layer 0's output
+
+
+@torch.no_grad()
+def test_albert_depth_n_equals_loading_with_num_hidden_layers(tiny_dirs):
+    path = tiny_dirs["albert"]
+    loaded = loaded_of(path)
+    enc = batch(loaded)
+    for depth in (1, 5, 7):  # fewer than, and past, the trained depth of 3
+        ref = AutoModelForMaskedLM.from_pretrained(path, num_hidden_layers=depth).eval()(**enc).logits
+        assert torch.equal(preview(loaded, [0] * depth).model(**enc).logits, ref)
+
+
+@torch.no_grad()
+def test_the_cached_model_is_unchanged_by_a_preview(tiny_dir):
+    loaded = loaded_of(tiny_dir)
+    model = loaded.model
+    enc = batch(loaded)
+    before = model(**enc, output_hidden_states=True)  # its own first forward installs its output hooks
+    params = {k: v.clone() for k, v in model.state_dict().items()}
+    config = model.config.to_dict()
+    modules = [(name, id(m), len(m._forward_hooks)) for name, m in model.named_modules()]
+    view = preview(loaded, plan_for(loaded, 3))
+    view.model(**enc, output_hidden_states=True)
+    probe(view, TEXTS)
+    after = model(**enc, output_hidden_states=True)
+    assert model.config.to_dict() == config
+    assert [(name, id(m), len(m._forward_hooks)) for name, m in model.named_modules()] == modules
+    assert all(torch.equal(v, params[k]) for k, v in model.state_dict().items())
+    assert len(after.hidden_states) == len(before.hidden_states) and torch.equal(after.logits, before.logits)
+    assert sum(p.numel() for p in view.model.parameters()) == sum(p.numel() for p in model.parameters())  # a view
+
+
+def test_plans():
+    assert duplicate_first(12, 3) == [0, 0, 1, 1, 2, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
+    assert duplicate_first(4, 0) == [0, 1, 2, 3] and duplicate_last(4, 1) == [0, 1, 2, 3, 3]
+    assert parse_plan("3, 2 1", 4) == [3, 2, 1]
+
+
+@pytest.mark.parametrize("text, message", [("", "empty"), ("0,1,9", "9 do not exist"),
+                                           ("0,-1", "do not exist"), ("a,b", "whole numbers")])
+def test_plan_validation(text, message):
+    with pytest.raises(InputError, match=message):
+        parse_plan(text, 4)
+
+
+def test_bad_duplicate_counts(tiny_dirs):
+    with pytest.raises(InputError, match="0..3"):
+        duplicate_first(3, 4)
+    with pytest.raises(InputError, match="empty"):
+        preview(loaded_of(tiny_dirs["bert"]), [])
+
+
+def test_cross_cka_of_the_identity_plan_is_linear_cka(tiny_dirs):
+    loaded = loaded_of(tiny_dirs["bert"])
+    a = token_states(loaded, TEXTS)
+    b = token_states(preview(loaded, [0, 1, 2]), TEXTS)
+    np.testing.assert_allclose(cross_cka(a, b), linear_cka(a), atol=1e-5)
+
+
+def test_sweep_starts_at_the_original_model(tiny_dirs):
+    loaded = loaded_of(tiny_dirs["bert"])
+    table = sweep(loaded, TEXTS)
+    assert table["duplicated"].tolist() == [0, 1, 2, 3]
+    assert table.final_layer_accuracy.iloc[0] == pytest.approx(probe(loaded, TEXTS).layers.accuracy.iloc[-1])
+
+
+def test_cli_exports_previews_and_sweeps(tiny_dirs, tmp_path):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS.texts) + "\n")
+    out = tmp_path / "deeper"
+    assert main(["duplicate", "--model", str(tiny_dirs["bert"]), "--duplicate-first", "2", "--preview-input",
+                 str(texts), "--sweep", "--out", str(out)]) == 0
+    assert AutoModelForMaskedLM.from_pretrained(out).config.num_hidden_layers == 5
+    layers = pd.read_csv(out / "preview" / "layers.csv")
+    assert len(layers) == 6 and "accuracy" in layers.columns
+    assert list(pd.read_csv(out / "sweep.csv").columns) == ["duplicated", "final_layer_accuracy"]
+    assert json.loads((out / "duplication.json").read_text())["plan"] == [0, 0, 1, 1, 2]
+
+
+@pytest.mark.parametrize("args, message", [(["--depth", "5"], "--depth is for ALBERT"),
+                                           (["--plan", "0,7"], "do not exist"),
+                                           (["--sweep"], "--sweep needs --preview-input")])
+def test_cli_bad_input(tiny_dirs, tmp_path, capsys, args, message):
+    assert main(["duplicate", "--model", str(tiny_dirs["bert"]), "--out", str(tmp_path / "o"), *args]) == 2
+    assert message in capsys.readouterr().err
