@@ -157,11 +157,14 @@ def separability_curve(runs: dict[str, pd.DataFrame], layer_names: list[str] | N
     return fig
 
 
-def cka_heatmap(cka: np.ndarray, layer_names: list[str], title: str = "Linear CKA between layers") -> go.Figure:
-    """Layer x layer similarity; undefined cells (a constant layer) are left blank."""
-    fig = go.Figure(go.Heatmap(z=cka, x=layer_names, y=layer_names, zmin=0, zmax=1, colorscale="Viridis",
-                               hovertemplate="%{y} vs %{x}: CKA %{z:.3f}<extra></extra>"))
-    fig.update_layout(title=title, height=480, yaxis={"autorange": "reversed"}, margin={"t": 60, "b": 10})
+def cka_heatmap(cka: np.ndarray, layer_names: list[str], title: str = "Linear CKA between layers",
+                column_names: list[str] | None = None, x_title: str = "", y_title: str = "") -> go.Figure:
+    """Layer x layer similarity (rows ``layer_names``, columns ``column_names`` or the same); undefined cells
+    (a constant layer) are left blank."""
+    fig = go.Figure(go.Heatmap(z=cka, x=column_names or layer_names, y=layer_names, zmin=0, zmax=1,
+                               colorscale="Viridis", hovertemplate="%{y} vs %{x}: CKA %{z:.3f}<extra></extra>"))
+    fig.update_layout(title=title, height=480, yaxis={"autorange": "reversed", "title": y_title},
+                      xaxis={"title": x_title}, margin={"t": 60, "b": 10})
     return fig
 
 

@@ -60,8 +60,9 @@ except InputError as exc:
     st.error(str(exc))
 
 c1, c2, c3 = st.columns([2, 2, 1])
-model = c1.text_input("Model", loaded.spec.name, key="job_model", help="the sidebar's model by default; any hub "
-                      "id or local directory (e.g. a duplicated model exported from Layer duplication)")
+st.session_state.setdefault("job_model", loaded.spec.name)  # Layer duplication may preselect its export
+model = c1.text_input("Model", key="job_model", help="the sidebar's model by default; any hub id or local "
+                      "directory (e.g. a deeper model exported from Layer duplication)")
 heads = head_names(loaded.num_layers)
 head = c2.selectbox("Head", heads, index=heads.index("attention"), key="job_head")
 preset = c3.selectbox("Preset", ["(none)", *sorted(PRESETS)], key="job_preset",

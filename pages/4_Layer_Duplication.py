@@ -1,0 +1,105 @@
+"""Layer duplication (Kao et al. 2020, §3): a deeper model from the pre-trained layers, previewed without training."""
+
+import hashlib
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from analysis.duplication import compare, duplicate_first, duplicate_last, export, parse_plan, sweep
+from analysis.inputs import InputError
+from analysis.plots import accuracy_curve, cka_heatmap
+from analysis.store import layerlens_home
+from ui.inputs import text_inputs
+from ui.results import result_key, result_store
+from ui.sidebar import start_page
+
+EXAMPLES = """the film is a charming and often affecting journey .
+it 's a bad movie that tries hard to be good .
+my fellow citizens , the state of the union is strong ."""
+
+loaded = start_page("Layer duplication", (
+    "Make the model **deeper without training** by running some pre-trained layers twice, and check with the "
+    "model's own MLM head whether the deeper model still reconstructs its input (Kao et al. 2020, §3). The "
+    "paper's plan copies each of the first *k* layers right after itself. The preview reuses the loaded "
+    "layers (no extra memory, the shared model untouched); **Export** writes a real deeper model you can "
+    "fine-tune."))
+L, albert = loaded.num_layers, loaded.anatomy.family == "albert"
+
+try:
+    if albert:
+        depth = st.number_input("Depth (ALBERT applies its one shared layer this many times)", 1, 96, L + 2,
+                                key="dup_depth")
+        plan = [0] * int(depth)
+        st.caption(f"Trained depth {L}; {int(depth)} applications of the shared layer.")
+    else:
+        preset = st.radio("Plan", ["Duplicate the first k (the paper)", "Duplicate the last k", "Every layer once",
+                                   "Custom"], horizontal=True, key="dup_preset")
+        if preset == "Custom":
+            text = st.text_input("Source layer of each new layer (0-based; repeat, drop or reorder)",
+                                 ",".join(map(str, duplicate_first(L, 1))), key="dup_custom")
+            plan = parse_plan(text, L)
+        elif preset == "Every layer once":
+            plan = duplicate_first(L, L)
+        else:
+            k = st.slider("k", 0, L, min(3, L), key="dup_k")
+            plan = duplicate_first(L, k) if preset.startswith("Duplicate the first") else duplicate_last(L, k)
+        st.caption(f"{L} -> {len(plan)} layers: " + ", ".join(map(str, plan)))
+except InputError as exc:
+    st.error(str(exc))
+    st.stop()
+
+inputs = text_inputs("dup", EXAMPLES)
+key = result_key(loaded.spec.resolved().to_dict(), plan, inputs.texts if inputs else None)
+left, middle, right = st.columns(3)
+if inputs is not None and left.button("Preview", type="primary", key="dup_preview"):
+    with st.spinner("Probing the original and the deeper model…"):
+        try:
+            result_store().put(key, compare(loaded, plan, inputs))
+        except Exception as exc:  # never a traceback in the UI
+            st.error(f"The preview failed: {type(exc).__name__}: {exc}")
+if inputs is not None and middle.button("Sweep k = 0..L", key="dup_sweep",
+                                        help="final-layer accuracy with the first k layers duplicated (the paper)"):
+    bar = st.progress(0.0, text="Sweeping…")
+    table = sweep(loaded, inputs, progress=lambda done, n: bar.progress(done / n, f"k = {done - 1} of {n - 1}"))
+    bar.empty()
+    result_store().put(key + ":sweep", table)
+
+if (result := result_store().get(key)) is not None:
+    original, deeper = result["original"], result["deeper"]
+    st.plotly_chart(accuracy_curve({"original": original.layers, "deeper": deeper.layers},
+                                   {"original": original.layer_names, "deeper": result["names"]},
+                                   "Reconstruction accuracy by layer (deeper: new layer ← source layer)"))
+    st.plotly_chart(cka_heatmap(result["cka"], original.layer_names, "Linear CKA: original x deeper hidden states",
+                                column_names=result["names"], x_title="deeper", y_title="original"))
+    with st.expander("Tables"):
+        left, right = st.columns(2)
+        left.dataframe(original.layers, hide_index=True)
+        right.dataframe(deeper.layers.assign(source=result["names"]), hide_index=True)
+if (table := result_store().get(key + ":sweep")) is not None:
+    fig = go.Figure(go.Scatter(x=table["duplicated"], y=table["final_layer_accuracy"], mode="lines+markers"))
+    fig.update_layout(title="Final-layer reconstruction accuracy vs duplicated layers", height=360,
+                      xaxis={"title": "duplicated layers k", "dtick": 1}, yaxis={"title": "accuracy", "range": [0, 1]})
+    st.plotly_chart(fig)
+    st.download_button("sweep.csv", table.to_csv(index=False), "sweep.csv", "text/csv", key="dl_sweep")
+
+st.subheader("Export")
+digest = hashlib.sha256(",".join(map(str, plan)).encode()).hexdigest()[:8]
+default = layerlens_home() / "exports" / f"{loaded.spec.name.replace('/', '_')}-{len(plan)}L-{digest}"
+target = st.text_input("Directory", str(default), key="dup_target")
+c1, c2 = st.columns(2)
+if c1.button("Export the deeper model", key="dup_export"):
+    try:
+        st.session_state["dup_exported"] = str(export(loaded, plan, layerlens_home() / target
+                                                      if not target.startswith("/") else type(default)(target)))
+    except (OSError, RuntimeError) as exc:
+        st.error(f"Export failed: {exc}")
+if exported := st.session_state.get("dup_exported"):
+    c1.success(f"Saved to {exported} (loads with AutoModelForMaskedLM.from_pretrained).")
+
+    def fine_tune() -> None:
+        st.session_state["job_model"] = exported
+        st.session_state["dup_go"] = True
+
+    c2.button("Fine-tune this model", key="dup_finetune", on_click=fine_tune)
+    if st.session_state.pop("dup_go", False):
+        st.switch_page("pages/5_Fine_Tune_Jobs.py")

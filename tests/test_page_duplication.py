@@ -1,0 +1,61 @@
+"""AppTest of the layer duplication page: its numbers are the engine's; export and hand-over to the jobs page."""
+
+import pandas as pd
+from transformers import AutoModelForMaskedLM
+
+from analysis.duplication import compare, duplicate_first
+from analysis.inputs import TextInputs
+from models.loading import ModelSpec, load_model
+from tests.test_app import run_page
+
+PAGE = "pages/4_Layer_Duplication.py"
+TEXTS = ("the film is good .", "fun and very dull !")
+
+
+def test_preview_shows_the_engine_numbers(tiny_dirs):
+    at = run_page(PAGE, model=str(tiny_dirs["bert"]))
+    assert not at.exception and not at.error
+    at.slider(key="dup_k").set_value(2).run()
+    at.text_area(key="dup_text").set_value("\n".join(TEXTS)).run()
+    at.button(key="dup_preview").click().run()
+    assert not at.exception and not at.error
+    expected = compare(load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu")), duplicate_first(3, 2),
+                       TextInputs(TEXTS))
+    assert len(at.get("plotly_chart")) == 2  # accuracy curves, CKA
+    pd.testing.assert_frame_equal(at.dataframe[0].value.reset_index(drop=True), expected["original"].layers)
+    shown = at.dataframe[1].value.reset_index(drop=True)
+    pd.testing.assert_frame_equal(shown.drop(columns="source"), expected["deeper"].layers)
+    assert shown["source"].tolist() == ["embeddings", "1 ← 1", "2 ← 1", "3 ← 2", "4 ← 2", "5 ← 3"]
+
+
+def test_custom_plan_errors_are_messages(tiny_dirs):
+    at = run_page(PAGE, model=str(tiny_dirs["bert"]))
+    at.radio(key="dup_preset").set_value("Custom").run()
+    at.text_input(key="dup_custom").set_value("0,5").run()
+    assert not at.exception and "do not exist" in at.error[0].value
+    at.text_input(key="dup_custom").set_value("").run()
+    assert "empty" in at.error[0].value
+
+
+def test_sweep_export_and_fine_tune_hand_over(tiny_dirs, tmp_path, monkeypatch):
+    monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path))
+    at = run_page(PAGE, model=str(tiny_dirs["bert"]))
+    at.text_area(key="dup_text").set_value("\n".join(TEXTS)).run()
+    at.button(key="dup_sweep").click().run()
+    assert not at.exception and len(at.get("plotly_chart")) == 1
+    at.text_input(key="dup_target").set_value(str(tmp_path / "deeper")).run()
+    at.button(key="dup_export").click().run()
+    assert not at.exception and "Saved to" in at.success[0].value
+    assert AutoModelForMaskedLM.from_pretrained(tmp_path / "deeper").config.num_hidden_layers == 6  # 3 + k=3
+    at.button(key="dup_finetune").click().run()
+    assert not at.exception
+    assert at.text_input(key="job_model").value == str(tmp_path / "deeper")
+
+
+def test_albert_takes_a_depth(tiny_dirs):
+    at = run_page(PAGE, model=str(tiny_dirs["albert"]))
+    assert not at.exception and at.number_input(key="dup_depth").value == 5
+    at.text_area(key="dup_text").set_value("\n".join(TEXTS)).run()
+    at.button(key="dup_preview").click().run()
+    assert not at.exception and not at.error
+    assert len(at.dataframe[1].value) == 6  # embeddings + 5 applications of the shared layer
