@@ -43,7 +43,9 @@ try:
         else:
             k = st.slider("k", 0, L, min(3, L), key="dup_k")
             plan = duplicate_first(L, k) if preset.startswith("Duplicate the first") else duplicate_last(L, k)
-        st.caption(f"{L} -> {len(plan)} layers: " + ", ".join(map(str, plan)))
+        st.caption(f"{L} -> {len(plan)} layers. Plan (0-based encoder layers): {', '.join(map(str, plan))}. The "
+                   "charts number layers as hidden states (1 = the first layer's output): `5 ← 3` is new layer 5, "
+                   "a copy of layer 3.")
 except InputError as exc:
     st.error(str(exc))
     st.stop()
