@@ -89,6 +89,12 @@ def decode(data: bytes, name: str = "input") -> str:
         raise InputError(f"{name} is not UTF-8 text (bad byte at position {exc.start}); save it as UTF-8") from None
 
 
+def safe_suffix(name: str) -> str:
+    """The file type of an uploaded ``name`` as a suffix (``.csv``), for storing it under a name of our own:
+    a user's file name (``../../x.csv``) never becomes part of a path."""
+    return "." + format_of(Path(name.replace("\\", "/")).name)
+
+
 def format_of(name: str) -> str:
     suffix = Path(name).suffix.lower().lstrip(".")
     if suffix not in FORMATS:

@@ -1,6 +1,7 @@
 """Layer duplication (Kao et al. 2020, §3): a deeper model from the pre-trained layers, previewed without training."""
 
 import hashlib
+import re
 
 import plotly.graph_objects as go
 import streamlit as st
@@ -86,15 +87,18 @@ if (table := result_store().get(key + ":sweep")) is not None:
 
 st.subheader("Export")
 digest = hashlib.sha256(",".join(map(str, plan)).encode()).hexdigest()[:8]
-default = layerlens_home() / "exports" / f"{loaded.spec.name.replace('/', '_')}-{len(plan)}L-{digest}"
-target = st.text_input("Directory", str(default), key="dup_target")
+exports = layerlens_home() / "exports"
+name = st.text_input(f"Name (saved under {exports})", f"{loaded.spec.name.replace('/', '_')}-{len(plan)}L-{digest}",
+                     key="dup_target", help="letters, digits, dot, dash and underscore")
 c1, c2 = st.columns(2)
 if c1.button("Export the deeper model", key="dup_export"):
-    try:
-        st.session_state["dup_exported"] = str(export(loaded, plan, layerlens_home() / target
-                                                      if not target.startswith("/") else type(default)(target)))
-    except (OSError, RuntimeError) as exc:
-        st.error(f"Export failed: {exc}")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", name or "") or ".." in name:
+        st.error("Use a plain name: letters, digits, dot, dash and underscore (no folders).")
+    else:
+        try:
+            st.session_state["dup_exported"] = str(export(loaded, plan, exports / name))
+        except (OSError, RuntimeError) as exc:
+            st.error(f"Export failed: {exc}")
 if exported := st.session_state.get("dup_exported"):
     c1.success(f"Saved to {exported} (loads with AutoModelForMaskedLM.from_pretrained).")
 

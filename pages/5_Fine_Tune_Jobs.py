@@ -10,7 +10,7 @@ import streamlit as st
 
 from analysis.finetune import majority_vote
 from analysis.heads import head_names
-from analysis.inputs import FORMATS, InputError, columns_of
+from analysis.inputs import FORMATS, InputError, columns_of, safe_suffix
 from analysis.plots import history_chart
 from analysis.store import layerlens_home
 from analysis.training import PRESETS
@@ -39,7 +39,7 @@ try:
         upload = st.file_uploader("A .csv, .tsv or .jsonl file", type=list(FORMATS[1:]), key="job_upload")
         if upload is not None:
             data = upload.getvalue()
-            saved = layerlens_home() / "uploads" / f"{hashlib.sha256(data).hexdigest()[:16]}_{upload.name}"
+            saved = layerlens_home() / "uploads" / f"{hashlib.sha256(data).hexdigest()[:16]}{safe_suffix(upload.name)}"
             saved.parent.mkdir(parents=True, exist_ok=True)
             saved.write_bytes(data)  # the job process reads it from here
             train, columns = str(saved), columns_of(data, upload.name)

@@ -43,13 +43,17 @@ def test_sweep_export_and_fine_tune_hand_over(tiny_dirs, tmp_path, monkeypatch):
     at.text_area(key="dup_text").set_value("\n".join(TEXTS)).run()
     at.button(key="dup_sweep").click().run()
     assert not at.exception and len(at.get("plotly_chart")) == 1
-    at.text_input(key="dup_target").set_value(str(tmp_path / "deeper")).run()
+    at.text_input(key="dup_target").set_value("../../escape").run()
+    at.button(key="dup_export").click().run()
+    assert "plain name" in at.error[0].value and not (tmp_path.parent / "escape").exists()
+    at.text_input(key="dup_target").set_value("deeper").run()
     at.button(key="dup_export").click().run()
     assert not at.exception and "Saved to" in at.success[0].value
-    assert AutoModelForMaskedLM.from_pretrained(tmp_path / "deeper").config.num_hidden_layers == 6  # 3 + k=3
+    target = tmp_path / "exports" / "deeper"  # always inside LAYERLENS_HOME
+    assert AutoModelForMaskedLM.from_pretrained(target).config.num_hidden_layers == 6  # 3 + k=3
     at.button(key="dup_finetune").click().run()
     assert not at.exception
-    assert at.text_input(key="job_model").value == str(tmp_path / "deeper")
+    assert at.text_input(key="job_model").value == str(target)
 
 
 def test_albert_takes_a_depth(tiny_dirs):

@@ -1,0 +1,87 @@
+"""Hostile and random input: parsers raise only InputError, uploads never choose paths, nothing is evaluated."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from analysis.duplication import parse_plan
+from analysis.inputs import InputError, parse, safe_suffix
+from analysis.projection import parse_layers
+
+NAMES = ["x.txt", "x.csv", "x.tsv", "x.jsonl"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=400), name=st.sampled_from(NAMES), column=st.sampled_from(["text", "label", "a"]))
+def test_parse_raises_only_input_errors_on_any_bytes(data, name, column):
+    try:
+        out = parse(data, name, column if name != "x.txt" else "text")
+    except InputError:
+        return
+    assert len(out.texts) == len(out.ids) and all(t.strip() for t in out.texts)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.tuples(st.text(max_size=30), st.text(max_size=8)), min_size=1, max_size=20))
+def test_jsonl_rows_round_trip_as_data(rows):
+    import json
+
+    text = "\n".join(json.dumps({"text": t, "label": lab}) for t, lab in rows)
+    try:
+        out = parse(text, "x.jsonl", label_column="label")
+    except InputError:
+        assert all(not " ".join(t.split()) or not " ".join(lab.split()) for t, lab in rows)
+        return
+    kept = [(" ".join(t.split()), " ".join(lab.split())) for t, lab in rows]
+    assert list(out.texts) == [t for t, lab in kept if t and lab]
+
+
+@settings(max_examples=300, deadline=None)
+@given(plan=st.lists(st.integers(min_value=0, max_value=11), min_size=1, max_size=40))
+def test_valid_plans_parse_back(plan):
+    assert parse_plan(",".join(map(str, plan)), 12) == plan
+    assert parse_plan(" ".join(map(str, plan)), 12) == plan
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(max_size=40))
+def test_any_plan_text_is_a_plan_or_an_input_error(text):
+    try:
+        plan = parse_plan(text, 12)
+    except InputError:
+        return
+    assert plan and all(0 <= i < 12 for i in plan)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(max_size=20))
+def test_any_layers_text_is_layers_or_an_input_error(text):
+    try:
+        layers = parse_layers(text, 13)
+    except InputError:
+        return
+    assert layers and all(0 <= i < 13 for i in layers) and len(set(layers)) == len(layers)
+
+
+def test_formula_prefixes_are_kept_as_text():
+    hostile = 'text,label\n"=cmd|\' /C calc\'!A0",1\n+SUM(A1:A2),0\n@import,1\n-2+3,0\n'
+    out = parse(hostile, "x.csv", label_column="label")
+    assert out.texts == ("=cmd|' /C calc'!A0", "+SUM(A1:A2)", "@import", "-2+3")
+
+
+@pytest.mark.parametrize("name, suffix", [("../../etc/passwd.csv", ".csv"), ("..\\..\\x.tsv", ".tsv"),
+                                          ("/abs/path/data.jsonl", ".jsonl"), ("a.b.c.TXT", ".txt")])
+def test_uploaded_names_never_become_paths(name, suffix):
+    assert safe_suffix(name) == suffix
+
+
+@pytest.mark.parametrize("name", ["x.exe", "x", "x.csv.py"])
+def test_wrong_upload_types(name):
+    with pytest.raises(InputError, match="cannot read"):
+        safe_suffix(name)
+
+
+def test_huge_line_counts_are_capped_not_loaded_whole():
+    data = "text\n" + "a line\n" * 200_000
+    out = parse(data, "x.csv", limit=2000)
+    assert len(out) == 2000 and out.dropped_over_limit == 198_000
