@@ -6,7 +6,7 @@ FROM python:3.11-slim
 
 ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
 ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    HF_HOME=/data/hf
+    HF_HOME=/data/hf LAYERLENS_HOME=/data/layerlens
 
 WORKDIR /app
 COPY requirements.txt .

@@ -83,6 +83,7 @@ if st.button("Submit the job", type="primary", key="job_submit", disabled=not tr
     try:
         job_id = submit(config, store, start_worker=not os.environ.get("LAYERLENS_JOBS_NO_WORKER"))
         st.success(f"Job {job_id} queued: it starts as soon as the device is free.")
+        st.session_state["job_view"] = job_id  # show the new job below
     except SubmitError as exc:
         st.error(f"Not queued: {exc}")
 

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = os.environ.get("LAYERLENS_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run"]
+HOME: list[Path] = []  # the server's LAYERLENS_HOME
 PAGES = ["/", "/Model_anatomy", "/Reconstruction", "/Layer_Atlas", "/Layer_Weights", "/Layer_Duplication",
          "/Fine_Tune_Jobs"]
 
@@ -44,6 +45,7 @@ def server(tmp_path_factory):
         env={**os.environ, "HF_HUB_OFFLINE": "1", "LAYERLENS_HOME": str(home)}, stdout=subprocess.DEVNULL,
         stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
+    HOME.append(home)
     deadline = time.time() + 90
     while time.time() < deadline:
         try:
@@ -149,5 +151,8 @@ def test_cancel_a_job(page, server):
     page.get_by_role("button", name="Submit the job").click()
     page.get_by_role("button", name="Cancel").wait_for(timeout=120_000)
     page.get_by_role("button", name="Cancel").click()
-    page.get_by_text("(cancelled)").wait_for(timeout=60_000)
+    page.get_by_role("button", name="Cancel").wait_for(state="detached", timeout=60_000)  # the job has ended
+    from jobs.store import JobStore
+
+    assert JobStore(HOME[-1] / "jobs").list()[0].status == "cancelled"
     assert_no_error(page)
