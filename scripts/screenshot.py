@@ -6,6 +6,7 @@ Needs Playwright for Python and a Chromium (Debian: ``apt-get install chromium``
 """
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -29,6 +30,23 @@ def wait_healthy(url: str, timeout: float = 60) -> None:
     raise SystemExit(f"error: the dashboard did not come up at {url}")
 
 
+@contextlib.contextmanager
+def dashboard(port: int, env: dict | None = None):
+    """``streamlit run app.py`` on 127.0.0.1:``port`` (offline), yielding its URL once it is healthy."""
+    server = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+         "--server.address", "127.0.0.1", "--server.headless", "true"],
+        cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(url)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out", type=Path, default=ROOT / "screenshots")
@@ -41,32 +59,21 @@ def main() -> None:
     args = p.parse_args()
     paths = args.path or ["/", "/Model_anatomy", "/Reconstruction"]
     args.out.mkdir(parents=True, exist_ok=True)
-    url = f"http://127.0.0.1:{args.port}"
-    server = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(args.port),
-         "--server.address", "127.0.0.1", "--server.headless", "true"],
-        cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    try:
-        wait_healthy(url)
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=args.chromium)
-            page = browser.new_page(viewport={"width": 1400, "height": args.height})
-            for path in paths:
-                page.goto(url + path)
-                page.wait_for_selector("h1", timeout=60000)
-                page.wait_for_selector("[data-testid='stSidebar'] [data-testid='stAlert']", timeout=60000)
-                if path in args.click_on:
-                    page.get_by_role("button", name=args.click).click()
-                    page.wait_for_selector(".js-plotly-plot", timeout=120000)
-                time.sleep(3.0)
-                name = "home" if path == "/" else path.strip("/").lower()
-                page.screenshot(path=str(args.out / f"{name}.png"), full_page=True)
-                print(f"wrote {args.out / f'{name}.png'}")
-            browser.close()
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
-
+    with dashboard(args.port) as url, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=args.chromium)
+        page = browser.new_page(viewport={"width": 1400, "height": args.height})
+        for path in paths:
+            page.goto(url + path)
+            page.wait_for_selector("h1", timeout=60000)
+            page.wait_for_selector("[data-testid='stSidebar'] [data-testid='stAlert']", timeout=60000)
+            if path in args.click_on:
+                page.get_by_role("button", name=args.click).click()
+                page.wait_for_selector(".js-plotly-plot", timeout=120000)
+            time.sleep(3.0)
+            name = "home" if path == "/" else path.strip("/").lower()
+            page.screenshot(path=str(args.out / f"{name}.png"), full_page=True)
+            print(f"wrote {args.out / f'{name}.png'}")
+        browser.close()
 
 if __name__ == "__main__":
     main()
