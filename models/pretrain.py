@@ -279,6 +279,21 @@ def _previous_training(init_from: Path | None) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else {"path": str(init_from)}
 
 
+def _first_steps(info: dict) -> str:
+    prev = info.get("init_from")
+    return f"--steps {prev['config']['steps']} " if prev and "config" in prev else ""
+
+
+def _continue_command(info: dict) -> str:
+    """The second command when this model continued an earlier run (``--init-from``)."""
+    if not info.get("init_from"):
+        return ""
+    c = info["config"]
+    return (f"OMP_NUM_THREADS=1 python -m models.pretrain --corpus ../shared/data/english_corpus/train.txt.gz \\\n"
+            f"    --valid ../shared/data/english_corpus/valid.txt.gz --init-from /tmp/demo --steps {c['steps']} "
+            f"--eval-every 1000 --out /tmp/demo2\n")
+
+
 def _bar(m: dict) -> str:
     misses = [name for name, value, bar in [("masked top-1", m["masked_top1"], 0.20),
                                              ("reconstruction", m["reconstruction_top1"], 0.95)] if value < bar]
@@ -341,8 +356,8 @@ loss {m['train_loss_last']:.2f}.
 ## Reproduce
 ```
 python -m models.pretrain --corpus ../shared/data/english_corpus/train.txt.gz \\
-    --valid ../shared/data/english_corpus/valid.txt.gz --tokenizer models/demo --out /tmp/demo
-```
+    --valid ../shared/data/english_corpus/valid.txt.gz --tokenizer models/demo {_first_steps(info)}--out /tmp/demo
+{_continue_command(info)}```
 `--tokenizer models/demo` reuses this vocabulary: the `tokenizers` WordPiece trainer breaks frequency ties in
 hash order, so a fresh tokenizer can differ in a few rare subwords. With it, weights are identical for the same
 seed and thread count. `training_info.json` holds the exact settings and measurements.
