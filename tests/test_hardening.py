@@ -85,3 +85,37 @@ def test_huge_line_counts_are_capped_not_loaded_whole():
     data = "text\n" + "a line\n" * 200_000
     out = parse(data, "x.csv", limit=2000)
     assert len(out) == 2000 and out.dropped_over_limit == 198_000
+
+
+def test_two_sessions_probing_one_cached_model_at_once_agree(tiny_dirs):
+    """Streamlit runs each browser session in its own thread over the one shared cached model."""
+    import threading
+
+    import pandas as pd
+
+    from analysis.inputs import TextInputs
+    from analysis.reconstruction import ProbeConfig, probe
+    from models.cache import ModelCache
+    from models.loading import ModelSpec
+
+    cache = ModelCache()
+    spec = ModelSpec(str(tiny_dirs["bert"]), device="cpu")
+    texts = TextInputs(tuple(f"the film is good {'very ' * (i % 5)}fun ." for i in range(40)))
+    expected = probe(cache.get(spec), texts, ProbeConfig(batch_size=4)).layers
+    results, errors = [], []
+
+    def session():
+        try:
+            for _ in range(3):
+                results.append(probe(cache.get(spec), texts, ProbeConfig(batch_size=4)).layers)
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=session) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(results) == 12
+    for layers in results:
+        pd.testing.assert_frame_equal(layers, expected)
