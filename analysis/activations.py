@@ -51,12 +51,17 @@ class Batch:
         return out
 
 
+def position_limit(config) -> int:
+    """How many tokens the position embeddings of a model with ``config`` can number."""
+    positions = getattr(config, "max_position_embeddings", 512)
+    if config.model_type in ("roberta", "xlm-roberta", "camembert"):  # positions start at padding_idx + 1
+        positions -= (config.pad_token_id or 0) + 1
+    return positions
+
+
 def max_input_length(loaded: LoadedModel) -> int:
     """The longest input the model accepts: the tokenizer's limit, capped by the position embeddings."""
-    config = loaded.model.config
-    positions = getattr(config, "max_position_embeddings", 512)
-    if loaded.anatomy.family == "roberta":  # RoBERTa numbers positions from padding_idx + 1
-        positions -= (config.pad_token_id or 0) + 1
+    positions = position_limit(loaded.model.config)
     limit = loaded.tokenizer.model_max_length
     return positions if not limit or limit > 1_000_000 else min(limit, positions)
 

@@ -22,9 +22,19 @@ import numpy as np
 import pandas as pd
 import torch
 
+from analysis.activations import position_limit
 from analysis.inputs import DEMO_LABELLED, InputError, TextInputs
 from analysis.taskdata import TaskData, label_ids, prepare
-from analysis.training import Callback, Classifier, FinetuneConfig, evaluate, seed_everything, train, weights_frame
+from analysis.training import (
+    Callback,
+    Classifier,
+    FinetuneConfig,
+    classification_metrics,
+    evaluate,
+    seed_everything,
+    train,
+    weights_frame,
+)
 from models.loading import ModelSpec, load_encoder
 
 
@@ -178,7 +188,7 @@ def run_finetune(spec: ModelSpec, splits: Splits, config: FinetuneConfig, out: P
             spec, texts, config.further_pretrain_steps, out / "further_pretrained", config.batch_size,
             config.max_length, seed=config.seed, log=log)), revision=None)
     encoder, tokenizer = load_encoder(spec)
-    max_length = min(config.max_length, _position_limit(encoder))
+    max_length = min(config.max_length, position_limit(encoder.config))
     encode = lambda inputs: prepare(tokenizer, inputs, labels, max_length, config.truncation)  # noqa: E731
     train_data = encode(splits.train)
     test_data = encode(splits.test) if splits.test is not None else None
@@ -205,13 +215,6 @@ def run_finetune(spec: ModelSpec, splits: Splits, config: FinetuneConfig, out: P
     result["seconds"] = round(time.perf_counter() - start, 2)
     (out / "metrics.json").write_text(json.dumps(result, indent=2, default=float))
     return result
-
-
-def _position_limit(encoder) -> int:
-    positions = getattr(encoder.config, "max_position_embeddings", 512)
-    if encoder.config.model_type in ("roberta", "xlm-roberta", "camembert"):
-        positions -= (encoder.config.pad_token_id or 0) + 1
-    return positions
 
 
 def _predictions(data: TaskData, predictions: np.ndarray, names: list[str]) -> pd.DataFrame:
@@ -252,15 +255,10 @@ def _cross_validate(encoder, tokenizer, labels, data: TaskData, test: TaskData |
         vote = majority_vote(test_votes)
         _predictions(test, vote, names).to_csv(out / "predictions.csv", index=False)
         if test.labels[0] >= 0:
-            ens = _metrics_of(vote, test.labels, names)
+            ens = classification_metrics(vote, test.labels, names)
             result["ensemble_test"] = {"accuracy": ens["accuracy"], "macro_f1": ens["macro_f1"]}
     else:
         _predictions(data, oof, names).to_csv(out / "predictions.csv", index=False)
     return result
 
-
-def _metrics_of(predictions: np.ndarray, labels: list[int], names: list[str]) -> dict:
-    from analysis.training import Evaluation
-
-    return Evaluation(0.0, predictions, None, None, None).metrics(labels, names)
 

@@ -207,6 +207,19 @@ def align_signs(coords: list[np.ndarray]) -> list[np.ndarray]:
     return out
 
 
+def project_layers(reps: np.ndarray, layers: list[int], method: str = "pca", seed: int = 0, device: str = "cpu",
+                   constant: list[int] | None = None, progress=None) -> list[np.ndarray]:
+    """``(n, 2)`` coordinates of each of ``layers`` of ``reps`` ``(S, n, d)``: a constant layer (every row the
+    same vector) at the origin rather than as projected rounding noise; PCA axes sign-aligned layer to layer."""
+    constant = constant_layers(reps) if constant is None else constant
+    coords = []
+    for n, layer in enumerate(layers):
+        coords.append(np.zeros((reps.shape[1], 2)) if layer in constant else project(reps[layer], method, seed, device))
+        if progress:
+            progress(n + 1, len(layers))
+    return align_signs(coords) if method == "pca" else coords
+
+
 # --- separability and similarity -----------------------------------------------------------------------------
 
 def separability(x: np.ndarray, labels: np.ndarray, folds: int = 5, seed: int = 0) -> tuple[float, float, float]:
@@ -232,7 +245,7 @@ def separability(x: np.ndarray, labels: np.ndarray, folds: int = 5, seed: int = 
     return sil, float(scores.mean()), float(scores.std())
 
 
-def linear_cka(reps: np.ndarray) -> np.ndarray:
+def linear_cka(reps: np.ndarray, constant: list[int] | None = None) -> np.ndarray:
     """``(S, S)`` linear CKA between the layers of ``reps`` ``(S, n, d)``:
     ``||Y'X||_F^2 / (||X'X||_F ||Y'Y||_F)`` on column-centred X, Y. Uses ``n x n`` Gram matrices when there are
     fewer rows than dimensions, ``d x d`` cross-covariances otherwise (the same number either way)."""
@@ -249,7 +262,7 @@ def linear_cka(reps: np.ndarray) -> np.ndarray:
                 dots[i, j] = dots[j, i] = (x[i].T @ x[j]).double().square().sum()
     norms = dots.diagonal().sqrt()
     cka = (dots / (norms[:, None] * norms[None, :]).clamp(min=1e-300)).numpy()
-    constant = constant_layers(reps)
+    constant = constant_layers(reps) if constant is None else constant
     cka[constant, :] = cka[:, constant] = np.nan  # undefined: a layer whose vectors are all the same
     return cka
 
@@ -299,16 +312,10 @@ def atlas(loaded: LoadedModel, inputs: TextInputs, config: AtlasConfig = AtlasCo
             progress("scoring layers", i + 1, n_states)
     sep = pd.DataFrame(rows, columns=["layer", "silhouette", "probe_accuracy", "probe_accuracy_std"])
 
-    coords, constant = [], constant_layers(reps)
-    for n, layer in enumerate(layers):
-        if layer in constant:  # every row the same point: project no float noise, draw them at the origin
-            coords.append(np.zeros((len(inputs), 2)))
-        else:
-            coords.append(project(reps[layer], config.method, config.seed, loaded.spec.device))
-        if progress:
-            progress(f"projecting ({config.method.upper()})", n + 1, len(layers))
-    if config.method == "pca":
-        coords = align_signs(coords)
+    constant = constant_layers(reps)
+    stage = f"projecting ({config.method.upper()})"
+    coords = project_layers(reps, layers, config.method, config.seed, loaded.spec.device, constant,
+                            (lambda done, total: progress(stage, done, total)) if progress else None)
     ids = np.asarray(inputs.ids)
     frame = pd.concat([pd.DataFrame({"layer": layer, "example_id": ids, "x": c[:, 0], "y": c[:, 1], "label": labels})
                        for layer, c in zip(layers, coords, strict=True)], ignore_index=True)
@@ -317,4 +324,4 @@ def atlas(loaded: LoadedModel, inputs: TextInputs, config: AtlasConfig = AtlasCo
             "constant_layers": constant, "cache_hit": hit,
             "silhouette_sample": SILHOUETTE_MAX_ROWS if len(inputs) > SILHOUETTE_MAX_ROWS else None,
             "seconds": round(time.perf_counter() - start, 3)}
-    return AtlasResult(frame, sep, linear_cka(reps), info)
+    return AtlasResult(frame, sep, linear_cka(reps, constant), info)

@@ -195,15 +195,20 @@ class Evaluation:
     cls_vectors: np.ndarray | None  # (L + 1, n, hidden) float16
 
     def metrics(self, labels: list[int], names: list[str]) -> dict:
-        from sklearn.metrics import accuracy_score, classification_report, confusion_matrix, f1_score
+        return {"loss": self.loss, **classification_metrics(self.predictions, labels, names)}
 
-        y = np.asarray(labels)
-        ids = list(range(len(names)))
-        return {"loss": self.loss, "accuracy": float(accuracy_score(y, self.predictions)),
-                "macro_f1": float(f1_score(y, self.predictions, average="macro", labels=ids, zero_division=0)),
-                "report": classification_report(y, self.predictions, labels=ids, target_names=names,
-                                                output_dict=True, zero_division=0),
-                "confusion_matrix": confusion_matrix(y, self.predictions, labels=ids).tolist()}
+
+def classification_metrics(predictions: np.ndarray, labels: list[int], names: list[str]) -> dict:
+    """Accuracy, macro-F1, per-class report and confusion matrix (scikit-learn) of label ids."""
+    from sklearn.metrics import accuracy_score, classification_report, confusion_matrix, f1_score
+
+    y = np.asarray(labels)
+    ids = list(range(len(names)))
+    return {"accuracy": float(accuracy_score(y, predictions)),
+            "macro_f1": float(f1_score(y, predictions, average="macro", labels=ids, zero_division=0)),
+            "report": classification_report(y, predictions, labels=ids, target_names=names, output_dict=True,
+                                            zero_division=0),
+            "confusion_matrix": confusion_matrix(y, predictions, labels=ids).tolist()}
 
 
 @torch.no_grad()

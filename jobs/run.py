@@ -32,7 +32,8 @@ def main() -> int:
     store = JobStore(a.root)
     job = store.get(a.job_id)
     main_process = os.environ.get("RANK", "0") == "0"
-    from analysis.cli import apply_config_file, build_parser, run_finetune_args
+    from analysis.cli import build_parser
+    from analysis.cli_finetune import apply_config_file, run_finetune_args
 
     argv = config_argv(job.config, job.directory / "config.json", job.directory / "artifacts")
     parser = build_parser()
@@ -47,7 +48,7 @@ def main() -> int:
                                        "epochs": args.epochs, "loss": state.last_loss, "lr": state.lr,
                                        "history": state.history})
 
-    from analysis.cli import UserError
+    from analysis.cli_base import UserError
     from analysis.inputs import InputError
     from models.loading import ModelLoadError
 

@@ -12,7 +12,9 @@ import json
 import tempfile
 from pathlib import Path
 
-from analysis.cli import UserError, apply_config_file, build_parser, finetune_config
+from analysis.cli import build_parser
+from analysis.cli_base import UserError
+from analysis.cli_finetune import apply_config_file, finetune_config
 from analysis.finetune import read_split
 from analysis.heads import build_head
 from analysis.inputs import InputError

@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis.plots import atlas_grid, layer_weight_heatmap, mean_weight_lines
-from analysis.projection import align_signs, constant_layers, project
+from analysis.projection import project_layers
 from jobs.store import JobStore
 from models.anatomy import layer_name
 from models.loading import SUGGESTED_MODELS
@@ -61,8 +61,7 @@ else:
 def epoch_coords(path: str, layers: tuple[int, ...]) -> pd.DataFrame:
     vectors = np.load(path).astype(np.float32)
     meta = json.loads((Path(path).parent / "val_ids.json").read_text())
-    constant = constant_layers(vectors)
-    coords = align_signs([np.zeros((vectors.shape[1], 2)) if i in constant else project(vectors[i]) for i in layers])
+    coords = project_layers(vectors, list(layers))
     return pd.concat([pd.DataFrame({"layer": i, "example_id": meta["example_id"], "x": c[:, 0], "y": c[:, 1],
                                     "label": [names[y] for y in meta["label"]]}) for i, c in zip(layers, coords,
                                                                                                strict=True)])

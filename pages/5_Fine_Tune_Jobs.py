@@ -13,7 +13,7 @@ from analysis.heads import head_names
 from analysis.inputs import FORMATS, InputError, columns_of, safe_suffix
 from analysis.plots import history_chart
 from analysis.store import layerlens_home
-from analysis.training import PRESETS
+from analysis.training import PRESETS, classification_metrics
 from jobs.store import FINISHED, JobStore
 from jobs.submit import SubmitError, submit
 from ui.jobs import job_table
@@ -138,8 +138,5 @@ if finished:
         else:
             names = sorted(set(preds[0].label) | {x for p in preds for x in p.prediction})
             vote = majority_vote([np.array([names.index(x) for x in p.prediction]) for p in preds])
-            from sklearn.metrics import accuracy_score, f1_score
-
-            truth = [names.index(x) for x in preds[0].label]
-            st.metric("Ensemble accuracy", f"{accuracy_score(truth, vote):.4f}",
-                      help=f"macro-F1 {f1_score(truth, vote, average='macro'):.4f}")
+            scores = classification_metrics(vote, [names.index(x) for x in preds[0].label], names)
+            st.metric("Ensemble accuracy", f"{scores['accuracy']:.4f}", help=f"macro-F1 {scores['macro_f1']:.4f}")

@@ -129,12 +129,17 @@ def test_duplication_preview(page, server):
     assert_no_error(page)
 
 
-def test_fine_tune_then_layer_weights(page, server):
+def submit_demo_job(page, server, epochs: int) -> None:
+    """The jobs page's default job (demo model, demo set, attention head) with ``epochs`` epochs."""
     open_page(page, server, "/Fine_Tune_Jobs")
-    page.get_by_label("Epochs").fill("1")
+    page.get_by_label("Epochs").fill(str(epochs))
     page.get_by_label("Epochs").press("Enter")
     time.sleep(1)
     page.get_by_role("button", name="Submit the job").click()
+
+
+def test_fine_tune_then_layer_weights(page, server):
+    submit_demo_job(page, server, epochs=1)
     page.get_by_text("Compare finished runs").wait_for(timeout=300_000)  # shown once a run has succeeded
     assert_no_error(page)
     open_page(page, server, "/Layer_Weights")
@@ -144,11 +149,7 @@ def test_fine_tune_then_layer_weights(page, server):
 
 
 def test_cancel_a_job(page, server):
-    open_page(page, server, "/Fine_Tune_Jobs")
-    page.get_by_label("Epochs").fill("100")
-    page.get_by_label("Epochs").press("Enter")
-    time.sleep(1)
-    page.get_by_role("button", name="Submit the job").click()
+    submit_demo_job(page, server, epochs=100)
     page.get_by_role("button", name="Cancel").wait_for(timeout=120_000)
     page.get_by_role("button", name="Cancel").click()
     page.get_by_role("button", name="Cancel").wait_for(state="detached", timeout=60_000)  # the job has ended

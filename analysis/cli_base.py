@@ -1,0 +1,112 @@
+"""What every ``python -m analysis`` sub-command shares: the model options, user errors, output helpers,
+progress bars and the versions recorded in ``run.json``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import transformers
+from tqdm.auto import tqdm
+
+from models.loading import DEMO_NAME, DEVICES, DTYPES, SUGGESTED_MODELS, ModelSpec
+
+LAYERLENS_VERSION = "0.1.0"
+
+
+class UserError(Exception):
+    """Bad input from the user; the message is shown as is."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error in one line (the usage itself is one ``--help`` away)."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def model_options() -> argparse.ArgumentParser:
+    """The options every sub-command shares."""
+    p = Parser(add_help=False)
+    g = p.add_argument_group("model and output")
+    g.add_argument("--model", default=DEMO_NAME,
+                   help="hub id, local save_pretrained directory, or 'demo' (default); e.g. "
+                   + ", ".join(SUGGESTED_MODELS[1:]))
+    g.add_argument("--revision", help="hub branch, tag or commit")
+    g.add_argument("--device", default="auto", choices=DEVICES, help="default: cuda, then mps, then cpu")
+    g.add_argument("--dtype", default="auto", choices=list(DTYPES),
+                   help="default: bfloat16 on a capable GPU, else float32")
+    g.add_argument("--allow-pickle", action="store_true",
+                   help="also load pickle (.bin) weights; only for sources you trust")
+    g.add_argument("--batch-size", type=positive_int, default=32, help="texts per forward pass (default 32)")
+    g.add_argument("--out", type=Path, help="directory for the output files")
+    return p
+
+
+def spec_from_args(args: argparse.Namespace) -> ModelSpec:
+    return ModelSpec(args.model, revision=args.revision, device=args.device, dtype=args.dtype,
+                     allow_pickle=args.allow_pickle)
+
+
+def prepare_out(out: Path) -> Path:
+    """The output directory, created if needed."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def write_json(out: Path | None, filename: str, payload: dict) -> Path | None:
+    """Write ``payload`` to ``out/filename`` (creating ``out``); nothing when ``out`` is None."""
+    if out is None:
+        return None
+    path = prepare_out(out) / filename
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    return path
+
+
+# --- sub-commands -------------------------------------------------------------------------------------------
+
+
+class StageBars:
+    """A ``(stage, done, total)`` progress callback drawing one tqdm bar per stage on stderr."""
+
+    def __init__(self):
+        self.bar, self.stage = None, None
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if stage != self.stage:
+            self.close()
+            self.stage, self.bar = stage, tqdm(total=total, desc=stage, file=sys.stderr, leave=False)
+        self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def versions() -> dict:
+    import platform
+
+    import torch
+
+    return {"python": platform.python_version(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "layerlens": LAYERLENS_VERSION}
