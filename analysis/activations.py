@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import torch
 
 from analysis.inputs import TextInputs
+from models.cache import free_bytes, is_out_of_memory
 from models.loading import LoadedModel
 
 log = logging.getLogger(__name__)
@@ -78,11 +79,47 @@ def encode(tokenizer, inputs: TextInputs, max_length: int) -> Encoded:
     return Encoded(enc["input_ids"], types, max_length, truncated)
 
 
-def bucket_indices(encoded: Encoded, batch_size: int) -> Iterator[list[int]]:
-    """Length buckets: lists of text indices covering every text once, shortest texts first."""
+MEMORY_FRACTION = 0.5  # of the memory free on the device when a run starts, for one batch's activations
+
+
+def activation_bytes(loaded: LoadedModel, width: int, copies: int = 2) -> int:
+    """Peak bytes one text of ``width`` tokens adds to a forward pass that keeps every hidden state: the
+    ``L + 1`` states (``copies`` of them: the model's tuple and the caller's stacked/selected copy) and one
+    layer's transient attention scores and feed-forward activations."""
+    config = loaded.model.config
+    hidden = loaded.anatomy.hidden_size
+    heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_heads", 12)
+    inner = getattr(config, "intermediate_size", None) or getattr(config, "hidden_dim", 4 * hidden)
+    item = loaded.model.dtype.itemsize
+    return item * width * ((loaded.num_layers + 1) * hidden * copies + 3 * heads * width + 2 * inner)
+
+
+def batch_budget(loaded: LoadedModel) -> int:
+    """Bytes one batch's activations may take: :data:`MEMORY_FRACTION` of what the device has free now."""
+    return int(free_bytes(loaded.spec.device) * MEMORY_FRACTION)
+
+
+def bucket_indices(encoded: Encoded, batch_size: int, loaded: LoadedModel | None = None,
+                   budget: int | None = None) -> Iterator[list[int]]:
+    """Length buckets: lists of text indices covering every text once, shortest texts first.
+
+    With ``loaded``, a batch also stops growing before its activations (:func:`activation_bytes` at its
+    longest text) would pass ``budget`` (default :func:`batch_budget`), so long texts on a small machine get
+    small batches instead of an out-of-memory failure. A single text always makes a batch.
+    """
     order = sorted(range(len(encoded)), key=lambda i: len(encoded.input_ids[i]))
-    for start in range(0, len(order), batch_size):
-        yield order[start:start + batch_size]
+    if loaded is not None and budget is None:
+        budget = batch_budget(loaded)
+    batch: list[int] = []
+    for i in order:  # ascending length: the text being added is the batch's longest
+        full = len(batch) == batch_size or (
+            loaded is not None and (len(batch) + 1) * activation_bytes(loaded, len(encoded.input_ids[i])) > budget)
+        if batch and full:
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch
 
 
 def make_batch(encoded: Encoded, idx: list[int], pad_id: int, device: str = "cpu") -> Batch:
@@ -120,14 +157,16 @@ def counted_mask(batch: Batch, special_ids: list[int], include_special: bool) ->
 
 
 def halving_on_oom(run, idx: list[int]):
-    """Call ``run(idx)``; on CUDA out-of-memory, split ``idx`` in halves and go on. Yields each result."""
+    """Call ``run(idx)``; when the device (GPU or CPU) runs out of memory, split ``idx`` in halves and go on.
+    Yields each result."""
     try:
         yield run(idx)
-    except torch.OutOfMemoryError:
-        if len(idx) == 1:
+    except (torch.OutOfMemoryError, RuntimeError) as exc:
+        if len(idx) == 1 or not is_out_of_memory(exc):
             raise
-        torch.cuda.empty_cache()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
         half = len(idx) // 2
-        log.warning("out of GPU memory with a batch of %d; retrying in halves", len(idx))
+        log.warning("out of memory with a batch of %d; retrying in halves", len(idx))
         yield from halving_on_oom(run, idx[:half])
         yield from halving_on_oom(run, idx[half:])

@@ -188,14 +188,19 @@ def token_states(loaded: LoadedModel, inputs: TextInputs, max_tokens: int = 4000
     return np.concatenate(parts, axis=1)[:, :max_tokens]
 
 
-def compare(loaded: LoadedModel, plan: list[int], inputs: TextInputs, progress: Callable | None = None) -> dict:
+def compare(loaded: LoadedModel, plan: list[int], inputs: TextInputs,
+            progress: Callable[[str, int, int], None] | None = None) -> dict:
     """The preview's analyses: per-layer probe of the original and the deeper model on ``inputs`` and the
-    original x deeper linear CKA of their token states. Returns ``{"original", "deeper", "cka", "names"}``."""
+    original x deeper linear CKA of their token states. Returns ``{"original", "deeper", "cka", "names"}``.
+    ``progress(stage, done, total)`` follows each probe's texts."""
     from analysis.reconstruction import probe
 
+    def stage(name: str):
+        return (lambda done, n: progress(name, done, n)) if progress else None
+
     deeper = preview(loaded, plan)
-    original_result = probe(loaded, inputs)
-    deeper_result = probe(deeper, inputs)
+    original_result = probe(loaded, inputs, progress=stage("original"))
+    deeper_result = probe(deeper, inputs, progress=stage("deeper"))
     cka = cross_cka(token_states(loaded, inputs), token_states(deeper, inputs))
     return {"original": original_result, "deeper": deeper_result, "cka": cka,
             "names": source_names(check_plan(plan, loaded), loaded.anatomy.family)}

@@ -143,7 +143,7 @@ def extract(loaded: LoadedModel, inputs: TextInputs, pooling: str = "cls", max_l
             pooled = (states * weights[None, :, :, None]).sum(2) / weights.sum(1).clamp(min=1)[None, :, None]
         return idx, pooled.float().cpu().numpy()
 
-    for idx in bucket_indices(encoded, batch_size):
+    for idx in bucket_indices(encoded, batch_size, loaded):
         for part, pooled in halving_on_oom(run, idx):
             out[:, part] = pooled
             done += len(part)

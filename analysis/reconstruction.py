@@ -229,7 +229,7 @@ def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig = ProbeCo
                  preds=pred.flatten().numpy(), probs=prob.flatten().numpy(), ranks=rank.flatten().numpy(),
                  top_ids=top_ids.flatten(0, 1).numpy(), top_probs=top_probs.flatten(0, 1).numpy())
 
-    for batch_idx in bucket_indices(encoded, config.batch_size):
+    for batch_idx in bucket_indices(encoded, config.batch_size, loaded):
         if should_stop is not None and should_stop():
             raise Stopped(f"stopped after {done} of {n} texts")
         for handled in halving_on_oom(run, batch_idx):

@@ -43,6 +43,12 @@ def free_bytes(device: str) -> int:
         return FALLBACK_BYTES
 
 
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is an allocation failure: CUDA's ``OutOfMemoryError`` or the CPU allocator's error."""
+    return isinstance(exc, torch.OutOfMemoryError) or (
+        isinstance(exc, RuntimeError) and ("can't allocate memory" in str(exc) or "not enough memory" in str(exc)))
+
+
 @dataclasses.dataclass(frozen=True)
 class CacheEntry:
     """What the sidebar shows about one cached model."""
@@ -105,7 +111,7 @@ class ModelCache:
                     self.hits += 1
                     return self._items[key]
             try:
-                loaded = self._loader(key)  # outside the global lock: other models stay available meanwhile
+                loaded = self._load_under_pressure(key)  # outside the global lock: other models stay available
             finally:
                 with self._lock:
                     self._loading.pop(key, None)
@@ -116,6 +122,24 @@ class ModelCache:
         if evicted:
             self._release(key.device)
         return loaded
+
+    def _load_under_pressure(self, key: ModelSpec) -> LoadedModel:
+        """Load ``key``; if the device runs out of memory, drop every other cached model there and try once more."""
+        try:
+            return self._loader(key)
+        except (torch.OutOfMemoryError, RuntimeError) as exc:
+            if not is_out_of_memory(exc):
+                raise
+            with self._lock:
+                victims = [k for k in self._items if k.device == key.device]
+                for k in victims:
+                    del self._items[k]
+                self.evictions += len(victims)
+            if not victims:
+                raise
+            log.warning("out of memory loading %s; evicted %d cached model(s) and retrying", key.name, len(victims))
+            self._release(key.device)
+            return self._loader(key)
 
     def _evict_locked(self, device: str, keep: ModelSpec) -> int:
         budget = self._budget_locked(device)

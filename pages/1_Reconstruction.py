@@ -8,7 +8,7 @@ from analysis.plots import accuracy_curve, mismatch_html, token_heatmap
 from analysis.reconstruction import ProbeConfig, probe
 from models.loading import ModelLoadError, ModelSpec
 from ui.inputs import text_inputs
-from ui.results import result_key, result_store
+from ui.results import chart, result_key, result_store, stop_button
 from ui.sidebar import model_cache, start_page
 
 EXAMPLES = """the film is a charming and often affecting journey .
@@ -54,9 +54,7 @@ if request is None or inputs is None or request != (inputs, config, compare):
                "texts and options.")
     st.stop()
 
-stop_slot = st.empty()  # a Stop button only while the probe runs
-stop_slot.button("Stop", help="Interrupts the run; nothing is kept from it.",
-                 on_click=lambda: st.session_state.pop("probe_request", None))
+stop_slot = stop_button("The probe", "probe_request")
 results = {}
 try:
     results[loaded.spec.name] = run(loaded.spec, loaded.spec.name)
@@ -73,12 +71,10 @@ main = results[loaded.spec.name]
 if main.truncated:
     st.warning(f"{main.truncated} text(s) longer than {main.max_length} tokens were cut to fit the model.")
 st.caption(f"{main.n_texts} texts · {int(main.layers['tokens'].iloc[0]):,} counted tokens · {main.seconds:.2f} s")
-fmt = st.radio("Chart downloads (camera icon on each chart)", ["png", "svg"], horizontal=True, key="probe_fmt")
-chart_config = {"toImageButtonOptions": {"format": fmt, "filename": "layerlens_reconstruction", "scale": 2}}
 
 st.subheader("Accuracy by layer")
 fig = accuracy_curve({k: r.layers for k, r in results.items()}, {k: r.layer_names for k, r in results.items()})
-st.plotly_chart(fig, config=chart_config)
+chart(fig, "reconstruction_accuracy")
 for i, (label, r) in enumerate(results.items()):
     with st.expander(f"Table: {label}", expanded=i == 0):
         st.dataframe(r.layers, hide_index=True, width="stretch")
@@ -96,8 +92,8 @@ if rows.empty:
 else:
     st.markdown("Predicted tokens per layer; wrong ones are highlighted (hover for the input token).")
     st.html(mismatch_html(rows, shown.layer_names))
-    st.plotly_chart(token_heatmap(rows, shown.layer_names, "Probability of the input token (hover for the top-k)"),
-                    config=chart_config)
+    chart(token_heatmap(rows, shown.layer_names, "Probability of the input token (hover for the top-k)"),
+          f"reconstruction_text{text_id}")
 cols = ["text_id", "layer", "position", "input_token", "predicted_token", "correct", "prob", "rank"]
 left, right = st.columns(2)
 left.download_button("Download decoded.csv (all texts)", shown.decoded.to_csv(index=False), "decoded.csv",

@@ -9,7 +9,7 @@ from analysis.plots import atlas_grid, cka_heatmap, separability_curve
 from analysis.projection import METHODS, AtlasConfig, atlas, max_rows, parse_layers
 from models.loading import ModelLoadError, ModelSpec
 from ui.inputs import labelled_inputs
-from ui.results import result_key, result_store
+from ui.results import chart, result_key, result_store, stop_button
 from ui.sidebar import model_cache, start_page
 
 METHOD_NAMES = {"pca": "PCA", "umap": "UMAP", "tsne": "t-SNE"}
@@ -62,6 +62,7 @@ if request is None or inputs is None or request != (inputs, config, compare):
                "so changing the projection or the layers is quick.")
     st.stop()
 
+stop_slot = stop_button("The atlas", "atlas_request")
 results = {}
 try:
     results[loaded.spec.name] = run(loaded.spec, loaded.spec.name)
@@ -71,6 +72,7 @@ except (ModelLoadError, InputError) as exc:
     st.error(str(exc) if not results else f"Second model: {exc}")
 except Exception as exc:  # never a traceback in the UI
     st.error(f"The atlas failed: {type(exc).__name__}: {exc}")
+stop_slot.empty()
 if loaded.spec.name not in results:
     st.stop()
 
@@ -86,20 +88,19 @@ if info["constant_layers"]:
             "point, its silhouette 0, its probe the majority class and its CKA undefined (blank).")
 if info["silhouette_sample"]:
     st.caption(f"Silhouette computed on a random sample of {info['silhouette_sample']:,} rows (seed {config.seed}).")
-fmt = st.radio("Chart downloads (camera icon on each chart)", ["png", "svg"], horizontal=True, key="atlas_fmt")
-chart_config = {"toImageButtonOptions": {"format": fmt, "filename": "layerlens_atlas", "scale": 2}}
 
 texts = dict(zip(inputs.ids, inputs.texts, strict=True))
 for i, (label, result) in enumerate(results.items()):
     title = f"{label}: {METHOD_NAMES[method]} of the {'[CLS]' if pooling == 'cls' else 'mean'} vector"
-    st.plotly_chart(atlas_grid(result.coords, texts, names, title), config=chart_config, key=f"atlas_grid_{i}")
+    chart(atlas_grid(result.coords, texts, names, title), f"atlas_{method}" + ("_compared" if i else ""),
+          key=f"atlas_grid_{i}")
     if len(inputs) > 2000:
         st.caption(f"All {len(inputs):,} points are drawn (WebGL).")
 
 left, right = st.columns([3, 2])
-left.plotly_chart(separability_curve({k: r.separability for k, r in results.items()}, names), config=chart_config)
+chart(separability_curve({k: r.separability for k, r in results.items()}, names), "separability", left)
 view = right.radio("CKA of", list(results), horizontal=True, key="atlas_cka") if len(results) > 1 else None
-right.plotly_chart(cka_heatmap(results.get(view, main).cka, names), config=chart_config)
+chart(cka_heatmap(results.get(view, main).cka, names), "cka", right)
 
 for i, (label, result) in enumerate(results.items()):
     with st.expander(f"Tables and downloads: {label}", expanded=False):

@@ -12,6 +12,7 @@ from analysis.projection import project_layers
 from jobs.store import JobStore
 from models.anatomy import layer_name
 from models.loading import SUGGESTED_MODELS
+from ui.results import chart
 from ui.sidebar import KEY_MODEL, KEY_OTHER, OTHER, start_page
 
 start_page("Layer weights", (
@@ -43,14 +44,15 @@ if (art / "layer_weights.csv").is_file():
                + (" (a scalar mix has one set of weights for all examples)" if job.config.get("head") == "scalar-mix"
                   else ""))
     left, right = st.columns(2)
-    left.plotly_chart(layer_weight_heatmap(weights, labels, layer_names))
+    chart(layer_weight_heatmap(weights, labels, layer_names), f"layer_weights_{job.id}", left)
     by_class = {c: weights[labels.to_numpy() == c] for c in sorted(set(labels)) if c}
-    right.plotly_chart(mean_weight_lines(by_class or {"all": weights}, layer_names, "Mean weight per layer, by class"))
+    chart(mean_weight_lines(by_class or {"all": weights}, layer_names, "Mean weight per layer, by class"),
+          f"layer_weights_by_class_{job.id}", right)
     per_epoch = {f"epoch {e}": pd.read_csv(art / "epochs" / str(e) / "layer_weights.csv") for e in epochs
                  if (art / "epochs" / str(e) / "layer_weights.csv").is_file()}
     if per_epoch:
-        st.plotly_chart(mean_weight_lines(per_epoch, layer_names, "Mean weight per layer on the validation set, "
-                                                                  "by epoch"))
+        chart(mean_weight_lines(per_epoch, layer_names, "Mean weight per layer on the validation set, by epoch"),
+              f"layer_weights_by_epoch_{job.id}")
     st.download_button("layer_weights.csv", (art / "layer_weights.csv").read_bytes(), f"layer_weights_{job.id}.csv")
 else:
     st.info(f"Head `{job.config.get('head', 'cls')}` learns no layer weights (only `attention` and `scalar-mix` "
@@ -73,8 +75,8 @@ if len(epochs) >= 1 and (art / "epochs" / str(epochs[0]) / "val_cls.npy").is_fil
     layers = tuple(range(max(1, n - 6), n))
     for e in dict.fromkeys([epochs[0], epochs[-1]]):
         coords = epoch_coords(str(art / "epochs" / str(e) / "val_cls.npy"), layers)
-        st.plotly_chart(atlas_grid(coords, {}, [layer_name(i, n - 1) for i in range(n)], f"after epoch {e}"),
-                        key=f"lw_atlas_{e}")
+        chart(atlas_grid(coords, {}, [layer_name(i, n - 1) for i in range(n)], f"after epoch {e}"),
+              f"job{job.id}_atlas_epoch{e}", key=f"lw_atlas_{e}")
 
 st.subheader("Look further")
 mlm = art / "checkpoint" / "mlm"

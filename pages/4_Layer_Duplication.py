@@ -11,7 +11,7 @@ from analysis.inputs import InputError
 from analysis.plots import accuracy_curve, cka_heatmap
 from analysis.store import layerlens_home
 from ui.inputs import text_inputs
-from ui.results import result_key, result_store
+from ui.results import chart, result_key, result_store, stop_button
 from ui.sidebar import start_page
 
 EXAMPLES = """the film is a charming and often affecting journey .
@@ -53,36 +53,44 @@ except InputError as exc:
 
 inputs = text_inputs("dup", EXAMPLES)
 key = result_key(loaded.spec.resolved().to_dict(), plan, inputs.texts if inputs else None)
-left, middle, right = st.columns(3)
+left, middle = st.columns(2)
+what = None
 if inputs is not None and left.button("Preview", type="primary", key="dup_preview"):
-    with st.spinner("Probing the original and the deeper model…"):
-        try:
-            result_store().put(key, compare(loaded, plan, inputs))
-        except Exception as exc:  # never a traceback in the UI
-            st.error(f"The preview failed: {type(exc).__name__}: {exc}")
+    what = "preview"
 if inputs is not None and middle.button("Sweep k = 0..L", key="dup_sweep",
                                         help="final-layer accuracy with the first k layers duplicated (the paper)"):
-    bar = st.progress(0.0, text="Sweeping…")
-    table = sweep(loaded, inputs, progress=lambda done, n: bar.progress(done / n, f"k = {done - 1} of {n - 1}"))
+    what = "sweep"
+if what is not None and result_store().get(f"{key}:{what}") is None:
+    stop_slot = stop_button(f"The {what}")
+    bar = st.progress(0.0, text=f"{what}…")
+    try:
+        if what == "preview":
+            value = compare(loaded, plan, inputs, progress=lambda stage, done, n: bar.progress(
+                done / n, f"probing the {stage} model: {done}/{n} texts"))
+        else:
+            value = sweep(loaded, inputs, progress=lambda done, n: bar.progress(done / n, f"k = {done - 1} of {n - 1}"))
+        result_store().put(f"{key}:{what}", value)
+    except Exception as exc:  # never a traceback in the UI
+        st.error(f"The {what} failed: {type(exc).__name__}: {exc}")
     bar.empty()
-    result_store().put(key + ":sweep", table)
+    stop_slot.empty()
 
-if (result := result_store().get(key)) is not None:
+if (result := result_store().get(f"{key}:preview")) is not None:
     original, deeper = result["original"], result["deeper"]
-    st.plotly_chart(accuracy_curve({"original": original.layers, "deeper": deeper.layers},
-                                   {"original": original.layer_names, "deeper": result["names"]},
-                                   "Reconstruction accuracy by layer (deeper: new layer ← source layer)"))
-    st.plotly_chart(cka_heatmap(result["cka"], original.layer_names, "Linear CKA: original x deeper hidden states",
-                                column_names=result["names"], x_title="deeper", y_title="original"))
+    chart(accuracy_curve({"original": original.layers, "deeper": deeper.layers},
+                         {"original": original.layer_names, "deeper": result["names"]},
+                         "Reconstruction accuracy by layer (deeper: new layer ← source layer)"), "duplication_accuracy")
+    chart(cka_heatmap(result["cka"], original.layer_names, "Linear CKA: original x deeper hidden states",
+                      column_names=result["names"], x_title="deeper", y_title="original"), "duplication_cka")
     with st.expander("Tables"):
         left, right = st.columns(2)
         left.dataframe(original.layers, hide_index=True)
         right.dataframe(deeper.layers.assign(source=result["names"]), hide_index=True)
-if (table := result_store().get(key + ":sweep")) is not None:
+if (table := result_store().get(f"{key}:sweep")) is not None:
     fig = go.Figure(go.Scatter(x=table["duplicated"], y=table["final_layer_accuracy"], mode="lines+markers"))
     fig.update_layout(title="Final-layer reconstruction accuracy vs duplicated layers", height=360,
                       xaxis={"title": "duplicated layers k", "dtick": 1}, yaxis={"title": "accuracy", "range": [0, 1]})
-    st.plotly_chart(fig)
+    chart(fig, "duplication_sweep")
     st.download_button("sweep.csv", table.to_csv(index=False), "sweep.csv", "text/csv", key="dl_sweep")
 
 st.subheader("Export")

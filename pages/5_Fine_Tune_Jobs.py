@@ -17,6 +17,7 @@ from analysis.training import PRESETS, classification_metrics
 from jobs.store import FINISHED, JobStore
 from jobs.submit import SubmitError, submit
 from ui.jobs import job_table
+from ui.results import chart
 from ui.sidebar import start_page
 
 loaded = start_page("Fine-tuning jobs", (
@@ -106,7 +107,7 @@ def live() -> None:
     job = store.get(chosen)
     left, right = st.columns([3, 1])
     if job.progress.get("history"):
-        left.plotly_chart(history_chart(job.progress["history"]), key=f"curve_{job.id}")
+        chart(history_chart(job.progress["history"]), f"job{job.id}_curves", left, key=f"curve_{job.id}")
     if job.status not in FINISHED and right.button("Cancel", key=f"cancel_{job.id}"):
         right.info(f"Job {job.id}: {store.request_cancel(job.id)}")
     if job.error:
@@ -127,7 +128,7 @@ if finished:
     fig = go.Figure([go.Bar(name=m, x=[f"#{r.job} {r.head}" for r in table.itertuples()], y=table[m])
                      for m in ("accuracy", "macro_f1")])
     fig.update_layout(barmode="group", yaxis={"range": [0, 1]}, height=320, margin={"t": 30})
-    st.plotly_chart(fig)
+    chart(fig, "jobs_compared")
     picked = st.multiselect("Majority-vote ensemble of", [j.id for j in finished], key="job_ensemble",
                             help="runs evaluated on the same examples; ties go to the first label")
     if len(picked) >= 2:

@@ -1,9 +1,25 @@
+import numpy as np
+import pandas as pd
 import pytest
 import torch
 
-from analysis.activations import bucket_indices, encode, halving_on_oom, make_batch, max_input_length
+import analysis.activations as activations
+from analysis.activations import (
+    activation_bytes,
+    bucket_indices,
+    encode,
+    halving_on_oom,
+    hidden_states,
+    make_batch,
+    max_input_length,
+)
 from analysis.inputs import TextInputs
+from analysis.projection import extract
+from analysis.reconstruction import ProbeConfig, probe
 from models.loading import ModelSpec, load_model
+
+CPU_OOM = RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+                       "you tried to allocate 100000000000000 bytes. Error code 12 (Cannot allocate memory)")
 
 
 def test_halving_on_oom_splits_until_it_fits():
@@ -17,6 +33,24 @@ def test_halving_on_oom_splits_until_it_fits():
 
     assert sum(halving_on_oom(run, list(range(7)))) == 7
     assert [i for part in seen for i in part] == list(range(7)) and max(map(len, seen)) <= 2
+
+
+def test_halving_also_catches_the_cpu_allocator_but_no_other_error():
+    seen = []
+
+    def run(idx):
+        if len(idx) > 1:
+            raise CPU_OOM
+        seen.append(idx[0])
+        return 1
+
+    assert sum(halving_on_oom(run, list(range(5)))) == 5 and seen == list(range(5))
+
+    def broken(idx):
+        raise RuntimeError("shape mismatch")
+
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        list(halving_on_oom(broken, [0, 1, 2]))
 
 
 def test_halving_gives_up_on_a_single_text():
@@ -42,3 +76,48 @@ def test_buckets_cover_every_text_once_shortest_first(tiny_dirs):
 def test_max_input_length_respects_position_embeddings(tiny_dirs):
     assert max_input_length(load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu"))) == 64
     assert max_input_length(load_model(ModelSpec(str(tiny_dirs["roberta"]), device="cpu"))) == 64 - 2
+
+
+TEXTS = tuple(" ".join(["the film is good"] * n) + " ." for n in (1, 9, 2, 12, 3, 1, 7, 4, 10, 5, 2, 8))
+
+
+def test_activation_estimate_covers_the_hidden_states_a_forward_returns(tiny_dirs):
+    loaded = load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu"))
+    enc = encode(loaded.tokenizer, TextInputs(TEXTS[3:4]), 64)
+    batch = make_batch(enc, [0], loaded.tokenizer.pad_token_id)
+    with torch.inference_mode():
+        kept = sum(s.numel() * s.element_size() for s in hidden_states(loaded, batch))
+    width = batch.input_ids.shape[1]
+    assert activation_bytes(loaded, width, copies=1) >= kept
+    assert activation_bytes(loaded, width) > activation_bytes(loaded, width, copies=1)
+    assert activation_bytes(loaded, 2 * width) > 2 * activation_bytes(loaded, width)  # attention is quadratic
+
+
+def test_a_memory_budget_shrinks_the_batches_of_long_texts(tiny_dirs):
+    loaded = load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu"))
+    enc = encode(loaded.tokenizer, TextInputs(TEXTS), 64)
+    longest = max(map(len, enc.input_ids))
+    budget = 3 * activation_bytes(loaded, longest)
+    buckets = list(bucket_indices(enc, 8, loaded, budget))
+    assert sorted(i for b in buckets for i in b) == list(range(len(TEXTS)))
+    for b in buckets:
+        width = max(len(enc.input_ids[i]) for i in b)
+        assert len(b) <= 8 and (len(b) == 1 or len(b) * activation_bytes(loaded, width) <= budget)
+    assert len(buckets[-1]) <= 3 < len(buckets[0])  # short texts still share big batches
+    assert [len(b) for b in bucket_indices(enc, 8, loaded, budget=1)] == [1] * len(TEXTS)  # one text always runs
+
+
+def test_little_free_memory_changes_the_batches_not_the_results(tiny_dirs, monkeypatch):
+    loaded = load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu"))
+    inputs = TextInputs(TEXTS)
+    config = ProbeConfig(batch_size=16)
+    roomy_calls, tight_calls = [], []
+    roomy = probe(loaded, inputs, config, progress=lambda d, n: roomy_calls.append(d))
+    roomy_vectors = extract(loaded, inputs, "mean", batch_size=16)
+    one_text = activation_bytes(loaded, 64)
+    monkeypatch.setattr(activations, "free_bytes", lambda device: 4 * one_text)  # room for about 2 long texts
+    tight = probe(loaded, inputs, config, progress=lambda d, n: tight_calls.append(d))
+    assert len(roomy_calls) == 1 and len(tight_calls) > 2
+    pd.testing.assert_frame_equal(roomy.layers, tight.layers)
+    pd.testing.assert_frame_equal(roomy.decoded, tight.decoded)
+    np.testing.assert_allclose(extract(loaded, inputs, "mean", batch_size=16), roomy_vectors, rtol=1e-5, atol=1e-6)

@@ -137,3 +137,37 @@ def test_real_models_evicted_by_size(tiny_dirs):
     cache.get(spec(str(tiny_dirs["distilbert"])))
     assert [e.name for e in cache.entries()] == [str(tiny_dirs["distilbert"])]
     assert cache.entries()[0].family == "distilbert"
+
+
+CPU_OOM = RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory: "
+                       "you tried to allocate 1000 bytes.")
+
+
+def test_out_of_memory_while_loading_evicts_the_others_and_retries():
+    class TightLoader(CountingLoader):  # "big" fits only once the cache is empty
+        def __call__(self, spec):
+            if spec.name == "big" and cache.used("cpu") > 0:
+                super().__call__(spec)
+                raise CPU_OOM
+            return super().__call__(spec)
+
+    loader = TightLoader({"a": 10, "b": 10, "big": 50})
+    cache = ModelCache(budget_bytes=1000, loader=loader)
+    cache.get(spec("a"))
+    cache.get(spec("b"))
+    assert cache.get(spec("big")).nbytes == 50
+    assert [e.name for e in cache.entries()] == ["big"] and cache.evictions == 2
+    assert loader.calls == ["a", "b", "big", "big"]
+
+
+def test_out_of_memory_with_nothing_to_evict_and_other_errors_propagate():
+    class Failing(CountingLoader):
+        def __call__(self, spec):
+            raise CPU_OOM if spec.name == "oom" else RuntimeError("some other failure")
+
+    cache = ModelCache(budget_bytes=1000, loader=Failing({}))
+    with pytest.raises(RuntimeError, match="can't allocate"):
+        cache.get(spec("oom"))
+    with pytest.raises(RuntimeError, match="other failure"):
+        cache.get(spec("x"))
+    assert len(cache) == 0

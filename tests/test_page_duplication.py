@@ -1,5 +1,7 @@
 """AppTest of the layer duplication page: its numbers are the engine's; export and hand-over to the jobs page."""
 
+import json
+
 import pandas as pd
 from transformers import AutoModelForMaskedLM
 
@@ -7,6 +9,7 @@ from analysis.duplication import compare, duplicate_first
 from analysis.inputs import TextInputs
 from models.loading import ModelSpec, load_model
 from tests.test_app import run_page
+from ui.results import CHART_FORMAT
 
 PAGE = "pages/4_Layer_Duplication.py"
 TEXTS = ("the film is good .", "fun and very dull !")
@@ -28,6 +31,20 @@ def test_preview_shows_the_engine_numbers(tiny_dirs):
     assert shown["source"].tolist() == ["embeddings", "1 ← 1", "2 ← 1", "3 ← 2", "4 ← 2", "5 ← 3"]
 
 
+def chart_downloads(at) -> list[dict]:
+    return [json.loads(c.proto.config)["toImageButtonOptions"] for c in at.get("plotly_chart")]
+
+
+def test_every_chart_downloads_in_the_sidebar_format(tiny_dirs):
+    at = run_page(PAGE, model=str(tiny_dirs["bert"]))
+    at.text_area(key="dup_text").set_value("\n".join(TEXTS)).run()
+    at.button(key="dup_preview").click().run()
+    assert [(o["format"], o["filename"]) for o in chart_downloads(at)] == [
+        ("png", "layerlens_duplication_accuracy"), ("png", "layerlens_duplication_cka")]
+    at.sidebar.radio(key=CHART_FORMAT).set_value("svg").run()  # the preview result is shared: drawn again
+    assert [o["format"] for o in chart_downloads(at)] == ["svg", "svg"]
+
+
 def test_custom_plan_errors_are_messages(tiny_dirs):
     at = run_page(PAGE, model=str(tiny_dirs["bert"]))
     at.radio(key="dup_preset").set_value("Custom").run()
@@ -42,7 +59,7 @@ def test_sweep_export_and_fine_tune_hand_over(tiny_dirs, tmp_path, monkeypatch):
     at = run_page(PAGE, model=str(tiny_dirs["bert"]))
     at.text_area(key="dup_text").set_value("\n".join(TEXTS)).run()
     at.button(key="dup_sweep").click().run()
-    assert not at.exception and len(at.get("plotly_chart")) == 1
+    assert not at.exception and "layerlens_duplication_sweep" in [o["filename"] for o in chart_downloads(at)]
     at.text_input(key="dup_target").set_value("../../escape").run()
     at.button(key="dup_export").click().run()
     assert "plain name" in at.error[0].value and not (tmp_path.parent / "escape").exists()

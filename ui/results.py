@@ -1,4 +1,5 @@
-"""Results shared across sessions, keyed by (model, inputs, options): a small thread-safe LRU store."""
+"""What the analysis pages share once they have a result: the cross-session result store (keyed by model,
+inputs and options), charts with a download icon, and the Stop button of a long run."""
 
 from __future__ import annotations
 
@@ -42,3 +43,35 @@ def result_key(*parts) -> str:
 @st.cache_resource
 def result_store() -> ResultStore:
     return ResultStore()
+
+
+CHART_FORMAT, STOPPED = "ll_chart_format", "ll_stopped"
+
+
+def chart(fig, name: str, where=st, key: str | None = None) -> None:
+    """Draw a Plotly figure; its camera icon saves ``layerlens_<name>`` in the sidebar's image format."""
+    fmt = st.session_state.get(CHART_FORMAT, "png")
+    where.plotly_chart(fig, key=key, config={
+        "displaylogo": False, "toImageButtonOptions": {"format": fmt, "filename": f"layerlens_{name}", "scale": 2}})
+
+
+def stop_button(what: str, request_key: str | None = None):
+    """A Stop button shown while ``what`` runs; returns its placeholder (``.empty()`` it when the run ends).
+
+    A click reruns the page, which interrupts the running script at its next progress update; the callback
+    drops ``request_key`` (so the run does not start again) and leaves a note that :func:`stopped_note` shows.
+    """
+    def stop() -> None:
+        if request_key:
+            st.session_state.pop(request_key, None)
+        st.session_state[STOPPED] = what
+
+    slot = st.empty()
+    slot.button("Stop", key=f"stop_{what}", on_click=stop, help="Interrupts the run; nothing is kept from it.")
+    return slot
+
+
+def stopped_note() -> None:
+    """After a Stop: say what was stopped (once)."""
+    if what := st.session_state.pop(STOPPED, None):
+        st.info(f"{what} stopped; nothing was kept from it.")

@@ -10,6 +10,7 @@ import torch
 
 from models.cache import ModelCache, shared_cache
 from models.loading import DEMO_NAME, SUGGESTED_MODELS, LoadedModel, ModelLoadError, ModelSpec
+from ui.results import CHART_FORMAT, stopped_note
 
 KEY_MODEL, KEY_OTHER = "ll_model", "ll_model_other"
 KEY_REVISION, KEY_DEVICE, KEY_DTYPE = "ll_revision", "ll_device", "ll_dtype"
@@ -151,6 +152,9 @@ def sidebar() -> LoadedModel | None:
         st.sidebar.success(f"Loaded: {s['family']} · {s['layers']} layers · hidden {s['hidden_size']} · "
                            f"{s['device']} · {s['dtype']}")
     cache_panel(cache)
+    st.sidebar.radio("Chart downloads", ["png", "svg"], horizontal=True, key=CHART_FORMAT, persist_state="session",
+                     help="The camera icon on every chart saves it in this format; every table downloads as CSV "
+                          "from the icons above it.")
     return loaded
 
 
@@ -163,6 +167,7 @@ def start_page(title: str, intro: str) -> LoadedModel:
     loaded = sidebar()
     st.title(title)
     st.markdown(intro)
+    stopped_note()
     if loaded is None:
         st.info("Choose a model in the sidebar.")
         st.stop()
