@@ -105,6 +105,61 @@ def test_probe_the_prefilled_sentences(page, server):
     assert_no_error(page)
 
 
+def upload_texts(page, path: Path) -> None:
+    page.get_by_text("Upload a file").click()
+    page.locator("input[type='file']").set_input_files(str(path))
+    page.get_by_text(f"{path.name}").first.wait_for()
+    time.sleep(1.0)
+
+
+def test_two_sessions_probe_at_once_and_get_identical_results(browser, server, tmp_path):
+    texts = [f"review {i} : the film is {'charming and often affecting' if i % 3 else 'a dull , loud mess'} ."
+             for i in range(300)]
+    data = tmp_path / "reviews.txt"
+    data.write_text("\n".join(texts) + "\n")
+    sessions = [browser.new_context().new_page() for _ in range(2)]  # two contexts: two Streamlit sessions
+    for p in sessions:
+        p.set_default_timeout(180_000)
+        p.set_viewport_size({"width": 1400, "height": 1800})
+        open_page(p, server, "/Reconstruction")
+        upload_texts(p, data)
+    for p in sessions:  # back to back: both runs are in flight together (each takes seconds)
+        p.get_by_role("button", name="Run the probe").click()
+    tables = []
+    for i, p in enumerate(sessions):
+        p.get_by_role("button", name="Download layers.csv").wait_for()
+        assert_no_error(p)
+        with p.expect_download() as download:
+            p.get_by_role("button", name="Download layers.csv").click()
+        tables.append(Path(download.value.path()).read_text())
+        p.screenshot(path=str(tmp_path / f"session{i}.png"), full_page=True)
+    assert tables[0] == tables[1]
+
+    from analysis.inputs import TextInputs
+    from analysis.reconstruction import probe
+    from models.loading import ModelSpec, load_model
+
+    expected = probe(load_model(ModelSpec("demo", device="cpu")), TextInputs(tuple(texts))).layers
+    assert tables[0] == expected.to_csv(index=False)
+    for p in sessions:
+        p.context.close()
+
+
+def test_a_long_probe_can_be_stopped(page, server, tmp_path):
+    data = tmp_path / "long.txt"
+    data.write_text("\n".join(f"long run {i} : the acting , costumes , music and sound are all astounding ."
+                              for i in range(2000)) + "\n")
+    open_page(page, server, "/Reconstruction")
+    upload_texts(page, data)
+    page.get_by_role("button", name="Run the probe").click()
+    page.get_by_text("texts").and_(page.locator("[data-testid='stProgress'] *")).first.wait_for()
+    page.get_by_role("button", name="Stop").click()
+    page.get_by_text("The probe stopped; nothing was kept from it.").wait_for(timeout=60_000)
+    page.get_by_role("button", name="Stop").wait_for(state="detached", timeout=30_000)  # the rerun has finished
+    assert page.get_by_role("button", name="Download layers.csv").count() == 0
+    assert_no_error(page)
+
+
 def test_atlas_of_an_uploaded_tsv(page, server, tmp_path):
     rows = ["text\tlabel"] + [f"{'good fun film' if i % 2 else 'dull bad movie'} number {i}\t{i % 2}"
                               for i in range(60)]
