@@ -160,6 +160,42 @@ def test_a_long_probe_can_be_stopped(page, server, tmp_path):
     assert_no_error(page)
 
 
+def error_text(page) -> str:
+    page.locator("[data-testid='stAlertContentError']").first.wait_for()
+    return page.locator("[data-testid='stAlertContentError']").first.inner_text()
+
+
+def test_bad_uploads_get_messages(page, server, tmp_path):
+    open_page(page, server, "/Reconstruction")
+    page.get_by_text("Upload a file").click()
+    upload = page.locator("input[type='file']")
+    upload.set_input_files({"name": "latin1.txt", "mimeType": "text/plain", "buffer": "café noir\n".encode("latin-1")})
+    assert "not UTF-8" in error_text(page)
+    upload.set_input_files({"name": "empty.txt", "mimeType": "text/plain", "buffer": b""})
+    page.get_by_text("is empty").wait_for()
+    big = tmp_path / "big.txt"
+    big.write_bytes(b"a long line of text\n" * (51 * 2**20 // 20 + 1))  # over server.maxUploadSize (50 MB)
+    upload.set_input_files(str(big))
+    page.get_by_text("50.0MB or smaller").or_(page.get_by_text("50MB or smaller")).first.wait_for()
+    assert page.locator("[data-testid='stException']").count() == 0
+    page.screenshot(path=str(tmp_path / "too_big.png"), full_page=True)
+
+
+def test_an_upload_named_like_a_path_stays_in_the_uploads_folder(page, server, tmp_path):
+    open_page(page, server, "/Fine_Tune_Jobs")
+    page.get_by_text("Upload a file").click()
+    rows = "text,label\n" + "".join(f"=cmd|' /C calc'!A{i} good film,{i % 2}\n" for i in range(20))
+    page.locator("input[type='file']").set_input_files(
+        {"name": "../../escape.csv", "mimeType": "text/csv", "buffer": rows.encode()})
+    page.get_by_text("Label column").wait_for()
+    assert_no_error(page)
+    home = HOME[-1]
+    assert not (home.parent / "escape.csv").exists() and not (home.parent.parent / "escape.csv").exists()
+    saved = list((home / "uploads").iterdir())
+    assert any(p.read_text() == rows for p in saved) and all(p.suffix == ".csv" and "escape" not in p.name
+                                                             for p in saved)
+
+
 def test_atlas_of_an_uploaded_tsv(page, server, tmp_path):
     rows = ["text\tlabel"] + [f"{'good fun film' if i % 2 else 'dull bad movie'} number {i}\t{i % 2}"
                               for i in range(60)]

@@ -119,3 +119,56 @@ def test_two_sessions_probing_one_cached_model_at_once_agree(tiny_dirs):
     assert not errors and len(results) == 12
     for layers in results:
         pd.testing.assert_frame_equal(layers, expected)
+
+
+def test_server_defaults_bind_localhost_with_xsrf_and_no_usage_statistics():
+    from pathlib import Path
+
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    config = tomllib.loads((root / ".streamlit" / "config.toml").read_text())
+    assert config["server"]["address"] == "127.0.0.1"
+    assert config["server"]["enableXsrfProtection"] is True
+    assert config["server"]["maxUploadSize"] == 50
+    assert config["browser"]["gatherUsageStats"] is False
+    assert config["client"]["showErrorDetails"] == "none"  # no tracebacks in the browser
+    assert "--server.address=0.0.0.0" in (root / "Dockerfile").read_text()  # the container binds on purpose
+
+
+def test_remote_code_in_a_model_directory_is_never_run(tiny_dirs, tmp_path):
+    """A checkpoint whose config points at its own Python code: loading must not import that code."""
+    import json
+    import shutil
+
+    from models.loading import ModelLoadError, ModelSpec, load_model
+
+    directory = tmp_path / "evil"
+    shutil.copytree(tiny_dirs["bert"], directory)
+    marker = tmp_path / "executed"
+    (directory / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n"
+                                       "from transformers import BertConfig, BertForMaskedLM\n"
+                                       "class EvilConfig(BertConfig):\n    pass\n"
+                                       "class EvilModel(BertForMaskedLM):\n    pass\n")
+    config = json.loads((directory / "config.json").read_text())
+    config["auto_map"] = {"AutoConfig": "evil.EvilConfig", "AutoModelForMaskedLM": "evil.EvilModel"}
+    (directory / "config.json").write_text(json.dumps(config))
+    try:
+        loaded = load_model(ModelSpec(str(directory), device="cpu"))
+        assert type(loaded.model).__name__ == "BertForMaskedLM"  # the library's class, not the directory's
+    except ModelLoadError:
+        pass  # refusing is fine too
+    assert not marker.exists()
+
+
+def test_a_job_cannot_choose_where_its_artifacts_go(tmp_path):
+    from jobs.run import config_argv
+    from jobs.submit import validate
+
+    escape = tmp_path / "elsewhere"
+    config, _ = validate({"model": "demo", "train": "demo", "head": "cls", "epochs": 1, "out": str(escape),
+                          "config": "/etc/passwd"})
+    assert "out" not in config and "config" not in config
+    (tmp_path / "job").mkdir()
+    argv = config_argv({**config, "out": str(escape)}, tmp_path / "job" / "config.json", tmp_path / "job" / "art")
+    assert argv[argv.index("--out") + 1] == str(tmp_path / "job" / "art") and str(escape) not in " ".join(argv)
