@@ -50,7 +50,7 @@ if (art / "layer_weights.csv").is_file():
           f"layer_weights_by_class_{job.id}", right)
     per_epoch = {f"epoch {e}": pd.read_csv(art / "epochs" / str(e) / "layer_weights.csv") for e in epochs
                  if (art / "epochs" / str(e) / "layer_weights.csv").is_file()}
-    if per_epoch:
+    if len(per_epoch) > 1:
         chart(mean_weight_lines(per_epoch, layer_names, "Mean weight per layer on the validation set, by epoch"),
               f"layer_weights_by_epoch_{job.id}")
     st.download_button("layer_weights.csv", (art / "layer_weights.csv").read_bytes(), f"layer_weights_{job.id}.csv")
@@ -70,7 +70,8 @@ def epoch_coords(path: str, layers: tuple[int, ...]) -> pd.DataFrame:
 
 
 if len(epochs) >= 1 and (art / "epochs" / str(epochs[0]) / "val_cls.npy").is_file():
-    st.subheader(f"Validation [CLS] vectors: epoch {epochs[0]} vs epoch {epochs[-1]} (PCA)")
+    st.subheader(f"Validation [CLS] vectors: epoch {epochs[0]} vs epoch {epochs[-1]} (PCA)" if len(epochs) > 1
+                 else f"Validation [CLS] vectors after epoch {epochs[0]} (PCA)")
     n = np.load(art / "epochs" / str(epochs[0]) / "val_cls.npy", mmap_mode="r").shape[0]
     layers = tuple(range(max(1, n - 6), n))
     for e in dict.fromkeys([epochs[0], epochs[-1]]):
