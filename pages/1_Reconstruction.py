@@ -1,20 +1,14 @@
 """Reconstruction probing (Kao et al. 2020, §2): how well does each layer, fed to the MLM head, rebuild the input?"""
 
-import dataclasses
 
 import streamlit as st
 
 from analysis.plots import accuracy_curve, mismatch_html, token_heatmap
 from analysis.reconstruction import ProbeConfig, probe
-from models.loading import ModelLoadError, ModelSpec
-from ui.inputs import text_inputs
-from ui.results import chart, result_key, result_store, stop_button
+from models.loading import ModelSpec
+from ui.inputs import EXAMPLES, text_inputs
+from ui.results import chart, for_each_model, result_key, result_store
 from ui.sidebar import model_cache, start_page
-
-EXAMPLES = """the film is a charming and often affecting journey .
-the acting , costumes , music and sound are all astounding .
-it 's a bad movie that tries hard to be good .
-my fellow citizens , the state of the union is strong ."""
 
 loaded = start_page("Reconstruction probing", (
     "Every layer's hidden states go through the model's **own pre-trained MLM head**; a token counts as "
@@ -54,19 +48,7 @@ if request is None or inputs is None or request != (inputs, config, compare):
                "texts and options.")
     st.stop()
 
-stop_slot = stop_button("The probe", "probe_request")
-results = {}
-try:
-    results[loaded.spec.name] = run(loaded.spec, loaded.spec.name)
-    if compare:
-        results[compare] = run(dataclasses.replace(loaded.spec, name=compare, revision=None), compare)
-except ModelLoadError as exc:
-    st.error(f"Second model: {exc}")
-except Exception as exc:  # never a traceback in the UI
-    st.error(f"The probe failed: {type(exc).__name__}: {exc}")
-stop_slot.empty()
-if loaded.spec.name not in results:
-    st.stop()
+results = for_each_model("The probe", "probe_request", loaded, compare, run)
 main = results[loaded.spec.name]
 if main.truncated:
     st.warning(f"{main.truncated} text(s) longer than {main.max_length} tokens were cut to fit the model.")

@@ -1,15 +1,14 @@
 """Layer atlas (Song et al. 2020 Fig. 2; Sun et al. 2019 Tab. 3): each layer's sentence vectors by class."""
 
-import dataclasses
 
 import streamlit as st
 
 from analysis.inputs import InputError
 from analysis.plots import atlas_grid, cka_heatmap, separability_curve
 from analysis.projection import METHODS, AtlasConfig, atlas, max_rows, parse_layers
-from models.loading import ModelLoadError, ModelSpec
+from models.loading import ModelSpec
 from ui.inputs import labelled_inputs
-from ui.results import chart, result_key, result_store, stop_button
+from ui.results import chart, for_each_model, result_key, result_store
 from ui.sidebar import model_cache, start_page
 
 METHOD_NAMES = {"pca": "PCA", "umap": "UMAP", "tsne": "t-SNE"}
@@ -62,19 +61,7 @@ if request is None or inputs is None or request != (inputs, config, compare):
                "so changing the projection or the layers is quick.")
     st.stop()
 
-stop_slot = stop_button("The atlas", "atlas_request")
-results = {}
-try:
-    results[loaded.spec.name] = run(loaded.spec, loaded.spec.name)
-    if compare:
-        results[compare] = run(dataclasses.replace(loaded.spec, name=compare, revision=None), compare)
-except (ModelLoadError, InputError) as exc:
-    st.error(str(exc) if not results else f"Second model: {exc}")
-except Exception as exc:  # never a traceback in the UI
-    st.error(f"The atlas failed: {type(exc).__name__}: {exc}")
-stop_slot.empty()
-if loaded.spec.name not in results:
-    st.stop()
+results = for_each_model("The atlas", "atlas_request", loaded, compare, run)
 
 main = results[loaded.spec.name]
 info = main.info

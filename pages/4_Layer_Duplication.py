@@ -10,13 +10,9 @@ from analysis.duplication import compare, duplicate_first, duplicate_last, expor
 from analysis.inputs import InputError
 from analysis.plots import accuracy_curve, cka_heatmap
 from analysis.store import layerlens_home
-from ui.inputs import text_inputs
+from ui.inputs import EXAMPLES, text_inputs
 from ui.results import chart, result_key, result_store, stop_button
 from ui.sidebar import start_page
-
-EXAMPLES = """the film is a charming and often affecting journey .
-it 's a bad movie that tries hard to be good .
-my fellow citizens , the state of the union is strong ."""
 
 loaded = start_page("Layer duplication", (
     "Make the model **deeper without training** by running some pre-trained layers twice, and check with the "

@@ -16,6 +16,10 @@ from analysis.inputs import (
 )
 
 DEFAULT_ROW_LIMIT = 2000
+EXAMPLES = """the film is a charming and often affecting journey .
+the acting , costumes , music and sound are all astounding .
+it 's a bad movie that tries hard to be good .
+my fellow citizens , the state of the union is strong ."""  # prefilled on the probe and duplication pages
 
 
 def text_inputs(key: str, example: str, row_limit: int = DEFAULT_ROW_LIMIT, pairs: bool = True) -> TextInputs | None:

@@ -4,11 +4,16 @@ inputs and options), charts with a download icon, and the Stop button of a long 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import hashlib
 import json
 import threading
+from collections.abc import Callable
 
 import streamlit as st
+
+from analysis.inputs import InputError
+from models.loading import LoadedModel, ModelLoadError, ModelSpec
 
 
 class ResultStore:
@@ -75,3 +80,24 @@ def stopped_note() -> None:
     """After a Stop: say what was stopped (once)."""
     if what := st.session_state.pop(STOPPED, None):
         st.info(f"{what} stopped; nothing was kept from it.")
+
+
+def for_each_model(what: str, request_key: str, loaded: LoadedModel, compare: str,
+                   compute: Callable[[ModelSpec, str], object]) -> dict:
+    """``{label: compute(spec, label)}`` for the sidebar's model and, when ``compare`` names one, a second model
+    (same device and precision), with a Stop button meanwhile. Failures are messages; the page stops when the
+    sidebar's model has no result."""
+    stop_slot = stop_button(what, request_key)
+    results = {}
+    try:
+        results[loaded.spec.name] = compute(loaded.spec, loaded.spec.name)
+        if compare:
+            results[compare] = compute(dataclasses.replace(loaded.spec, name=compare, revision=None), compare)
+    except (ModelLoadError, InputError) as exc:
+        st.error(f"Second model: {exc}" if results else str(exc))
+    except Exception as exc:  # never a traceback in the UI
+        st.error(f"{what} failed: {type(exc).__name__}: {exc}")
+    stop_slot.empty()
+    if loaded.spec.name not in results:
+        st.stop()
+    return results
