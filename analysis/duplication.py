@@ -27,6 +27,7 @@ from transformers import AutoModelForMaskedLM
 
 from analysis.activations import counted_mask, encode, hidden_states, make_batch, max_input_length
 from analysis.inputs import InputError, TextInputs
+from analysis.projection import linear_cka
 from models.anatomy import anatomy_of
 from models.loading import LoadedModel
 
@@ -201,7 +202,7 @@ def compare(loaded: LoadedModel, plan: list[int], inputs: TextInputs,
     deeper = preview(loaded, plan)
     original_result = probe(loaded, inputs, progress=stage("original"))
     deeper_result = probe(deeper, inputs, progress=stage("deeper"))
-    cka = cross_cka(token_states(loaded, inputs), token_states(deeper, inputs))
+    cka = linear_cka(token_states(loaded, inputs), token_states(deeper, inputs))
     return {"original": original_result, "deeper": deeper_result, "cka": cka,
             "names": source_names(check_plan(plan, loaded), loaded.anatomy.family)}
 
@@ -219,17 +220,3 @@ def sweep(loaded: LoadedModel, inputs: TextInputs, progress: Callable[[int, int]
         if progress:
             progress(k + 1, loaded.num_layers + 1)
     return pd.DataFrame(rows)
-
-
-def cross_cka(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``(Sa, Sb)`` linear CKA between every state of ``a`` ``(Sa, n, d)`` and of ``b`` ``(Sb, n, d)``."""
-    x = torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
-    y = torch.from_numpy(np.ascontiguousarray(b, dtype=np.float32))
-    x, y = x - x.mean(1, keepdim=True), y - y.mean(1, keepdim=True)
-    self_x = torch.stack([(m.T @ m).double().square().sum().sqrt() for m in x])
-    self_y = torch.stack([(m.T @ m).double().square().sum().sqrt() for m in y])
-    out = torch.empty(len(x), len(y), dtype=torch.float64)
-    for i in range(len(x)):
-        for j in range(len(y)):
-            out[i, j] = (x[i].T @ y[j]).double().square().sum() / (self_x[i] * self_y[j]).clamp(min=1e-300)
-    return out.numpy()

@@ -245,25 +245,36 @@ def separability(x: np.ndarray, labels: np.ndarray, folds: int = 5, seed: int = 
     return sil, float(scores.mean()), float(scores.std())
 
 
-def linear_cka(reps: np.ndarray, constant: list[int] | None = None) -> np.ndarray:
-    """``(S, S)`` linear CKA between the layers of ``reps`` ``(S, n, d)``:
-    ``||Y'X||_F^2 / (||X'X||_F ||Y'Y||_F)`` on column-centred X, Y. Uses ``n x n`` Gram matrices when there are
-    fewer rows than dimensions, ``d x d`` cross-covariances otherwise (the same number either way)."""
-    s, n, d = reps.shape
-    x = torch.from_numpy(np.ascontiguousarray(reps, dtype=np.float32))
-    x = x - x.mean(1, keepdim=True)
-    if n <= d:
-        grams = torch.einsum("lnd,lmd->lnm", x, x).reshape(s, n * n).double()
-        dots = grams @ grams.T  # <K_i, K_j>_F = ||X_j' X_i||_F^2
+def linear_cka(reps: np.ndarray, other: np.ndarray | None = None, *, constant: list[int] | None = None) -> np.ndarray:
+    """``(S, S2)`` linear CKA between every layer of ``reps`` ``(S, n, d)`` and every layer of ``other``
+    ``(S2, n, d2)`` (default: ``reps`` itself): ``||Y'X||_F^2 / (||X'X||_F ||Y'Y||_F)`` on column-centred X, Y.
+    Uses ``n x n`` Gram matrices when there are fewer rows than dimensions, cross-covariances otherwise (the
+    same number either way). Undefined (NaN) for a layer whose vectors are all the same (``constant``: those
+    layers of ``reps`` when ``other`` is None, found by :func:`constant_layers` when not given)."""
+    def centred(a: np.ndarray) -> torch.Tensor:
+        x = torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
+        return x - x.mean(1, keepdim=True)
+
+    x = centred(reps)
+    y = x if other is None else centred(other)
+    n = x.shape[1]
+    if n <= min(x.shape[2], y.shape[2]):
+        gx = torch.einsum("lnd,lmd->lnm", x, x).reshape(len(x), n * n).double()
+        gy = gx if other is None else torch.einsum("lnd,lmd->lnm", y, y).reshape(len(y), n * n).double()
+        dots = gx @ gy.T  # <K_i, L_j>_F = ||Y_j' X_i||_F^2
+        self_x, self_y = gx.square().sum(1).sqrt(), gy.square().sum(1).sqrt()
     else:
-        dots = torch.empty(s, s, dtype=torch.float64)
-        for i in range(s):
-            for j in range(i, s):
-                dots[i, j] = dots[j, i] = (x[i].T @ x[j]).double().square().sum()
-    norms = dots.diagonal().sqrt()
-    cka = (dots / (norms[:, None] * norms[None, :]).clamp(min=1e-300)).numpy()
-    constant = constant_layers(reps) if constant is None else constant
-    cka[constant, :] = cka[:, constant] = np.nan  # undefined: a layer whose vectors are all the same
+        def cross(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return (a.T @ b).double().square().sum()
+
+        dots = torch.stack([torch.stack([cross(xi, yj) for yj in y]) for xi in x])
+        self_x = torch.stack([cross(xi, xi) for xi in x]).sqrt()
+        self_y = self_x if other is None else torch.stack([cross(yj, yj) for yj in y]).sqrt()
+    cka = (dots / (self_x[:, None] * self_y[None, :]).clamp(min=1e-300)).numpy()
+    rows = constant_layers(reps) if constant is None else constant
+    cols = rows if other is None else constant_layers(other)
+    cka[rows, :] = np.nan
+    cka[:, cols] = np.nan
     return cka
 
 
@@ -324,4 +335,4 @@ def atlas(loaded: LoadedModel, inputs: TextInputs, config: AtlasConfig = AtlasCo
             "constant_layers": constant, "cache_hit": hit,
             "silhouette_sample": SILHOUETTE_MAX_ROWS if len(inputs) > SILHOUETTE_MAX_ROWS else None,
             "seconds": round(time.perf_counter() - start, 3)}
-    return AtlasResult(frame, sep, linear_cka(reps, constant), info)
+    return AtlasResult(frame, sep, linear_cka(reps, constant=constant), info)

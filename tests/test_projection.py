@@ -134,6 +134,19 @@ def test_linear_cka_matches_the_hsic_formula(n, d):
             assert cka[i, j] == pytest.approx(naive_cka(reps[i].astype(float), reps[j].astype(float)), abs=1e-5)
 
 
+@pytest.mark.parametrize("n, d", [(12, 30), (50, 6)])
+def test_cka_between_two_models_matches_the_hsic_formula(n, d):
+    rng = np.random.default_rng(2)
+    a = rng.normal(size=(2, n, d)).astype(np.float32)
+    b = np.stack([a[0] @ rng.normal(size=(d, d + 3)), rng.normal(size=(n, d + 3)), np.ones((n, d + 3))])
+    b = b.astype(np.float32)
+    cka = linear_cka(a, b)
+    assert cka.shape == (2, 3) and np.isnan(cka[:, 2]).all()  # a constant layer: undefined
+    for i in range(2):
+        for j in range(2):
+            assert cka[i, j] == pytest.approx(naive_cka(a[i].astype(float), b[j].astype(float)), abs=1e-5)
+
+
 def test_align_signs_only_flips_signs():
     rng = np.random.default_rng(1)
     a = rng.normal(size=(20, 2))
