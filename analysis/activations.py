@@ -161,7 +161,7 @@ def halving_on_oom(run, idx: list[int]):
     Yields each result."""
     try:
         yield run(idx)
-    except (torch.OutOfMemoryError, RuntimeError) as exc:
+    except RuntimeError as exc:  # torch.OutOfMemoryError included
         if len(idx) == 1 or not is_out_of_memory(exc):
             raise
         if torch.cuda.is_available():

@@ -50,7 +50,7 @@ def validate(config: dict) -> tuple[dict, str]:
             raise UserError("no training data: set train (a file, 'demo' or hf:NAME[/CONFIG]:SPLIT)")
         spec = ModelSpec(args.model, revision=args.revision, device=args.device, dtype=args.dtype,
                          allow_pickle=args.allow_pickle).resolved()
-        model_config, _ = _config_and_family(spec, {"revision": spec.revision, "trust_remote_code": False})
+        model_config, _ = _config_and_family(spec)
         train = read_split(args.train, args.text_column, args.pair_column, args.label_column)
         others = [read_split(s, args.text_column, args.pair_column, args.label_column) for s in (args.val, args.test)
                   if s]

@@ -127,7 +127,7 @@ class ModelCache:
         """Load ``key``; if the device runs out of memory, drop every other cached model there and try once more."""
         try:
             return self._loader(key)
-        except (torch.OutOfMemoryError, RuntimeError) as exc:
+        except RuntimeError as exc:  # torch.OutOfMemoryError included
             if not is_out_of_memory(exc):
                 raise
             with self._lock:

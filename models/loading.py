@@ -195,11 +195,16 @@ def _head_prefixes(family: str) -> tuple[str, ...]:
     return tuple(p + "." for p in HEAD_PARTS[family])
 
 
-def _config_and_family(spec: ModelSpec, kwargs: dict):
+def _hub_kwargs(spec: ModelSpec) -> dict:
+    """What every from_pretrained call gets: the revision, and never the checkpoint's own code."""
+    return {"revision": spec.revision, "trust_remote_code": False}
+
+
+def _config_and_family(spec: ModelSpec):
     if spec.name == DEMO_NAME and not (DEMO_DIR / "config.json").is_file():
         raise ModelLoadError(f"the demo model is missing from {DEMO_DIR}; run `python -m models.pretrain` first")
     try:
-        config = AutoConfig.from_pretrained(spec.source, **kwargs)
+        config = AutoConfig.from_pretrained(spec.source, **_hub_kwargs(spec))
     except (OSError, ValueError) as exc:
         raise ModelLoadError(_explain(spec, exc)) from exc
     try:
@@ -222,8 +227,8 @@ def load_encoder(spec: ModelSpec):
     and its tokenizer, for fine-tuning. Any checkpoint of a supported family will do (an ELECTRA
     discriminator too); the MLM head is not needed. Never the shared cached model."""
     spec = spec.resolved()
-    kwargs = {"revision": spec.revision, "trust_remote_code": False}
-    config, _ = _config_and_family(spec, kwargs)
+    kwargs = _hub_kwargs(spec)
+    config, _ = _config_and_family(spec)
     try:
         encoder = AutoModel.from_pretrained(spec.source, config=config, use_safetensors=not spec.allow_pickle,
                                             **kwargs)
@@ -237,8 +242,8 @@ def load_model(spec: ModelSpec) -> LoadedModel:
     """Load ``spec`` as a masked LM in eval mode with gradients off. Raises :class:`ModelLoadError`."""
     start = time.perf_counter()
     spec = spec.resolved()
-    kwargs = {"revision": spec.revision, "trust_remote_code": False}
-    config, family = _config_and_family(spec, kwargs)
+    kwargs = _hub_kwargs(spec)
+    config, family = _config_and_family(spec)
     try:
         model, info = AutoModelForMaskedLM.from_pretrained(
             spec.source, config=config, dtype=DTYPES[spec.dtype], use_safetensors=not spec.allow_pickle,

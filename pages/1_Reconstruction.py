@@ -1,13 +1,12 @@
 """Reconstruction probing (Kao et al. 2020, §2): how well does each layer, fed to the MLM head, rebuild the input?"""
 
-
 import streamlit as st
 
 from analysis.plots import accuracy_curve, mismatch_html, token_heatmap
 from analysis.reconstruction import ProbeConfig, probe
 from models.loading import ModelSpec
 from ui.inputs import EXAMPLES, text_inputs
-from ui.results import chart, for_each_model, result_key, result_store
+from ui.results import chart, for_each_model, result_key, shared_result, wait_for_run
 from ui.sidebar import model_cache, start_page
 
 loaded = start_page("Reconstruction probing", (
@@ -27,27 +26,16 @@ config = ProbeConfig(mode=mode, include_special=include_special, top_k=int(top_k
 
 
 def run(spec: ModelSpec, label: str):
-    """The probe of ``spec`` on the inputs, from the shared store or computed with a progress bar."""
+    """The probe of ``spec`` on the inputs, shared across sessions."""
     key = result_key(spec.resolved().to_dict(), inputs.texts, inputs.pairs, config.to_dict())
-    store = result_store()
-    if (result := store.get(key)) is not None:
-        return result
-    model = model_cache().get(spec)  # the sidebar's model is a cache hit
-    bar = st.progress(0.0, text=f"Probing {label}…")
-    result = probe(model, inputs, config, progress=lambda done, n: bar.progress(done / n, f"{label}: {done}/{n} texts"))
-    bar.empty()
-    store.put(key, result)
-    return result
+    return shared_result(key, f"Probing {label}", lambda report: probe(
+        model_cache().get(spec), inputs, config,  # the sidebar's model is a cache hit
+        progress=lambda done, n: report(done / n, f"{label}: {done}/{n} texts")))
 
 
-if inputs is not None and st.button("Run the probe", type="primary", key="probe_run"):
-    st.session_state["probe_request"] = (inputs, config, compare)
-request = st.session_state.get("probe_request")
-if request is None or inputs is None or request != (inputs, config, compare):
-    st.caption("Set the texts and options, then run the probe. Results are shared and cached per model, "
-               "texts and options.")
-    st.stop()
-
+wait_for_run("probe_request", inputs is not None and st.button("Run the probe", type="primary", key="probe_run"),
+             (inputs, config, compare), "Set the texts and options, then run the probe. Results are shared and "
+             "cached per model, texts and options.")
 results = for_each_model("The probe", "probe_request", loaded, compare, run)
 main = results[loaded.spec.name]
 if main.truncated:

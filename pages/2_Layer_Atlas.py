@@ -8,7 +8,7 @@ from analysis.plots import atlas_grid, cka_heatmap, separability_curve
 from analysis.projection import METHODS, AtlasConfig, atlas, max_rows, parse_layers
 from models.loading import ModelSpec
 from ui.inputs import labelled_inputs
-from ui.results import chart, for_each_model, result_key, result_store
+from ui.results import chart, for_each_model, result_key, shared_result, wait_for_run
 from ui.sidebar import model_cache, start_page
 
 METHOD_NAMES = {"pca": "PCA", "umap": "UMAP", "tsne": "t-SNE"}
@@ -39,28 +39,17 @@ except InputError as exc:
 
 
 def run(spec: ModelSpec, label: str):
-    """The atlas of ``spec`` on the inputs, from the shared store or computed with a progress bar."""
+    """The atlas of ``spec`` on the inputs, shared across sessions."""
     key = result_key(spec.resolved().to_dict(), inputs.content_hash(), inputs.ids, config.to_dict())
-    store = result_store()
-    if (result := store.get(key)) is not None:
-        return result
-    model = model_cache().get(spec)
-    bar = st.progress(0.0, text=f"{label}…")
-    result = atlas(model, inputs, config, progress=lambda stage, done, n: bar.progress(
-        done / max(n, 1), f"{label}: {stage} {done}/{n}"))
-    bar.empty()
-    store.put(key, result)
-    return result
+    return shared_result(key, label, lambda report: atlas(
+        model_cache().get(spec), inputs, config,
+        progress=lambda stage, done, n: report(done / max(n, 1), f"{label}: {stage} {done}/{n}")))
 
 
-if inputs is not None and st.button(f"Draw the atlas ({METHOD_NAMES[method]})", type="primary", key="atlas_run"):
-    st.session_state["atlas_request"] = (inputs, config, compare)
-request = st.session_state.get("atlas_request")
-if request is None or inputs is None or request != (inputs, config, compare):
-    st.caption("Choose the data and options, then draw the atlas. Vectors are cached on disk per model and data, "
-               "so changing the projection or the layers is quick.")
-    st.stop()
-
+wait_for_run("atlas_request", inputs is not None and st.button(f"Draw the atlas ({METHOD_NAMES[method]})",
+                                                               type="primary", key="atlas_run"),
+             (inputs, config, compare), "Choose the data and options, then draw the atlas. Vectors are cached on "
+             "disk per model and data, so changing the projection or the layers is quick.")
 results = for_each_model("The atlas", "atlas_request", loaded, compare, run)
 
 main = results[loaded.spec.name]

@@ -11,7 +11,7 @@ from analysis.inputs import InputError
 from analysis.plots import accuracy_curve, cka_heatmap
 from analysis.store import layerlens_home
 from ui.inputs import EXAMPLES, text_inputs
-from ui.results import chart, result_key, result_store, stop_button
+from ui.results import chart, result_key, result_store, shared_result, stop_button
 from ui.sidebar import start_page
 
 loaded = start_page("Layer duplication", (
@@ -58,17 +58,15 @@ if inputs is not None and middle.button("Sweep k = 0..L", key="dup_sweep",
     what = "sweep"
 if what is not None and result_store().get(f"{key}:{what}") is None:
     stop_slot = stop_button(f"The {what}")
-    bar = st.progress(0.0, text=f"{what}…")
     try:
         if what == "preview":
-            value = compare(loaded, plan, inputs, progress=lambda stage, done, n: bar.progress(
-                done / n, f"probing the {stage} model: {done}/{n} texts"))
+            shared_result(f"{key}:preview", what, lambda report: compare(loaded, plan, inputs, progress=lambda
+                          stage, done, n: report(done / n, f"probing the {stage} model: {done}/{n} texts")))
         else:
-            value = sweep(loaded, inputs, progress=lambda done, n: bar.progress(done / n, f"k = {done - 1} of {n - 1}"))
-        result_store().put(f"{key}:{what}", value)
+            shared_result(f"{key}:sweep", what, lambda report: sweep(loaded, inputs, progress=lambda done, n: report(
+                done / n, f"k = {done - 1} of {n - 1}")))
     except Exception as exc:  # never a traceback in the UI
         st.error(f"The {what} failed: {type(exc).__name__}: {exc}")
-    bar.empty()
     stop_slot.empty()
 
 if (result := result_store().get(f"{key}:preview")) is not None:

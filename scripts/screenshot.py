@@ -14,8 +14,6 @@ import time
 import urllib.request
 from pathlib import Path
 
-from playwright.sync_api import sync_playwright
-
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -31,8 +29,9 @@ def wait_healthy(url: str, timeout: float = 60) -> None:
 
 
 @contextlib.contextmanager
-def dashboard(port: int, env: dict | None = None):
-    """``streamlit run app.py`` on 127.0.0.1:``port`` (offline), yielding its URL once it is healthy."""
+def dashboard(port: int, env: dict | None = None, timeout: float = 60):
+    """``streamlit run app.py`` on 127.0.0.1:``port`` (offline), yielding its URL once it is healthy (within
+    ``timeout`` seconds)."""
     server = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
          "--server.address", "127.0.0.1", "--server.headless", "true"],
@@ -40,7 +39,7 @@ def dashboard(port: int, env: dict | None = None):
         stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"
-        wait_healthy(url)
+        wait_healthy(url, timeout)
         yield url
     finally:
         server.terminate()
@@ -48,6 +47,8 @@ def dashboard(port: int, env: dict | None = None):
 
 
 def main() -> None:
+    from playwright.sync_api import sync_playwright
+
     p = argparse.ArgumentParser()
     p.add_argument("--out", type=Path, default=ROOT / "screenshots")
     p.add_argument("--port", type=int, default=8599)

@@ -7,16 +7,14 @@ Screenshots go to the test's output folder (``pytest --basetemp`` decides where)
 import os
 import shutil
 import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from scripts.screenshot import dashboard
+
 pytestmark = pytest.mark.browser
-ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = os.environ.get("LAYERLENS_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run"]
@@ -38,27 +36,9 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     home = tmp_path_factory.mktemp("home")
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port), "--server.address",
-         "127.0.0.1", "--server.headless", "true"], cwd=ROOT,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "LAYERLENS_HOME": str(home)}, stdout=subprocess.DEVNULL,
-        stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
     HOME.append(home)
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        try:
-            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).status == 200:
-                break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        proc.kill()
-        pytest.fail("the dashboard did not start")
-    yield url
-    proc.terminate()
-    proc.wait(timeout=15)
+    with dashboard(free_port(), {"LAYERLENS_HOME": str(home)}, timeout=90) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -50,6 +50,28 @@ def result_store() -> ResultStore:
     return ResultStore()
 
 
+def shared_result(key: str, label: str, compute: Callable[[Callable[[float, str], None]], object]):
+    """The result under ``key`` in the shared store; else ``compute(report)`` under a progress bar
+    (``report(fraction, text)``), stored for every session."""
+    store = result_store()
+    if (result := store.get(key)) is None:
+        bar = st.progress(0.0, text=f"{label}…")
+        result = compute(bar.progress)
+        bar.empty()
+        store.put(key, result)
+    return result
+
+
+def wait_for_run(request_key: str, clicked: bool, request, hint: str) -> None:
+    """Stop the page with ``hint`` until a run of ``request`` (the inputs and options) is asked for: by
+    ``clicked`` now, or earlier with the same request (so the result stays while other widgets change)."""
+    if clicked:
+        st.session_state[request_key] = request
+    if st.session_state.get(request_key) != request:
+        st.caption(hint)
+        st.stop()
+
+
 CHART_FORMAT, STOPPED = "ll_chart_format", "ll_stopped"
 
 
