@@ -6,9 +6,10 @@ module gives
 
 - the sentence vector: the first token's state ([CLS], ``<s>``) or the mean over counted (non-special) tokens;
   cached on disk by model fingerprint, data hash, pooling and max length (:mod:`analysis.store`);
-- 2-D coordinates by PCA (exact, scikit-learn; ``torch.pca_lowrank`` on a GPU), UMAP or t-SNE. PCA axes may be
-  sign-flipped to line up with the previous layer's; nothing else changes the coordinates (a layer whose
-  vectors are all the same, as [CLS] at the embeddings, is drawn at the origin rather than as rounding noise);
+- 2-D coordinates by exact PCA (:func:`exact_pca`: float64, never randomized; on the GPU when there is one),
+  UMAP or t-SNE. PCA axes may be sign-flipped to line up with the previous layer's; nothing else changes the
+  coordinates (a layer whose vectors are all the same, as [CLS] at the embeddings, is drawn at the origin
+  rather than as rounding noise);
 - separability on the full vectors: silhouette (euclidean) and a linear probe (standardised logistic
   regression, stratified k-fold: mean and std of accuracy);
 - a layer x layer linear CKA matrix (Kornblith et al. 2019).
@@ -177,13 +178,7 @@ def project(x: np.ndarray, method: str = "pca", seed: int = 0, device: str = "cp
     if n < 3:
         raise InputError(f"{n} row(s) are too few to project; give at least 3")
     if method == "pca":
-        if device.startswith("cuda"):
-            t = torch.as_tensor(x, device=device, dtype=torch.float32)
-            _, _, v = torch.pca_lowrank(t, q=min(6, *t.shape), center=True, niter=4)
-            return ((t - t.mean(0)) @ v[:, :2]).cpu().numpy()
-        from sklearn.decomposition import PCA
-
-        return PCA(n_components=2, random_state=seed).fit_transform(x)
+        return exact_pca(x, device=device)
     if method == "umap":
         import umap
 
@@ -195,6 +190,34 @@ def project(x: np.ndarray, method: str = "pca", seed: int = 0, device: str = "cp
 
         return TSNE(n_components=2, perplexity=min(30.0, (n - 1) / 3), init="pca", random_state=seed).fit_transform(x)
     raise InputError(f"unknown method '{method}'; choose one of {', '.join(METHODS)}")
+
+
+def exact_pca(x: np.ndarray, components: int = 2, device: str = "cpu") -> np.ndarray:
+    """``(n, components)`` exact principal-component scores of ``x`` ``(n, d)``, in float64 whatever the size:
+    the eigendecomposition of the ``d x d`` covariance when ``n >= d`` (one pass over the rows; on a GPU there
+    when ``device`` is CUDA), a full SVD of the centred matrix otherwise. Never randomized: on a flat spectrum a
+    randomized solver's axes drift by tens of degrees. Each axis's sign makes its largest score positive."""
+    if device.startswith("cuda"):
+        t = torch.as_tensor(x, device=device, dtype=torch.float64)
+        t = t - t.mean(0)
+        if t.shape[0] >= t.shape[1]:
+            _, vectors = torch.linalg.eigh(t.T @ t)  # ascending eigenvalues
+            scores = t @ vectors[:, -components:].flip(1)
+        else:
+            u, s, _ = torch.linalg.svd(t, full_matrices=False)
+            scores = u[:, :components] * s[:components]
+        scores = scores.cpu().numpy()
+    else:
+        centred = np.asarray(x, dtype=np.float64)
+        centred = centred - centred.mean(0)
+        if centred.shape[0] >= centred.shape[1]:
+            _, vectors = np.linalg.eigh(centred.T @ centred)
+            scores = centred @ vectors[:, ::-1][:, :components]
+        else:
+            u, s, _ = np.linalg.svd(centred, full_matrices=False)
+            scores = u[:, :components] * s[:components]
+    rows = np.abs(scores).argmax(0)
+    return scores * np.sign(scores[rows, np.arange(scores.shape[1])])
 
 
 def align_signs(coords: list[np.ndarray]) -> list[np.ndarray]:

@@ -23,6 +23,7 @@ from analysis.projection import (
     check_labels,
     linear_cka,
     parse_layers,
+    project,
     representations,
 )
 from analysis.store import ArrayStore
@@ -283,3 +284,16 @@ def test_bundled_demo_set():
     aspects = parse(path.read_bytes(), path.name, pair_column="aspect", label_column="label")
     assert len(data) >= 300 and set(data.labels) == {"positive", "negative", "neutral"}
     assert 0 < len(aspects) < len(data)
+
+
+@pytest.mark.parametrize("shape", [(700, 768), (1500, 64), (40, 300)])
+def test_pca_is_exact_on_a_flat_spectrum(shape):
+    """A flat spectrum is where a randomized solver drifts (14-44 degrees on 700 x 768): the atlas's axes must
+    be exact PCA's, i.e. numpy's full SVD of the centred matrix, up to the sign of each axis."""
+    x = np.random.default_rng(1).normal(size=shape).astype(np.float32)
+    centred = x.astype(np.float64) - x.astype(np.float64).mean(0)
+    u, s, _ = np.linalg.svd(centred, full_matrices=False)
+    ref = u[:, :2] * s[:2]
+    ours = project(x, "pca")
+    signs = np.sign((ours * ref).sum(0))
+    np.testing.assert_allclose(ours, ref * signs, atol=1e-6 * np.abs(ref).max(), rtol=1e-5)
