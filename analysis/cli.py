@@ -36,7 +36,9 @@ from analysis.cli_finetune import (
 )
 from analysis.inputs import InputError
 from analysis.projection import METHODS, POOLINGS
-from models.loading import ModelLoadError
+from models.loading import DTYPES, ModelLoadError
+
+SAVE_DTYPES = ["source", *(d for d in DTYPES if d != "auto")]
 
 log = logging.getLogger("layerlens")
 
@@ -172,6 +174,8 @@ def add_duplicate_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--column", default="text", help="text column of --preview-input (csv/tsv/jsonl)")
     g.add_argument("--sweep", action="store_true", help="final-layer accuracy for K = 0..L duplicated layers on "
                    "--preview-input (writes sweep.csv)")
+    g.add_argument("--save-dtype", choices=SAVE_DTYPES, default="source", help="dtype of the saved model "
+                   "(default: the source checkpoint's own, whatever --dtype it is computed in; in duplication.json)")
 
 
 def cmd_duplicate(args: argparse.Namespace) -> int:
@@ -199,7 +203,7 @@ def cmd_duplicate(args: argparse.Namespace) -> int:
     else:
         plan = duplicate_first(loaded.num_layers, args.duplicate_first or 0)
     out = prepare_out(args.out)
-    export(loaded, plan, out)
+    export(loaded, plan, out, dtype=None if args.save_dtype == "source" else args.save_dtype)
     print(f"plan ({len(plan)} layers): {','.join(map(str, plan)) if not albert else f'shared x {len(plan)}'}")
     if inputs is not None:
         result = probe(preview(loaded, plan), inputs)

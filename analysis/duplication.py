@@ -29,7 +29,7 @@ from analysis.activations import counted_mask, encode, hidden_states, make_batch
 from analysis.inputs import InputError, TextInputs
 from analysis.projection import linear_cka
 from models.anatomy import anatomy_of
-from models.loading import LoadedModel
+from models.loading import DTYPES, LoadedModel, checkpoint_dtype, load_model
 
 LAYER_LISTS = {"bert": "encoder.layer", "roberta": "encoder.layer", "electra": "encoder.layer",
                "distilbert": "transformer.layer"}
@@ -129,9 +129,19 @@ def preview(loaded: LoadedModel, plan: list[int]) -> LoadedModel:
     return dataclasses.replace(loaded, model=view, anatomy=anatomy_of(view), nbytes=0, load_seconds=0.0)
 
 
-def export(loaded: LoadedModel, plan: list[int], out: Path) -> Path:
-    """Save the deeper model to ``out`` (``save_pretrained``, with the tokenizer and ``duplication.json``)."""
+def export(loaded: LoadedModel, plan: list[int], out: Path, dtype: str | None = None) -> Path:
+    """Save the deeper model to ``out`` (``save_pretrained``, with the tokenizer and ``duplication.json``, which
+    records the plan and the dtype). ``dtype`` None saves in the source checkpoint's own dtype, not the dtype the
+    model is shown in (bfloat16 on a GPU): the layers are then copied from a fresh load of the checkpoint in that
+    dtype, so a float32 checkpoint exports its float32 values. The export equals the preview bit for bit when
+    the two dtypes agree (always on CPU)."""
     plan = check_plan(plan, loaded)
+    dtype = dtype or checkpoint_dtype(loaded.spec)
+    if dtype not in DTYPES or dtype == "auto":
+        raise InputError(f"unknown dtype '{dtype}'; choose one of {', '.join(d for d in DTYPES if d != 'auto')}")
+    if loaded.spec.dtype != dtype:
+        loaded = dataclasses.replace(loaded, model=load_model(dataclasses.replace(loaded.spec, dtype=dtype,
+                                                                                  device="cpu")).model)
     source = loaded.model
     config = copy.deepcopy(source.config)
     config.num_hidden_layers = len(plan)
@@ -147,7 +157,7 @@ def export(loaded: LoadedModel, plan: list[int], out: Path) -> Path:
         state = {k: v for k, v in state.items() if not pattern.fullmatch(k)}
         for new, src in enumerate(plan):
             state.update({f"{prefix}{new}.{name}": value.clone() for name, value in layers[src].items()})
-    model = AutoModelForMaskedLM.from_config(config, dtype=next(source.parameters()).dtype)
+    model = AutoModelForMaskedLM.from_config(config, dtype=DTYPES[dtype])
     missing, unexpected = model.load_state_dict(state, strict=False)
     tied = {k for k in missing if k.endswith(("decoder.weight", "decoder.bias"))}
     if set(missing) - tied or unexpected:
@@ -157,7 +167,8 @@ def export(loaded: LoadedModel, plan: list[int], out: Path) -> Path:
     model.save_pretrained(out)
     loaded.tokenizer.save_pretrained(out)
     (out / "duplication.json").write_text(json.dumps({"source": loaded.spec.name, "source_layers": loaded.num_layers,
-                                                      "plan": plan, "family": loaded.anatomy.family}, indent=2))
+                                                      "plan": plan, "family": loaded.anatomy.family,
+                                                      "dtype": dtype}, indent=2))
     return out
 
 

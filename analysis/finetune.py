@@ -3,7 +3,8 @@
 Writes under ``out``: ``metrics.json`` (accuracy, macro_f1, head_trainable_parameters, history, per-class
 report, confusion matrix), ``predictions.csv`` (``example_id,label,prediction`` for the test set when given,
 else the validation set), ``layer_weights.csv`` (attention / scalar-mix heads: ``example_id`` then
-``layer_<i>``; rows sum to 1), ``checkpoint/`` (``encoder/`` as ``save_pretrained`` with the tokenizer,
+``layer_<i>``; rows sum to 1), ``checkpoint/`` (``encoder/`` as ``save_pretrained`` in float32, the dtype
+training keeps its master weights in whatever the source checkpoint's dtype, with the tokenizer,
 ``head.safetensors``, ``head.json``), ``epochs/<e>/`` (per-epoch layer weights and validation [CLS] vectors)
 and ``run.json``. With ``folds > 1``: k-fold cross-validation over the training set (mean and std), fold
 predictions are out-of-fold, and a majority vote of the fold models labels the test set; no checkpoint.
@@ -88,7 +89,7 @@ def save_checkpoint(model: Classifier, tokenizer, labels: dict[str, int], config
     tokenizer.save_pretrained(path / "encoder")
     save_file({k: v.detach().cpu().contiguous() for k, v in model.head.state_dict().items()},
               path / "head.safetensors")
-    (path / "head.json").write_text(json.dumps({"head": model.head_name, "labels": labels,
+    (path / "head.json").write_text(json.dumps({"head": model.head_name, "labels": labels, "dtype": "float32",
                                                 "dropout": config.dropout, "max_length": config.max_length,
                                                 "truncation": config.truncation}, indent=2))
 
@@ -140,14 +141,17 @@ def further_pretrain(spec: ModelSpec, texts, steps: int, out: Path, batch_size: 
                      lr: float = 5e-5, seed: int = 0, log: Callable[[str], None] = lambda s: None) -> Path:
     """Within-task further pre-training (Sun et al. 2019 §4.2 / §5.4): ``steps`` of masked-LM training (15%
     masking by transformers' ``DataCollatorForLanguageModeling``) on the task's own texts, from ``spec``'s
-    pre-trained MLM; saved to ``out`` (a ``save_pretrained`` directory to fine-tune from). Returns ``out``."""
+    pre-trained MLM, trained and saved in float32 (bfloat16 only as autocast on a GPU); saved to ``out`` (a
+    ``save_pretrained`` directory to fine-tune from). Returns ``out``."""
     from transformers import DataCollatorForLanguageModeling
 
     from models.loading import load_model
 
     seed_everything(seed)
-    loaded = load_model(spec)  # a fresh copy (not the shared cache), made trainable here
+    # a fresh copy (not the shared cache), made trainable here, in float32 whatever the checkpoint's dtype
+    loaded = load_model(dataclasses.replace(spec, dtype="float32"))
     model, tok = loaded.model.train().requires_grad_(True), loaded.tokenizer
+    autocast = loaded.spec.device.startswith("cuda") and torch.cuda.is_bf16_supported()
     enc = tok(list(texts), truncation=True, max_length=max_length)["input_ids"]
     collate = DataCollatorForLanguageModeling(tok, mlm_probability=0.15, seed=seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
@@ -155,7 +159,9 @@ def further_pretrain(spec: ModelSpec, texts, steps: int, out: Path, batch_size: 
     for step in range(steps):
         rows = rng.choice(len(enc), size=min(batch_size, len(enc)), replace=False)
         batch = {k: v.to(loaded.spec.device) for k, v in collate([{"input_ids": enc[i]} for i in rows]).items()}
-        loss = model(**batch).loss
+        with torch.autocast(device_type=torch.device(loaded.spec.device).type, dtype=torch.bfloat16,
+                            enabled=autocast):
+            loss = model(**batch).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()

@@ -257,6 +257,7 @@ def train(model: Classifier, train_data: TaskData, val_data: TaskData, config: F
     from transformers import get_linear_schedule_with_warmup
 
     seed_everything(config.seed)
+    model = model.float()  # float32 master weights whatever the checkpoint's dtype; bf16 only as autocast
     autocast = device.startswith("cuda") and torch.cuda.is_bf16_supported()
     accelerator = Accelerator(cpu=device == "cpu", mixed_precision="bf16" if autocast else "no")
     steps_per_epoch = math.ceil(math.ceil(len(train_data) / config.batch_size) / accelerator.num_processes)

@@ -222,16 +222,28 @@ def _load_error(spec: ModelSpec, exc: BaseException) -> ModelLoadError:
     return ModelLoadError(_explain(spec, exc))
 
 
+def checkpoint_dtype(spec: ModelSpec) -> str:
+    """The dtype ``spec``'s weights are stored in (``float32``, ``bfloat16`` or ``float16``), whatever dtype it
+    is shown in: the ``dtype`` ``save_pretrained`` records in ``config.json``; float32 when none is recorded (as
+    in the original hub checkpoints, which are float32)."""
+    config, _ = _config_and_family(spec)
+    dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    name = str(dtype).removeprefix("torch.") if dtype is not None else "float32"
+    return name if name in DTYPES and name != "auto" else "float32"
+
+
 def load_encoder(spec: ModelSpec):
     """A fresh, trainable copy of ``spec``'s encoder (``AutoModel``, with its pooler where the family has one)
     and its tokenizer, for fine-tuning. Any checkpoint of a supported family will do (an ELECTRA
-    discriminator too); the MLM head is not needed. Never the shared cached model."""
+    discriminator too); the MLM head is not needed. Never the shared cached model. Always float32, whatever
+    dtype the checkpoint was saved in: these are the master weights (bfloat16 is only autocast compute), since
+    bfloat16 parameters lose most small updates to rounding."""
     spec = spec.resolved()
     kwargs = _hub_kwargs(spec)
     config, _ = _config_and_family(spec)
     try:
-        encoder = AutoModel.from_pretrained(spec.source, config=config, use_safetensors=not spec.allow_pickle,
-                                            **kwargs)
+        encoder = AutoModel.from_pretrained(spec.source, config=config, dtype=torch.float32,
+                                            use_safetensors=not spec.allow_pickle, **kwargs)
         tokenizer = AutoTokenizer.from_pretrained(spec.source, **kwargs)
     except (OSError, ValueError) as exc:
         raise _load_error(spec, exc) from exc

@@ -10,6 +10,7 @@ from analysis.duplication import compare, duplicate_first, duplicate_last, expor
 from analysis.inputs import InputError
 from analysis.plots import accuracy_curve, cka_heatmap
 from analysis.store import layerlens_home
+from models.loading import DTYPES, checkpoint_dtype
 from ui.inputs import EXAMPLES, text_inputs
 from ui.results import chart, result_key, result_store, shared_result, stop_button
 from ui.sidebar import start_page
@@ -92,13 +93,18 @@ digest = hashlib.sha256(",".join(map(str, plan)).encode()).hexdigest()[:8]
 exports = layerlens_home() / "exports"
 name = st.text_input(f"Name (saved under {exports})", f"{loaded.spec.name.replace('/', '_')}-{len(plan)}L-{digest}",
                      key="dup_target", help="letters, digits, dot, dash and underscore")
+own = checkpoint_dtype(loaded.spec)
+save_dtype = st.selectbox("Save in", [own, *(d for d in DTYPES if d not in ("auto", own))], key="dup_dtype",
+                          format_func=lambda d: f"{d} (the checkpoint's own)" if d == own else d,
+                          help=f"the preview runs in {loaded.spec.dtype}; the export copies the checkpoint's own "
+                          "values, so it equals the preview bit for bit only when the two agree")
 c1, c2 = st.columns(2)
 if c1.button("Export the deeper model", key="dup_export"):
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", name or "") or ".." in name:
         st.error("Use a plain name: letters, digits, dot, dash and underscore (no folders).")
     else:
         try:
-            st.session_state["dup_exported"] = str(export(loaded, plan, exports / name))
+            st.session_state["dup_exported"] = str(export(loaded, plan, exports / name, save_dtype))
         except (OSError, RuntimeError) as exc:
             st.error(f"Export failed: {exc}")
 if exported := st.session_state.get("dup_exported"):

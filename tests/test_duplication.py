@@ -157,3 +157,22 @@ def test_cli_exports_previews_and_sweeps(tiny_dirs, tmp_path):
 def test_cli_bad_input(tiny_dirs, tmp_path, capsys, args, message):
     assert main(["duplicate", "--model", str(tiny_dirs["bert"]), "--out", str(tmp_path / "o"), *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_export_is_saved_in_the_source_checkpoints_dtype_not_the_caches(tiny_dirs, tmp_path):
+    """A float32 checkpoint shown in bfloat16 (as on a GPU) exports float32 by default, from the checkpoint's
+    own values; the dtype is recorded in duplication.json and can be chosen."""
+    from safetensors.torch import load_file
+
+    path = tiny_dirs["bert"]
+    shown = load_model(ModelSpec(str(path), device="cpu", dtype="bfloat16"))
+    plan = plan_for(shown, 1)
+    out = export(shown, plan, tmp_path / "default")
+    saved = load_file(out / "model.safetensors")
+    assert {v.dtype for v in saved.values()} == {torch.float32}
+    assert json.loads((out / "duplication.json").read_text())["dtype"] == "float32"
+    exact = export(loaded_of(path), plan, tmp_path / "from_float32")  # the same as exporting the float32 model
+    assert all(torch.equal(v, load_file(exact / "model.safetensors")[k]) for k, v in saved.items())
+    half = export(shown, plan, tmp_path / "bf16", dtype="bfloat16")
+    assert {v.dtype for v in load_file(half / "model.safetensors").values()} == {torch.bfloat16}
+    assert json.loads((half / "duplication.json").read_text())["dtype"] == "bfloat16"
