@@ -30,7 +30,6 @@ from analysis.cli_base import (
 from analysis.cli_finetune import (
     add_finetune_arguments,
     add_jobs_arguments,
-    apply_config_file,
     cmd_finetune,
     cmd_jobs,
 )
@@ -241,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     parent = model_options()
     for name, (func, help_text, add_arguments) in COMMANDS.items():
-        parents = [] if name == "jobs" else [parent]  # jobs carry their model in their options
+        parents = [] if name in ("jobs", "finetune") else [parent]  # their model is one of their options
         p = sub.add_parser(name, parents=parents, help=help_text, description=help_text)
         add_arguments(p)
         p.set_defaults(func=func)
@@ -256,7 +255,6 @@ def main(argv: list[str] | None = None) -> int:
     transformers.logging.disable_progress_bar()
     logging.getLogger("huggingface_hub").setLevel(logging.ERROR)  # retries while offline; the error says it
     try:
-        args = apply_config_file(parser, args, argv)
         return args.func(args)
     except (ModelLoadError, UserError, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -8,12 +8,10 @@ import json
 import sys
 from pathlib import Path
 
-import transformers
 from tqdm.auto import tqdm
 
-from models.loading import DEMO_NAME, DEVICES, DTYPES, SUGGESTED_MODELS, ModelSpec
-
-LAYERLENS_VERSION = "0.1.0"
+from analysis import versions  # noqa: F401  (re-exported for the sub-commands)
+from models.loading import ModelSpec
 
 
 class UserError(Exception):
@@ -37,19 +35,27 @@ def positive_int(text: str) -> int:
     return value
 
 
+MODEL_FIELDS = ("model", "revision", "device", "dtype", "allow_pickle")
+
+
+def add_option_flag(group, name: str, suppress: bool = False) -> None:
+    """``--name`` for a field of :class:`analysis.options.FinetuneOptions`: its default (or none given unless
+    typed, with ``suppress``), its choices, its help. Values are checked by the schema, not by argparse."""
+    from analysis import options
+
+    kind, default = options.kind(name), options.field_info(name).default
+    extra = ({"action": argparse.BooleanOptionalAction} if kind == "bool" else
+             {"choices": options.choices(name)} if kind == "choice" else {"metavar": name.upper()})
+    group.add_argument(f"--{name.replace('_', '-')}", default=argparse.SUPPRESS if suppress else default,
+                       help=options.help_text(name), **extra)
+
+
 def model_options() -> argparse.ArgumentParser:
-    """The options every sub-command shares."""
+    """The options every analysis sub-command shares (the model fields as the options schema defines them)."""
     p = Parser(add_help=False)
     g = p.add_argument_group("model and output")
-    g.add_argument("--model", default=DEMO_NAME,
-                   help="hub id, local save_pretrained directory, or 'demo' (default); e.g. "
-                   + ", ".join(SUGGESTED_MODELS[1:]))
-    g.add_argument("--revision", help="hub branch, tag or commit")
-    g.add_argument("--device", default="auto", choices=DEVICES, help="default: cuda, then mps, then cpu")
-    g.add_argument("--dtype", default="auto", choices=list(DTYPES),
-                   help="default: bfloat16 on a capable GPU, else float32")
-    g.add_argument("--allow-pickle", action="store_true",
-                   help="also load pickle (.bin) weights; only for sources you trust")
+    for name in MODEL_FIELDS:
+        add_option_flag(g, name)
     g.add_argument("--batch-size", type=positive_int, default=32, help="texts per forward pass (default 32)")
     g.add_argument("--out", type=Path, help="directory for the output files")
     return p
@@ -101,12 +107,3 @@ class StageBars:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def versions() -> dict:
-    import platform
-
-    import torch
-
-    return {"python": platform.python_version(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "layerlens": LAYERLENS_VERSION}

@@ -75,6 +75,19 @@ def split_off(data: TextInputs, fraction: float, seed: int = 0) -> tuple[TextInp
     return data.subset(sorted(tr)), data.subset(sorted(va))
 
 
+def _stratified_split(data: TaskData, fraction: float, seed: int) -> tuple[TaskData, TaskData]:
+    """(fit, validation) rows of encoded ``data``: a stratified, seeded ``fraction`` held out."""
+    from sklearn.model_selection import train_test_split
+
+    try:
+        fit, val = train_test_split(np.arange(len(data)), test_size=fraction, random_state=seed,
+                                    stratify=data.labels)
+    except ValueError as exc:
+        raise InputError(f"cannot hold out {fraction:.0%} of a fold's training rows for early stopping: {exc}") \
+            from None
+    return data.subset(sorted(fit)), data.subset(sorted(val))
+
+
 def majority_vote(predictions: list[np.ndarray]) -> np.ndarray:
     """Per example, the label most runs predicted; ties go to the smallest label id."""
     stacked = np.stack(predictions)
@@ -223,6 +236,33 @@ def run_finetune(spec: ModelSpec, splits: Splits, config: FinetuneConfig, out: P
     return result
 
 
+def run_options(options, out: Path, callbacks: list[Callback] = (),
+                log: Callable[[str], None] = lambda s: None) -> dict:
+    """One run from :class:`analysis.options.FinetuneOptions` (the ``finetune`` command and every job): read the
+    splits (holding out ``val_fraction`` of the training rows when no validation set is given and no k-fold),
+    run, and write ``run.json`` beside the other files. Returns ``metrics.json``'s dict."""
+    from analysis import versions
+
+    if not options.train:
+        raise InputError("no training data: set train (a file, 'demo' or hf:NAME[/CONFIG]:SPLIT)")
+    config = options.training()
+    read = lambda source: read_split(source, options.text_column, options.pair_column,  # noqa: E731
+                                     options.label_column)
+    train_rows = read(options.train)
+    val = read(options.val) if options.val else None
+    if val is None and config.folds == 1:
+        train_rows, val = split_off(train_rows, config.val_fraction, config.seed)
+        log(f"note: validation = {len(val)} rows held out from the training data (stratified, seed {config.seed})")
+    splits = Splits(train_rows, val, read(options.test) if options.test else None)
+    metrics = run_finetune(options.spec(), splits, config, out, callbacks, log)
+    (out / "run.json").write_text(json.dumps({
+        "options": options.to_dict(), "config": config.to_dict(), "model_spec": options.spec().to_dict(),
+        "train": options.train, "val": options.val, "test": options.test, "text_column": options.text_column,
+        "pair_column": options.pair_column, "label_column": options.label_column, "versions": versions()},
+        indent=2) + "\n")
+    return metrics
+
+
 def _predictions(data: TaskData, predictions: np.ndarray, names: list[str]) -> pd.DataFrame:
     return pd.DataFrame({"example_id": list(data.ids),
                          "label": [names[y] if y >= 0 else "" for y in data.labels],
@@ -245,18 +285,31 @@ def _cross_validate(encoder, tokenizer, labels, data: TaskData, test: TaskData |
     for k, (tr, va) in enumerate(splitter.split(np.zeros(len(data)), data.labels)):
         log(f"fold {k + 1}/{config.folds}")
         encoder.load_state_dict(initial)  # every fold starts from the pre-trained weights
-        fold_config = dataclasses.replace(config, seed=config.seed + k)
-        model, state = _one_run(encoder, tokenizer, len(labels), data.subset(tr), data.subset(va), fold_config,
-                                device, out / "folds" / str(k), callbacks)
-        ev = evaluate(model, data.subset(va), config.batch_size, tokenizer.pad_token_id, device)
+        fold_config = config.replace(seed=config.seed + k)
+        fit, watch = (_stratified_split(data.subset(tr), config.val_fraction, config.seed + k)
+                      if config.early_stopping else (data.subset(tr), data.subset(va)))
+        fold_out = out / "folds" / str(k)
+        model, state = _one_run(encoder, tokenizer, len(labels), fit, watch, fold_config, device, fold_out, callbacks)
+        scored = data.subset(va)  # only scored: never seen by training nor by the choice of epoch
+        ev = evaluate(model, scored, config.batch_size, tokenizer.pad_token_id, device)
         oof[va] = ev.predictions
-        m = ev.metrics([data.labels[i] for i in va], names)
-        folds.append({"fold": k, "accuracy": m["accuracy"], "macro_f1": m["macro_f1"], "history": state.history})
+        m = ev.metrics(scored.labels, names)
+        (fold_out / "rows.json").write_text(json.dumps({
+            "trained_on": list(map(int, fit.ids)), "chose_epoch": list(map(int, watch.ids)) if config.early_stopping
+            else [], "scored": list(map(int, scored.ids))}))
+        folds.append({"fold": k, "accuracy": m["accuracy"], "macro_f1": m["macro_f1"], "history": state.history,
+                      "trained_rows": len(fit), "epoch_rows": len(watch) if config.early_stopping else 0,
+                      "scored_rows": len(scored)})
         if test is not None:
             test_votes.append(evaluate(model, test, config.batch_size, tokenizer.pad_token_id, device).predictions)
     acc, f1 = np.array([f["accuracy"] for f in folds]), np.array([f["macro_f1"] for f in folds])
+    chosen = (f"validation loss on {config.val_fraction:.0%} of the training rows of each fold (stratified, seed "
+              f"{config.seed} + fold); the held-out fold is only scored" if config.early_stopping else
+              f"none: every fold trains {config.epochs} epoch(s) and its last epoch is scored (the per-epoch "
+              "history is measured on the held-out fold and selects nothing)")
     result = {"folds": folds, "accuracy": float(acc.mean()), "accuracy_std": float(acc.std()),
-              "macro_f1": float(f1.mean()), "macro_f1_std": float(f1.std()), "evaluated_on": "out-of-fold"}
+              "macro_f1": float(f1.mean()), "macro_f1_std": float(f1.std()), "evaluated_on": "out-of-fold",
+              "epoch_chosen_on": chosen}
     if test is not None:
         vote = majority_vote(test_votes)
         _predictions(test, vote, names).to_csv(out / "predictions.csv", index=False)

@@ -31,80 +31,10 @@ import torch
 from torch import nn
 
 from analysis.heads import HeadOutput, build_head, trainable_parameters
-from analysis.inputs import InputError
-from analysis.taskdata import TRUNCATIONS, TaskData, batches
+from analysis.options import FinetuneConfig
+from analysis.taskdata import TaskData, batches
 
 log = logging.getLogger(__name__)
-
-
-SCHEDULES = ("linear", "epoch-decay")
-# The papers' settings; a preset sets defaults that explicit options override.
-PRESETS = {
-    # Sun et al. 2019 §5.1/5.3: batch 24, lr 2e-5, warm-up 0.1, dropout 0.1, 4 epochs, layer decay 0.95
-    # (§5.3.3), head+tail truncation at 512 (§5.3.1).
-    "sun2019": {"batch_size": 24, "lr": 2e-5, "warmup": 0.1, "dropout": 0.1, "epochs": 4, "layer_decay": 0.95,
-                "truncation": "head+tail", "max_length": 512},
-    # GRUBERT §2.3: Adam at 1e-5 multiplied by 0.9 after each epoch, batch 64, 15 epochs, dropout 0.5 (inside
-    # the GRU head), early stopping on validation loss; tweets cut at 40 sub-tokens.
-    "grubert": {"batch_size": 64, "lr": 1e-5, "schedule": "epoch-decay", "warmup": 0.0, "weight_decay": 0.0,
-                "epochs": 15, "early_stopping": True, "max_length": 40, "head": "gru-share-3"},
-}
-
-
-@dataclasses.dataclass
-class FinetuneConfig:
-    head: str = "cls"
-    epochs: int = 3
-    batch_size: int = 16
-    lr: float = 2e-5
-    layer_decay: float = 1.0
-    weight_decay: float = 0.01
-    warmup: float = 0.1
-    max_grad_norm: float = 1.0
-    dropout: float = 0.1
-    truncation: str = "head"
-    max_length: int = 128
-    max_steps: int | None = None
-    folds: int = 1
-    seed: int = 0
-    early_stopping: bool = False
-    patience: int = 2
-    save_vectors: bool = True  # per-epoch validation [CLS] of every layer, for the atlas
-    group_by_length: bool = True  # batches of similar length (less padding), in random order
-    schedule: str = "linear"  # linear warm-up then decay; or "epoch-decay": lr * 0.9^(epoch - 1) (GRUBERT)
-    further_pretrain_steps: int = 0  # masked-LM steps on the training texts first (Sun et al. §4.2)
-
-    def __post_init__(self):
-        problems = []
-        if self.epochs < 1 or self.batch_size < 1:
-            problems.append("epochs and batch size must be at least 1")
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            problems.append(f"learning rate must be a positive number, got {self.lr}")
-        if not 0 < self.layer_decay <= 1:
-            problems.append(f"layer decay must be in (0, 1], got {self.layer_decay}")
-        if not 0 <= self.warmup < 1 or not 0 <= self.dropout < 1:
-            problems.append("warm-up and dropout must be in [0, 1)")
-        if self.truncation not in TRUNCATIONS:
-            problems.append(f"truncation must be one of {', '.join(TRUNCATIONS)}")
-        if self.max_length < 8:
-            problems.append("max length must be at least 8")
-        if self.max_steps is not None and self.max_steps < 1:
-            problems.append("max steps must be at least 1")
-        if self.folds < 1:
-            problems.append("folds must be at least 1")
-        if self.further_pretrain_steps < 0:
-            problems.append("further pre-training steps cannot be negative")
-        if self.schedule not in SCHEDULES:
-            problems.append(f"schedule must be one of {', '.join(SCHEDULES)}")
-        if problems:
-            raise InputError("; ".join(problems))
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> FinetuneConfig:
-        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
 
 
 class Classifier(nn.Module):

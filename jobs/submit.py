@@ -1,68 +1,48 @@
 """Submitting a fine-tuning job: every option checked first, so a bad one is a message and nothing is queued.
 
-The options are those of ``python -m analysis finetune`` (the keys of its ``--config`` file). Checked at
-submit: option types and values (negative learning rate, unknown truncation, ...), that the model's config
+The options are :class:`analysis.options.FinetuneOptions` (the keys of ``finetune --config`` files), resolved
+as everywhere (schema, model default, preset, given) and stored whole, so a job keeps the values it was
+submitted with. Checked at submit: every option's type and bounds (a negative learning rate, ``num_processes``
+"abc" or 0, an unknown truncation, ...), that the model's config
 loads and the head fits it (``gru-share-5`` on 12 layers, ``pooler`` on DistilBERT), that the data sources
 read, that the text/pair/label columns exist and that the training labels have at least two classes.
 """
 
 from __future__ import annotations
 
-import json
-import tempfile
-from pathlib import Path
-
-from analysis.cli import build_parser
-from analysis.cli_base import UserError
-from analysis.cli_finetune import apply_config_file, finetune_config
 from analysis.finetune import read_split
 from analysis.heads import build_head
 from analysis.inputs import InputError
+from analysis.options import resolve
 from analysis.taskdata import label_ids
 from jobs.store import JobStore
 from jobs.worker import ensure_worker
-from models.loading import ModelLoadError, ModelSpec, _config_and_family
-
-OPTIONS = "options.json"
+from models.loading import ModelLoadError, _config_and_family
 
 
 class SubmitError(ValueError):
     """The job was not queued; the message says why."""
 
 
-def parsed(config: dict):
-    """The ``finetune`` arguments for ``config`` (as a ``--config`` file would give them)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / OPTIONS
-        path.write_text(json.dumps(config, default=str))
-        argv = ["finetune", "--config", str(path), "--out", str(Path(tmp) / "out")]
-        parser = build_parser()
-        return apply_config_file(parser, parser.parse_args(argv), argv)
-
-
 def validate(config: dict) -> tuple[dict, str]:
-    """(the options as given, the device the job will run on) or :class:`SubmitError`."""
-    config = {k: v for k, v in config.items() if v is not None and k not in ("out", "config")}
+    """(the job's resolved options, every field, the device the job will run on) or :class:`SubmitError`."""
     try:
-        args = parsed({k: v for k, v in config.items() if k != "num_processes"})
-        ft = finetune_config(args)
-        if not args.train:
-            raise UserError("no training data: set train (a file, 'demo' or hf:NAME[/CONFIG]:SPLIT)")
-        spec = ModelSpec(args.model, revision=args.revision, device=args.device, dtype=args.dtype,
-                         allow_pickle=args.allow_pickle).resolved()
+        options = resolve(config)
+        if not options.train:
+            raise InputError("no training data: set train (a file, 'demo' or hf:NAME[/CONFIG]:SPLIT)")
+        spec = options.spec().resolved()
         model_config, _ = _config_and_family(spec)
-        train = read_split(args.train, args.text_column, args.pair_column, args.label_column)
-        others = [read_split(s, args.text_column, args.pair_column, args.label_column) for s in (args.val, args.test)
-                  if s]
+        read = lambda source: read_split(source, options.text_column, options.pair_column,  # noqa: E731
+                                         options.label_column)
+        train = read(options.train)
+        others = [read(s) for s in (options.val, options.test) if s]
         label_ids(train.labels, *(o.labels for o in others))
-        build_head(ft.head, model_config.num_hidden_layers, model_config.hidden_size, 2,
+        build_head(options.head, model_config.num_hidden_layers, model_config.hidden_size, 2,
                    pooler=object() if getattr(model_config, "model_type", "") not in ("distilbert", "electra")
                    else None)
-    except SystemExit:
-        raise SubmitError("invalid options (see python -m analysis finetune --help)") from None
-    except (UserError, InputError, ModelLoadError, ValueError) as exc:
-        raise SubmitError(str(exc).removeprefix(f"{OPTIONS}: ")) from None
-    return config, spec.device
+    except (InputError, ModelLoadError, ValueError) as exc:
+        raise SubmitError(str(exc)) from None
+    return options.to_dict(), spec.device
 
 
 def submit(config: dict, store: JobStore | None = None, name: str = "", start_worker: bool = True) -> int:

@@ -11,12 +11,14 @@ import streamlit as st
 from analysis.finetune import majority_vote
 from analysis.heads import head_names
 from analysis.inputs import FORMATS, InputError, columns_of, safe_suffix
+from analysis.options import PRESETS
 from analysis.plots import history_chart
 from analysis.store import layerlens_home
-from analysis.training import PRESETS, classification_metrics
+from analysis.training import classification_metrics
 from jobs.store import FINISHED, JobStore
 from jobs.submit import SubmitError, submit
 from ui.jobs import job_table
+from ui.options import option_input, reset_form
 from ui.results import chart
 from ui.sidebar import start_page
 
@@ -60,26 +62,34 @@ try:
 except InputError as exc:
     st.error(str(exc))
 
-c1, c2, c3 = st.columns([2, 2, 1])
+MAIN = ["head", "epochs", "lr", "batch_size", "layer_decay", "max_length"]
+MORE = ["truncation", "schedule", "warmup", "dropout", "weight_decay", "early_stopping", "patience", "folds",
+        "val_fraction", "seed"]
 st.session_state.setdefault("job_model", loaded.spec.name)  # Layer duplication may preselect its export
-model = c1.text_input("Model", key="job_model", help="the sidebar's model by default; any hub id or local "
-                      "directory (e.g. a deeper model exported from Layer duplication)")
-heads = head_names(loaded.num_layers)
-head = c2.selectbox("Head", heads, index=heads.index("attention"), key="job_head")
-preset = c3.selectbox("Preset", ["(none)", *sorted(PRESETS)], key="job_preset",
-                      help="the papers' settings (Sun et al. 2019; GRUBERT); the fields below still win")
-c1, c2, c3, c4, c5 = st.columns(5)
-epochs = c1.number_input("Epochs", 1, 100, 3, key="job_epochs")
-lr = c2.number_input("Learning rate", 1e-6, 1e-2, 1e-4 if model == "demo" else 2e-5, format="%.0e", key="job_lr",
-                     help="2e-5 is the papers' default; the small demo model learns faster at 1e-4")
-batch = c3.number_input("Batch size", 1, 256, 16, key="job_batch")
-decay = c4.number_input("Layer LR decay ξ", 0.5, 1.0, 1.0, step=0.05, key="job_decay",
-                        help="layer k trains at lr·ξ^(L-k) (Sun et al.: 0.95)")
-max_len = c5.number_input("Max tokens", 8, 512, 128, key="job_maxlen")
+st.session_state.setdefault("job_preset", "(none)")
+
+
+def reset() -> None:
+    preset = st.session_state["job_preset"]
+    reset_form("job", MAIN + MORE, st.session_state["job_model"], None if preset == "(none)" else preset)
+
+
+if "job_epochs" not in st.session_state:
+    reset()
+c1, c2 = st.columns([3, 1])
+model = c1.text_input("Model", key="job_model", on_change=reset, help="the sidebar's model by default; any hub id "
+                      "or local directory (e.g. a deeper model exported from Layer duplication)")
+preset = c2.selectbox("Preset", ["(none)", *PRESETS], key="job_preset", on_change=reset,
+                      help="the papers' settings (Sun et al. 2019; GRUBERT): choosing one fills in the fields below; "
+                      "what you then change wins")
+cols = st.columns(len(MAIN))
+values = {name: option_input(col, name, "job", head_names(loaded.num_layers) if name == "head" else None)
+          for col, name in zip(cols, MAIN, strict=True)}
+with st.expander("More options"):
+    cols = st.columns(5)
+    values |= {name: option_input(cols[i % 5], name, "job") for i, name in enumerate(MORE)}
 config = {"model": model, "train": train, "text_column": text_col, "pair_column": pair_col, "label_column": label_col,
-          "head": head, "epochs": int(epochs), "lr": float(lr), "batch_size": int(batch), "layer_decay": float(decay),
-          "max_length": int(max_len), "preset": None if preset == "(none)" else preset,
-          "early_stopping": st.checkbox("Early stopping (keep the best epoch)", key="job_early")}
+          "preset": None if preset == "(none)" else preset, **values}
 if st.button("Submit the job", type="primary", key="job_submit", disabled=not train):
     try:
         job_id = submit(config, store, start_worker=not os.environ.get("LAYERLENS_JOBS_NO_WORKER"))

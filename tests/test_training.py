@@ -335,3 +335,22 @@ def test_further_pretraining_of_a_bfloat16_checkpoint_is_float32(bert4_bf16, tmp
     assert {v.dtype for v in saved.values()} == {torch.float32}
     encoder = {k: v for k, v in before.items() if k.startswith("bert.") and k in saved}
     assert _changed_fraction(encoder, saved) > 0.9
+
+
+def test_cross_validation_never_chooses_the_epoch_on_the_rows_it_scores(bert4, tmp_path):
+    """With early stopping, each fold picks its epoch on a validation split of its own training rows; the
+    held-out fold is only scored. The per-epoch evaluation files name the rows that chose the epoch."""
+    data = synthetic(36)
+    config = FinetuneConfig(folds=3, epochs=2, batch_size=8, early_stopping=True, patience=1, val_fraction=0.25)
+    metrics = run_finetune(ModelSpec(str(bert4), device="cpu"), Splits(data), config, tmp_path)
+    assert "training rows of each fold" in metrics["epoch_chosen_on"]
+    scored_all = []
+    for k, fold in enumerate(metrics["folds"]):
+        rows = json.loads((tmp_path / "folds" / str(k) / "rows.json").read_text())
+        chose = set(json.loads((tmp_path / "folds" / str(k) / "epochs" / "1" / "val_ids.json").read_text())
+                    ["example_id"])
+        assert chose == set(rows["chose_epoch"]) and chose  # what the epochs were evaluated on
+        assert chose.isdisjoint(rows["scored"])
+        assert fold["epoch_rows"] == len(chose) and fold["scored_rows"] == len(rows["scored"])
+        scored_all += rows["scored"]
+    assert sorted(scored_all) == list(range(36))  # every row scored once, out of fold

@@ -1,0 +1,260 @@
+"""The options of a fine-tuning run, defined once: field, type, default, bounds and help.
+
+Everything else is derived from these two schemas: the ``finetune`` command's flags, its ``--config`` files,
+job validation at submit (:mod:`jobs.submit`), the jobs page's form and the README's option tables
+(:func:`markdown_table`). A value is resolved in one order everywhere (:func:`resolve`):
+
+    schema default  <-  model default (:data:`MODEL_DEFAULTS`)  <-  preset (:data:`PRESETS`)  <-  what was given
+
+so ``--preset sun2019`` on the CLI, ``preset: sun2019`` in a config file or a job, and *sun2019* on the page
+all give the same options. pydantic does the type checks and coercion (``"3"`` is 3, ``"abc"`` is an error
+naming the option), because a config file, a job's JSON and a form all arrive as loosely typed values and
+argparse only covers one of them; its errors are rewritten into one readable :class:`InputError`.
+"""
+
+from __future__ import annotations
+
+import typing
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from analysis.inputs import InputError
+from analysis.taskdata import TRUNCATIONS
+from models.loading import DEMO_NAME, DEVICES, DTYPES, SUGGESTED_MODELS
+
+SCHEDULES = ("linear", "epoch-decay")
+Truncation = Literal[TRUNCATIONS]  # type: ignore[valid-type]
+Schedule = Literal[SCHEDULES]  # type: ignore[valid-type]
+Dtype = Literal[tuple(DTYPES)]  # type: ignore[valid-type]
+
+# The papers' settings, as partial option sets; options given explicitly win.
+PRESETS: dict[str, dict] = {
+    # Sun et al. 2019 §5.1/5.3: batch 24, lr 2e-5, warm-up 0.1, dropout 0.1, 4 epochs, layer decay 0.95
+    # (§5.3.3), head+tail truncation at 512 (§5.3.1); the [CLS] head of the original BERT classifier.
+    "sun2019": {"head": "cls", "batch_size": 24, "lr": 2e-5, "warmup": 0.1, "dropout": 0.1, "epochs": 4,
+                "layer_decay": 0.95, "truncation": "head+tail", "max_length": 512, "schedule": "linear"},
+    # GRUBERT §2.3: Adam at 1e-5 multiplied by 0.9 after each epoch, batch 64, 15 epochs, dropout 0.5 (inside
+    # the GRU head), early stopping on validation loss; tweets cut at 40 sub-tokens.
+    "grubert": {"head": "gru-share-3", "batch_size": 64, "lr": 1e-5, "schedule": "epoch-decay", "warmup": 0.0,
+                "weight_decay": 0.0, "epochs": 15, "early_stopping": True, "max_length": 40, "layer_decay": 1.0},
+}
+
+
+def preset_summary(name: str) -> str:
+    return ", ".join(f"{k} {v}" for k, v in PRESETS[name].items())
+
+
+# Defaults that depend on the model: the small demo model learns in one or two epochs at 1e-4, and teaches
+# nothing at bert-base's 2e-5. A preset or an explicit value wins.
+MODEL_DEFAULTS: dict[str, dict] = {DEMO_NAME: {"lr": 1e-4}}
+
+
+class Options(BaseModel):
+    """A schema whose validation errors are one readable :class:`InputError` naming each bad option."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    def __init__(self, **values):
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise InputError(describe(exc, type(self))) from None
+
+    def to_dict(self) -> dict:
+        return self.model_dump()
+
+    @classmethod
+    def from_dict(cls, d: dict):
+        return cls(**{k: v for k, v in d.items() if k in cls.model_fields})
+
+    def replace(self, **changes):
+        """A validated copy with ``changes`` (``dataclasses.replace`` for these schemas)."""
+        return type(self)(**{**self.to_dict(), **changes})
+
+
+class FinetuneConfig(Options):
+    """The training engine's hyper-parameters (:func:`analysis.training.train`)."""
+
+    head: str = Field("cls", title="head", description="cls, pooler, layer-K, first4-|last4-concat|mean|max, "
+                      "all-concat, lstm, attention, scalar-mix, gru-share-C, gru-cat-C, gru-share-C-linear")
+    epochs: int = Field(3, ge=1, le=100_000, title="epochs")
+    batch_size: int = Field(16, ge=1, le=4096, title="batch size", description="examples per optimiser step")
+    lr: float = Field(2e-5, gt=0, le=1, title="learning rate", description="base learning rate (2e-5 is the "
+                      "papers'; the demo model's default is 1e-4)", json_schema_extra={"step": 1e-5, "format": "%.0e"})
+    layer_decay: float = Field(1.0, gt=0, le=1, title="layer LR decay ξ", description="layer k trains at "
+                               "lr·ξ^(L-k) (Sun et al.: 0.95)", json_schema_extra={"step": 0.05})
+    weight_decay: float = Field(0.01, ge=0, le=1, title="weight decay", description="AdamW, not on biases and "
+                                "LayerNorm")
+    warmup: float = Field(0.1, ge=0, lt=1, title="warm-up", description="proportion of the steps")
+    max_grad_norm: float = Field(1.0, ge=0, title="gradient clipping", description="max gradient norm; 0: none")
+    dropout: float = Field(0.1, ge=0, lt=1, title="dropout", description="dropout in the head")
+    truncation: Truncation = Field("head", title="truncation", description="long texts: keep the head, the tail, "
+                                   "or head+tail (128 + 382 at 512, scaled)")
+    max_length: int = Field(128, ge=8, le=8192, title="max tokens", description="tokens per text")
+    max_steps: int | None = Field(None, ge=1, title="max steps", description="stop after this many optimiser steps")
+    folds: int = Field(1, ge=1, le=100, title="folds", description="k-fold cross-validation over the training rows")
+    val_fraction: float = Field(0.2, gt=0, lt=1, title="validation fraction", description="held out of the "
+                                "training rows (stratified) when no validation set is given; with k-fold and early "
+                                "stopping, of each fold's training rows")
+    seed: int = Field(0, ge=0, title="seed")
+    early_stopping: bool = Field(False, title="early stopping", description="stop when validation loss stops "
+                                 "improving (patience epochs) and keep the best epoch")
+    patience: int = Field(2, ge=1, title="patience", description="epochs without improvement before stopping")
+    save_vectors: bool = Field(True, title="save vectors", description="per-epoch validation [CLS] of every "
+                               "layer, for the atlas")
+    group_by_length: bool = Field(True, title="group by length", description="batches of similar length (less "
+                                  "padding), in random order")
+    schedule: Schedule = Field("linear", title="schedule", description="linear warm-up and decay, or epoch-decay: "
+                               "lr x 0.9 after each epoch (GRUBERT)")
+    further_pretrain_steps: int = Field(0, ge=0, title="further pre-training steps", description="masked-LM "
+                                        "steps on the training texts first (within-task, Sun et al. 4.2)")
+
+
+class FinetuneOptions(FinetuneConfig):
+    """Everything a fine-tuning run or job carries: the model, the data, the hyper-parameters."""
+
+    model: str = Field(DEMO_NAME, min_length=1, title="model", description="hub id, local save_pretrained "
+                       "directory, or 'demo'; e.g. " + ", ".join(SUGGESTED_MODELS[1:]))
+    revision: str | None = Field(None, title="revision", description="hub branch, tag or commit")
+    device: str = Field("auto", pattern=rf"^({'|'.join(DEVICES)})(:\d+)?$", title="device",
+                        description="auto: cuda, then mps, then cpu")
+    dtype: Dtype = Field("auto", title="dtype", description="compute dtype; training keeps float32 master weights")
+    allow_pickle: bool = Field(False, title="allow pickle", description="also load pickle (.bin) weights; only "
+                               "for sources you trust")
+    train: str | None = Field(None, title="training data", description="a .csv/.tsv/.jsonl file, 'demo', or "
+                              "hf:NAME[/CONFIG]:SPLIT")
+    val: str | None = Field(None, title="validation data", description="same forms; default: hold out "
+                            "val_fraction of train")
+    test: str | None = Field(None, title="test data", description="same forms; predictions.csv is for them")
+    text_column: str = Field("text", min_length=1, title="text column")
+    pair_column: str | None = Field(None, title="second text column", description="the aspect (ABSA) or "
+                                    "hypothesis (NLI)")
+    label_column: str = Field("label", min_length=1, title="label column")
+    preset: Literal[tuple(PRESETS)] | None = Field(None, title="preset",  # type: ignore[valid-type]
+                                                   description="the papers' settings as defaults: "
+                                                   + "; ".join(f"{k}: {preset_summary(k)}" for k in PRESETS))
+    num_processes: int = Field(1, ge=1, le=64, title="processes", description="jobs: processes under accelerate "
+                               "launch")
+
+    def training(self) -> FinetuneConfig:
+        return FinetuneConfig.from_dict(self.to_dict())
+
+    def spec(self):
+        from models.loading import ModelSpec
+
+        return ModelSpec(self.model, revision=self.revision, device=self.device, dtype=self.dtype,
+                         allow_pickle=self.allow_pickle)
+
+
+def resolve(*given: dict) -> FinetuneOptions:
+    """The options from what was ``given`` (dicts, later ones winning: a config file, then flags): on top of
+    the preset named in them, on top of the model's defaults, on top of the schema's. Unknown keys and bad
+    values are one :class:`InputError`."""
+    explicit: dict = {}
+    for values in given:
+        explicit.update({k: v for k, v in values.items() if v is not None})
+    unknown = sorted(set(explicit) - set(FinetuneOptions.model_fields))
+    if unknown:
+        raise InputError(f"unknown option(s) {', '.join(unknown)} (use the flag names with underscores)")
+    preset = explicit.get("preset")
+    if preset is not None and preset not in PRESETS:
+        raise InputError(f"unknown preset '{preset}' (choose from {', '.join(PRESETS)})")
+    model = explicit.get("model", DEMO_NAME)
+    return FinetuneOptions(**{**MODEL_DEFAULTS.get(model, {}), **PRESETS.get(preset, {}), **explicit})
+
+
+def defaults_for(model: str, preset: str | None) -> dict:
+    """Each option's value before anything is given explicitly (what a form shows first)."""
+    return resolve({"model": model, "preset": preset}).to_dict()
+
+
+def describe(exc: ValidationError, schema: type[BaseModel]) -> str:
+    """One line naming each bad option, e.g. ``epochs (epochs): must be at least 1, got 0``."""
+    messages = {"greater_than_equal": "must be at least {ge}", "greater_than": "must be greater than {gt}",
+                "less_than_equal": "must be at most {le}", "less_than": "must be less than {lt}",
+                "int_parsing": "expected a whole number", "int_from_float": "expected a whole number",
+                "float_parsing": "expected a number", "bool_parsing": "must be true or false",
+                "literal_error": "must be one of {expected}", "string_too_short": "must not be empty",
+                "string_pattern_mismatch": "must match {pattern}", "extra_forbidden": "unknown option",
+                "string_type": "expected text", "int_type": "expected a whole number",
+                "float_type": "expected a number", "bool_type": "must be true or false",
+                "finite_number": "must be a finite number"}
+    parts = []
+    for err in exc.errors():
+        name = str(err["loc"][0]) if err["loc"] else "options"
+        field = schema.model_fields.get(name)
+        label = f"{name} ({field.title})" if field is not None and field.title and field.title != name else name
+        template = messages.get(err["type"])
+        text = template.format(**err.get("ctx", {})) if template else err["msg"]
+        parts.append(f"{label}: {text}, got {err['input']!r}" if err["type"] != "extra_forbidden" else
+                     f"{text} {name}")
+    return "; ".join(parts)
+
+
+# --- derived views: bounds for forms, flags, documentation ---------------------------------------------------
+
+def field_info(name: str):
+    return FinetuneOptions.model_fields[name]
+
+
+def bounds(name: str) -> tuple[float | None, float | None]:
+    """(lowest, highest) value a number option accepts, inclusive where the schema says so (None: open)."""
+    low = high = None
+    for m in field_info(name).metadata:
+        low = getattr(m, "ge", None) if getattr(m, "ge", None) is not None else low
+        high = getattr(m, "le", None) if getattr(m, "le", None) is not None else high
+    return low, high
+
+
+def choices(name: str) -> tuple | None:
+    """The allowed values of a choice option (None: not a choice)."""
+    annotation = field_info(name).annotation
+    for arg in (annotation, *typing.get_args(annotation)):
+        if typing.get_origin(arg) is Literal:
+            return typing.get_args(arg)
+    return None
+
+
+def kind(name: str) -> str:
+    """``bool``, ``int``, ``float``, ``choice`` or ``str``."""
+    if choices(name):
+        return "choice"
+    annotation = field_info(name).annotation
+    for t in (bool, int, float):
+        if annotation is t or t in typing.get_args(annotation):
+            return t.__name__
+    return "str"
+
+
+def help_text(name: str) -> str:
+    info = field_info(name)
+    default = info.default
+    text = info.description or info.title or name
+    return f"{text} (default {default})" if default not in (None, "") else text
+
+
+def accepts(name: str) -> str:
+    """What an option accepts, in words: ``float > 0 and ≤ 1``, ``head, tail, head+tail``."""
+    if choices(name):
+        return ", ".join(map(str, choices(name)))
+    low = high = ""
+    for m in field_info(name).metadata:
+        low = f"≥ {m.ge}" if getattr(m, "ge", None) is not None else f"> {m.gt}" if getattr(m, "gt", None) is not None \
+            else low
+        high = f"≤ {m.le}" if getattr(m, "le", None) is not None else f"< {m.lt}" if getattr(m, "lt", None) \
+            is not None else high
+    return f"{kind(name)} {' and '.join(b for b in (low, high) if b)}".strip()
+
+
+def markdown_table(schema: type[BaseModel] = FinetuneOptions) -> str:
+    """The option table the README shows (a test checks the README holds exactly this)."""
+    rows = ["| option (`--flag` / config key) | default | accepts | meaning |", "|---|---|---|---|"]
+    for name, info in schema.model_fields.items():
+        meaning = (info.description or info.title or "").replace("|", "\\|")
+        rows.append(f"| `--{name.replace('_', '-')}` / `{name}` | {info.default} | {accepts(name)} | {meaning} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":  # python -m analysis.options: the README's option table
+    print(markdown_table())

@@ -1,0 +1,41 @@
+"""Form widgets derived from the options schema (:mod:`analysis.options`): label, bounds, choices, help and
+the value a preset gives come from there, so the form shows what a job will run with."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from analysis import options as schema
+
+
+def widget_key(prefix: str, name: str) -> str:
+    return f"{prefix}_{name}"
+
+
+def reset_form(prefix: str, names: list[str], model: str, preset: str | None) -> None:
+    """Put each field's resolved value (schema default <- model default <- preset) into the form."""
+    values = schema.defaults_for(model, preset)
+    for name in names:
+        st.session_state[widget_key(prefix, name)] = values[name]
+
+
+def option_input(container, name: str, prefix: str, choices: list | None = None):
+    """The widget for option ``name`` (its value lives in ``st.session_state``, set by :func:`reset_form`)."""
+    info, key = schema.field_info(name), widget_key(prefix, name)
+    label = info.title[0].upper() + info.title[1:]
+    help_text = f"{schema.help_text(name)}; accepts {schema.accepts(name)}"
+    kind = schema.kind(name)
+    if kind == "bool":
+        return container.checkbox(label, key=key, help=help_text)
+    if kind == "choice" or choices is not None:
+        allowed = list(choices if choices is not None else schema.choices(name))
+        if st.session_state.get(key) not in allowed:  # a preset's head this model cannot take: shown, refused at submit
+            allowed.append(st.session_state.get(key))
+        return container.selectbox(label, allowed, key=key, help=help_text)
+    low, high = schema.bounds(name)
+    extra = info.json_schema_extra or {}
+    if kind == "int":
+        return int(container.number_input(label, min_value=low, max_value=high, step=1, key=key, help=help_text))
+    low, high = (None if b is None else float(b) for b in (low, high))
+    return float(container.number_input(label, min_value=low, max_value=high, step=float(extra.get("step", 0.01)),
+                                        format=extra.get("format", "%.4g"), key=key, help=help_text))
