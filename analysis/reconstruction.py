@@ -6,7 +6,7 @@ Definitions (pinned by tests):
 - a position is *counted* when its attention mask is 1 and its input id is not a special token
   (``include_special`` counts special tokens too);
 - token accuracy of a layer is correct counted positions / counted positions (micro); the sentence mean is the
-  mean of per-sentence accuracies, with a 95% t-interval over sentences.
+  mean of per-sentence accuracies, with a 95% percentile-bootstrap interval over sentences (:data:`INTERVAL`).
 
 Modes: ``unmasked`` (the paper's: the input as is) and ``masked`` (every counted position is masked exactly
 once, in non-overlapping random groups of ``mask_fraction`` of a text's counted positions, seeded per text,
@@ -248,23 +248,45 @@ def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig = ProbeCo
                        layer_names=anatomy.layer_names())
 
 
-def layer_table(correct: np.ndarray, counted: np.ndarray) -> pd.DataFrame:
-    """Per layer: tokens, correct, micro accuracy, sentence mean and its 95% t-interval over sentences."""
-    from scipy import stats
+BOOTSTRAP_RESAMPLES = 2000
+INTERVAL = "95% percentile bootstrap over sentences (2000 resamples, seed 0)"
 
-    rows = []
+
+def bootstrap_interval(values: np.ndarray, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0,
+                       chunk_cells: int = 20_000_000) -> tuple[np.ndarray, np.ndarray]:
+    """95% percentile-bootstrap interval of the column means of ``values`` ``(n, k)``: resample the ``n`` rows
+    with replacement ``resamples`` times (seeded). Each bound is a mean of the rows' own values, so an interval
+    of accuracies never leaves [0, 1]. The draws are made in chunks of at most ``chunk_cells`` indices (flat
+    memory for many sentences) and are the same as one ``rng.integers(0, n, (resamples, n))``."""
+    n, k = values.shape
+    if n < 2:
+        return np.full(k, np.nan), np.full(k, np.nan)
+    rng = np.random.default_rng(seed)
+    step = max(1, chunk_cells // n)
+    means = np.empty((resamples, k))
+    for start in range(0, resamples, step):
+        rows = min(step, resamples - start)
+        idx = rng.integers(0, n, size=(rows, n))
+        counts = np.bincount((idx + (np.arange(rows) * n)[:, None]).ravel(), minlength=rows * n).reshape(rows, n)
+        means[start:start + rows] = counts @ values / n
+    low, high = np.percentile(means, [2.5, 97.5], axis=0)
+    return low, high
+
+
+def layer_table(correct: np.ndarray, counted: np.ndarray, seed: int = 0) -> pd.DataFrame:
+    """Per layer: tokens, correct, micro accuracy, sentence mean and its :data:`INTERVAL` (``ci_low``,
+    ``ci_high``; blank with fewer than two sentences). ``correct`` ``(texts, layers)``, ``counted`` ``(texts,)``."""
     has = counted > 0
+    acc = correct[has] / counted[has][:, None]
+    low, high = bootstrap_interval(acc, seed=seed)
+    tokens = int(counted.sum())
+    rows = []
     for layer in range(correct.shape[1]):
-        tokens, right = int(counted.sum()), int(correct[:, layer].sum())
-        acc = correct[has, layer] / counted[has]
-        mean = float(acc.mean()) if len(acc) else math.nan
-        if len(acc) >= 2:
-            half = float(stats.t.ppf(0.975, len(acc) - 1) * acc.std(ddof=1) / math.sqrt(len(acc)))
-        else:
-            half = math.nan
+        right = int(correct[:, layer].sum())
         rows.append({"layer": layer, "tokens": tokens, "correct": right,
                      "accuracy": right / tokens if tokens else math.nan,
-                     "sentence_mean": mean, "ci_low": mean - half, "ci_high": mean + half})
+                     "sentence_mean": float(acc[:, layer].mean()) if len(acc) else math.nan,
+                     "ci_low": float(low[layer]), "ci_high": float(high[layer])})
     return pd.DataFrame(rows, columns=LAYER_COLUMNS)
 
 

@@ -201,10 +201,14 @@ def test_duplication_preview(page, server):
 
 
 def submit_demo_job(page, server, epochs: int) -> None:
-    """The jobs page's default job (demo model, demo set, attention head) with ``epochs`` epochs."""
+    """The jobs page's default job (demo model, demo set) with the attention head and ``epochs`` epochs."""
     open_page(page, server, "/Fine_Tune_Jobs")
-    page.get_by_label("Epochs").fill(str(epochs))
-    page.get_by_label("Epochs").press("Enter")
+    page.get_by_label("Head", exact=True).click()  # the form starts at the schema's default head, cls
+    page.keyboard.type("attention")  # the option list is virtualised: filter it
+    page.get_by_role("option", name="attention", exact=True).click()
+    time.sleep(1)
+    page.get_by_label("Epochs", exact=True).fill(str(epochs))
+    page.get_by_label("Epochs", exact=True).press("Enter")
     time.sleep(1)
     page.get_by_role("button", name="Submit the job").click()
 

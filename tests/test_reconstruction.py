@@ -1,16 +1,22 @@
 """The probe against a straightforward reference written with plain transformers, on tiny models."""
 
-import math
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-from scipy import stats
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from analysis.inputs import TextInputs
-from analysis.reconstruction import LAYER_COLUMNS, ProbeConfig, Stopped, mask_groups, probe, score_rows
+from analysis.reconstruction import (
+    LAYER_COLUMNS,
+    ProbeConfig,
+    Stopped,
+    layer_table,
+    mask_groups,
+    probe,
+    score_rows,
+)
 from analysis.token_sink import TokenSink
 from models.loading import ModelSpec, load_model
 
@@ -70,9 +76,8 @@ def test_unmasked_probe_matches_the_reference_for_every_family(family_dir):
         assert row["accuracy"] == pytest.approx(correct / tokens)
         per_sentence = [r["correct"][layer].mean() for r in ref]
         assert row["sentence_mean"] == pytest.approx(np.mean(per_sentence))
-        half = stats.t.ppf(0.975, len(TEXTS) - 1) * np.std(per_sentence, ddof=1) / math.sqrt(len(TEXTS))
-        assert row["ci_low"] == pytest.approx(np.mean(per_sentence) - half)
-        assert row["ci_high"] == pytest.approx(np.mean(per_sentence) + half)
+        low, high = plain_bootstrap(np.array(per_sentence))
+        assert row["ci_low"] == pytest.approx(low) and row["ci_high"] == pytest.approx(high)
     # per-token rows, in text / layer / position order
     t = result.tokens
     for text_id, r in enumerate(ref):
@@ -225,3 +230,36 @@ def test_model_is_not_mutated(tiny_dirs):
 def test_bad_options(kwargs):
     with pytest.raises(ValueError):
         ProbeConfig(**kwargs)
+
+
+def plain_bootstrap(values: np.ndarray, resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """The 95% percentile bootstrap of the mean, written out: resample sentences with replacement."""
+    rng = np.random.default_rng(seed)
+    means = values[rng.integers(0, len(values), size=(resamples, len(values)))].mean(1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+@pytest.mark.parametrize("per_sentence", [[1.0, 0.5], [1.0, 1.0, 0.9], [0.0, 0.05], [1.0], [0.0, 1.0],
+                                          [1.0] * 30 + [0.2], [0.02, 0.0, 0.0, 0.01]])
+def test_sentence_mean_intervals_stay_in_0_1(per_sentence):
+    """A t-interval over few sentences reached 1.33; the bootstrap stays within the sentences' own range."""
+    counted = np.full(len(per_sentence), 20)
+    correct = np.round(np.array(per_sentence) * 20)[:, None].repeat(2, 1)
+    row = layer_table(correct, counted).iloc[0]
+    if len(per_sentence) == 1:  # one sentence: no interval
+        assert np.isnan(row["ci_low"]) and np.isnan(row["ci_high"])
+    else:
+        assert 0 <= row["ci_low"] <= row["sentence_mean"] <= row["ci_high"] <= 1
+        assert (row["ci_low"], row["ci_high"]) == pytest.approx(plain_bootstrap(correct[:, 0] / counted))
+
+
+def test_sentence_mean_intervals_of_random_tables_stay_in_0_1():
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        n = int(rng.integers(1, 12))
+        counted = rng.integers(0, 6, n)
+        correct = np.minimum(rng.integers(0, 6, (n, 3)), counted[:, None])
+        table = layer_table(correct, counted)
+        finite = table.dropna(subset=["ci_low"])
+        assert ((finite.ci_low >= 0) & (finite.ci_high <= 1) & (finite.ci_low <= finite.sentence_mean)
+                & (finite.sentence_mean <= finite.ci_high)).all()
