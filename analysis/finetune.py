@@ -222,7 +222,7 @@ def run_finetune(spec: ModelSpec, splits: Splits, config: FinetuneConfig, out: P
         result.update(evaluated_on=name, history=state.history, steps=state.step, stopped=len(state.history)
                       < config.epochs and state.step < state.total_steps)
         if target.labels[0] >= 0:
-            result.update(ev.metrics(target.labels, names))
+            result.update(ev.metrics(target.labels, names, train_data.labels))
         _predictions(target, ev.predictions, names).to_csv(out / "predictions.csv", index=False)
         if ev.layer_weights is not None:
             weights_frame(ev, target).to_csv(out / "layer_weights.csv", index=False)
@@ -293,7 +293,7 @@ def _cross_validate(encoder, tokenizer, labels, data: TaskData, test: TaskData |
         scored = data.subset(va)  # only scored: never seen by training nor by the choice of epoch
         ev = evaluate(model, scored, config.batch_size, tokenizer.pad_token_id, device)
         oof[va] = ev.predictions
-        m = ev.metrics(scored.labels, names)
+        m = ev.metrics(scored.labels, names, fit.labels)
         (fold_out / "rows.json").write_text(json.dumps({
             "trained_on": list(map(int, fit.ids)), "chose_epoch": list(map(int, watch.ids)) if config.early_stopping
             else [], "scored": list(map(int, scored.ids))}))
@@ -310,12 +310,17 @@ def _cross_validate(encoder, tokenizer, labels, data: TaskData, test: TaskData |
     result = {"folds": folds, "accuracy": float(acc.mean()), "accuracy_std": float(acc.std()),
               "macro_f1": float(f1.mean()), "macro_f1_std": float(f1.std()), "evaluated_on": "out-of-fold",
               "epoch_chosen_on": chosen}
+    pooled = classification_metrics(oof, data.labels, names, data.labels)  # every row once, out of fold
+    result.update({k: pooled[k] for k in ("baseline", "predicted_classes", "one_class", "confusion_matrix",
+                                          "report")}, pooled_accuracy=pooled["accuracy"],
+                  accuracy_interval=pooled["accuracy_interval"])
     if test is not None:
         vote = majority_vote(test_votes)
         _predictions(test, vote, names).to_csv(out / "predictions.csv", index=False)
         if test.labels[0] >= 0:
-            ens = classification_metrics(vote, test.labels, names)
-            result["ensemble_test"] = {"accuracy": ens["accuracy"], "macro_f1": ens["macro_f1"]}
+            ens = classification_metrics(vote, test.labels, names, data.labels)
+            result["ensemble_test"] = {k: ens[k] for k in ("accuracy", "accuracy_interval", "macro_f1", "baseline",
+                                                           "one_class", "confusion_matrix")}
     else:
         _predictions(data, oof, names).to_csv(out / "predictions.csv", index=False)
     return result

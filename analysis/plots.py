@@ -18,7 +18,8 @@ def _rgba(hex_colour: str, alpha: float) -> str:
 
 def accuracy_curve(runs: dict[str, pd.DataFrame], layer_names: dict[str, list[str]] | None = None,
                    title: str = "Reconstruction accuracy by layer") -> go.Figure:
-    """Token accuracy per layer (solid) and the sentence mean with its 95% CI (dashed, shaded) for each run.
+    """Token accuracy per layer (solid) and the sentence mean with its 95% percentile-bootstrap interval over
+    sentences (dashed, shaded) for each run.
 
     ``runs`` maps a label (e.g. a model name) to a ``layers`` table (:data:`LAYER_COLUMNS`).
     """
@@ -33,7 +34,7 @@ def accuracy_curve(runs: dict[str, pd.DataFrame], layer_names: dict[str, list[st
             legendgroup=label))
         fig.add_trace(go.Scatter(
             x=x, y=layers["sentence_mean"], mode="lines", line={"color": colour, "dash": "dash"},
-            name=f"{label}: sentence mean ± 95% CI", legendgroup=label, customdata=np.c_[names],
+            name=f"{label}: sentence mean, 95% bootstrap CI", legendgroup=label, customdata=np.c_[names],
             hovertemplate="%{customdata[0]}: sentence mean %{y:.3f}<extra></extra>"))
         fig.add_trace(go.Scatter(
             x=x, y=layers["accuracy"], mode="lines+markers", line={"color": colour}, name=f"{label}: token accuracy",
@@ -129,28 +130,39 @@ def atlas_grid(coords: pd.DataFrame, texts: dict[int, str], layer_names: list[st
 
 
 def separability_curve(runs: dict[str, pd.DataFrame], layer_names: list[str] | None = None) -> go.Figure:
-    """Linear-probe accuracy (± std over folds, shaded) and silhouette per layer, one colour per run."""
+    """Linear-probe accuracy (mean over folds; shaded: the 95% Wilson interval of the pooled out-of-fold
+    accuracy, inside [0, 1]) with the majority-class baseline (dotted), and silhouette per layer, one colour
+    per run. Hover: std over folds and macro-F1."""
     from plotly.subplots import make_subplots
 
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, row_heights=[0.6, 0.4],
-                        subplot_titles=["linear-probe accuracy (mean ± std over folds)", "silhouette (euclidean)"])
+                        subplot_titles=["linear-probe accuracy (mean over folds; band: 95% Wilson interval; dotted: "
+                                        "majority class)", "silhouette (euclidean)"])
     for i, (label, sep) in enumerate(runs.items()):
         colour = COLOURS[i % len(COLOURS)]
         x = sep["layer"].tolist()
         names = [layer_names[v] for v in x] if layer_names else [str(v) for v in x]
-        low, high = sep["probe_accuracy"] - sep["probe_accuracy_std"], sep["probe_accuracy"] + sep["probe_accuracy_std"]
+        low, high = sep["probe_ci_low"], sep["probe_ci_high"]
         fig.add_trace(go.Scatter(x=x + x[::-1], y=high.tolist() + low.tolist()[::-1], fill="toself", mode="lines",
                                  fillcolor=_rgba(colour, 0.15), line={"width": 0}, hoverinfo="skip",
                                  showlegend=False, legendgroup=label), row=1, col=1)
         fig.add_trace(go.Scatter(x=x, y=sep["probe_accuracy"], mode="lines+markers", name=label, legendgroup=label,
-                                 line={"color": colour}, customdata=np.c_[names, sep["probe_accuracy_std"]],
-                                 hovertemplate="%{customdata[0]}: accuracy %{y:.3f} ± %{customdata[1]:.3f}"
+                                 line={"color": colour}, customdata=np.c_[names, sep["probe_accuracy_std"],
+                                                                          sep["probe_macro_f1"], low, high],
+                                 hovertemplate="%{customdata[0]}: accuracy %{y:.3f} (std over folds "
+                                               "%{customdata[1]:.3f}; 95% interval %{customdata[3]:.3f}–"
+                                               "%{customdata[4]:.3f}), macro-F1 %{customdata[2]:.3f}"
                                                "<extra>" + html.escape(label) + "</extra>"), row=1, col=1)
+        fig.add_trace(go.Scatter(x=x, y=sep["majority_baseline"], mode="lines", legendgroup=label, showlegend=False,
+                                 line={"color": colour, "dash": "dot", "width": 1},
+                                 hovertemplate="majority class: %{y:.3f}<extra>" + html.escape(label) + "</extra>"),
+                      row=1, col=1)
         fig.add_trace(go.Scatter(x=x, y=sep["silhouette"], mode="lines+markers", name=label, legendgroup=label,
                                  showlegend=False, line={"color": colour, "dash": "dot"}, customdata=np.c_[names],
                                  hovertemplate="%{customdata[0]}: silhouette %{y:.3f}<extra>" + html.escape(label)
                                                + "</extra>"), row=2, col=1)
     fig.update_xaxes(dtick=1)
+    fig.update_yaxes(range=[0, 1.02], row=1, col=1)
     fig.update_xaxes(title_text="layer (0 = embeddings)", row=2, col=1)
     fig.update_layout(title="Separability by layer", height=480, legend={"orientation": "h", "y": -0.15},
                       margin={"t": 60, "b": 10})

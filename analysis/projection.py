@@ -11,7 +11,8 @@ module gives
   coordinates (a layer whose vectors are all the same, as [CLS] at the embeddings, is drawn at the origin
   rather than as rounding noise);
 - separability on the full vectors: silhouette (euclidean) and a linear probe (standardised logistic
-  regression, stratified k-fold: mean and std of accuracy);
+  regression, stratified k-fold: mean and std of accuracy; macro-F1 and a 95% Wilson interval of the pooled
+  out-of-fold predictions; the majority-class baseline);
 - a layer x layer linear CKA matrix (Kornblith et al. 2019).
 """
 
@@ -37,6 +38,7 @@ from analysis.activations import (
     max_input_length,
 )
 from analysis.inputs import InputError, TextInputs
+from analysis.scores import wilson_interval
 from analysis.store import ArrayStore, key_of
 from models.loading import LoadedModel
 
@@ -245,27 +247,52 @@ def project_layers(reps: np.ndarray, layers: list[int], method: str = "pca", see
 
 # --- separability and similarity -----------------------------------------------------------------------------
 
-def separability(x: np.ndarray, labels: np.ndarray, folds: int = 5, seed: int = 0) -> tuple[float, float, float]:
-    """(silhouette, probe accuracy mean, probe accuracy std) of vectors ``x`` ``(n, d)`` with ``labels``.
+SEPARABILITY_COLUMNS = ["layer", "silhouette", "probe_accuracy", "probe_accuracy_std", "probe_macro_f1",
+                        "probe_ci_low", "probe_ci_high", "majority_baseline"]
+
+
+SEPARABILITY_HEADERS = {
+    "probe_accuracy": ("probe accuracy", "linear probe, mean over the stratified folds"),
+    "probe_accuracy_std": ("std over folds", "numpy std (ddof 0) of the fold accuracies"),
+    "probe_macro_f1": ("probe macro-F1", "of the pooled out-of-fold predictions"),
+    "probe_ci_low": ("95% CI low (Wilson)", "Wilson interval of the pooled out-of-fold accuracy"),
+    "probe_ci_high": ("95% CI high (Wilson)", "see 95% CI low"),
+    "majority_baseline": ("majority class", "accuracy of always predicting the most frequent class"),
+}
+
+
+def separability(x: np.ndarray, labels: np.ndarray, folds: int = 5, seed: int = 0) -> dict:
+    """Silhouette and a cross-validated linear probe of vectors ``x`` ``(n, d)`` with ``labels``.
 
     Silhouette: euclidean on the full vectors (a seeded sample of ``SILHOUETTE_MAX_ROWS`` above that size).
     Probe: ``StandardScaler -> LogisticRegression(max_iter=1000)``, ``StratifiedKFold(folds, shuffle=True,
-    random_state=seed)``; std is numpy's (``ddof=0``) over the folds.
+    random_state=seed)``: ``probe_accuracy`` is the mean over folds and ``probe_accuracy_std`` numpy's std
+    (``ddof=0``); ``probe_macro_f1`` and the 95% Wilson interval (``probe_ci_low``, ``probe_ci_high``) are of the
+    pooled out-of-fold predictions (every row predicted once); ``majority_baseline`` is the accuracy of always
+    predicting the most frequent class.
     """
+    from sklearn.base import clone
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.linear_model import LogisticRegression
-    from sklearn.metrics import silhouette_score
-    from sklearn.model_selection import StratifiedKFold, cross_val_score
+    from sklearn.metrics import f1_score, silhouette_score
+    from sklearn.model_selection import StratifiedKFold
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
     sample = SILHOUETTE_MAX_ROWS if len(x) > SILHOUETTE_MAX_ROWS else None
     sil = float(silhouette_score(x, labels, metric="euclidean", sample_size=sample, random_state=seed))
     probe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
+    oof, scores = np.empty_like(labels), []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        scores = cross_val_score(probe, x, labels, cv=StratifiedKFold(folds, shuffle=True, random_state=seed))
-    return sil, float(scores.mean()), float(scores.std())
+        for fit, held in StratifiedKFold(folds, shuffle=True, random_state=seed).split(x, labels):
+            oof[held] = clone(probe).fit(x[fit], labels[fit]).predict(x[held])
+            scores.append(float((oof[held] == labels[held]).mean()))
+    low, high = wilson_interval(int((oof == labels).sum()), len(labels))
+    _, counts = np.unique(labels, return_counts=True)
+    return {"silhouette": sil, "probe_accuracy": float(np.mean(scores)), "probe_accuracy_std": float(np.std(scores)),
+            "probe_macro_f1": float(f1_score(labels, oof, average="macro")), "probe_ci_low": low,
+            "probe_ci_high": high, "majority_baseline": float(counts.max() / len(labels))}
 
 
 def linear_cka(reps: np.ndarray, other: np.ndarray | None = None, *, constant: list[int] | None = None) -> np.ndarray:
@@ -313,8 +340,8 @@ def constant_layers(reps: np.ndarray, rtol: float = 1e-5) -> list[int]:
 
 @dataclasses.dataclass
 class AtlasResult:
-    """``coords``: layer, example_id, x, y, label (chosen layers); ``separability``: layer, silhouette,
-    probe_accuracy, probe_accuracy_std (every layer); ``cka``: ``(L + 1, L + 1)``; ``info``: what was run."""
+    """``coords``: layer, example_id, x, y, label (chosen layers); ``separability``: :data:`SEPARABILITY_COLUMNS`
+    (every layer); ``cka``: ``(L + 1, L + 1)``; ``info``: what was run."""
 
     coords: pd.DataFrame
     separability: pd.DataFrame
@@ -341,10 +368,10 @@ def atlas(loaded: LoadedModel, inputs: TextInputs, config: AtlasConfig = AtlasCo
 
     rows = []
     for i in range(n_states):
-        rows.append((i, *separability(reps[i], labels, config.folds, config.seed)))
+        rows.append({"layer": i, **separability(reps[i], labels, config.folds, config.seed)})
         if progress:
             progress("scoring layers", i + 1, n_states)
-    sep = pd.DataFrame(rows, columns=["layer", "silhouette", "probe_accuracy", "probe_accuracy_std"])
+    sep = pd.DataFrame(rows, columns=SEPARABILITY_COLUMNS)
 
     constant = constant_layers(reps)
     stage = f"projecting ({config.method.upper()})"

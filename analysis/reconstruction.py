@@ -248,6 +248,14 @@ def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig = ProbeCo
                        layer_names=anatomy.layer_names())
 
 
+# The layer table's headers as the pages show them (name, help); the CSV keeps the short column names.
+LAYER_HEADERS = {
+    "accuracy": ("token accuracy", "correct / counted tokens over all texts (micro average)"),
+    "sentence_mean": ("sentence mean", "mean of the per-sentence accuracies (macro average over sentences)"),
+    "ci_low": ("95% CI low (bootstrap)", "sentence mean's 95% percentile-bootstrap interval over sentences, "
+               "2000 resamples, seed 0; blank for one sentence"),
+    "ci_high": ("95% CI high (bootstrap)", "see 95% CI low"),
+}
 BOOTSTRAP_RESAMPLES = 2000
 INTERVAL = "95% percentile bootstrap over sentences (2000 resamples, seed 0)"
 

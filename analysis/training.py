@@ -32,6 +32,7 @@ from torch import nn
 
 from analysis.heads import HeadOutput, build_head, trainable_parameters
 from analysis.options import FinetuneConfig
+from analysis.scores import classification_metrics
 from analysis.taskdata import TaskData, batches
 
 log = logging.getLogger(__name__)
@@ -124,21 +125,8 @@ class Evaluation:
     weight_layers: list[int] | None
     cls_vectors: np.ndarray | None  # (L + 1, n, hidden) float16
 
-    def metrics(self, labels: list[int], names: list[str]) -> dict:
-        return {"loss": self.loss, **classification_metrics(self.predictions, labels, names)}
-
-
-def classification_metrics(predictions: np.ndarray, labels: list[int], names: list[str]) -> dict:
-    """Accuracy, macro-F1, per-class report and confusion matrix (scikit-learn) of label ids."""
-    from sklearn.metrics import accuracy_score, classification_report, confusion_matrix, f1_score
-
-    y = np.asarray(labels)
-    ids = list(range(len(names)))
-    return {"accuracy": float(accuracy_score(y, predictions)),
-            "macro_f1": float(f1_score(y, predictions, average="macro", labels=ids, zero_division=0)),
-            "report": classification_report(y, predictions, labels=ids, target_names=names, output_dict=True,
-                                            zero_division=0),
-            "confusion_matrix": confusion_matrix(y, predictions, labels=ids).tolist()}
+    def metrics(self, labels: list[int], names: list[str], train_labels: list[int] | None = None) -> dict:
+        return {"loss": self.loss, **classification_metrics(self.predictions, labels, names, train_labels)}
 
 
 @torch.no_grad()

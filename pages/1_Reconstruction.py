@@ -3,10 +3,10 @@
 import streamlit as st
 
 from analysis.plots import accuracy_curve, mismatch_html, token_heatmap
-from analysis.reconstruction import ProbeConfig, probe
+from analysis.reconstruction import LAYER_HEADERS, ProbeConfig, probe
 from models.loading import ModelSpec
 from ui.inputs import EXAMPLES, text_inputs
-from ui.results import chart, for_each_model, result_key, shared_result, wait_for_run
+from ui.results import chart, for_each_model, result_key, shared_result, table, wait_for_run
 from ui.sidebar import model_cache, start_page
 
 loaded = start_page("Reconstruction probing", (
@@ -47,7 +47,7 @@ fig = accuracy_curve({k: r.layers for k, r in results.items()}, {k: r.layer_name
 chart(fig, "reconstruction_accuracy")
 for i, (label, r) in enumerate(results.items()):
     with st.expander(f"Table: {label}", expanded=i == 0):
-        st.dataframe(r.layers, hide_index=True, width="stretch")
+        table(r.layers, LAYER_HEADERS)
         st.download_button("Download layers.csv", r.layers.to_csv(index=False),
                            "layers.csv" if i == 0 else "layers_compared.csv", "text/csv", key=f"dl_layers_{i}")
 

@@ -5,10 +5,10 @@ import streamlit as st
 
 from analysis.inputs import InputError
 from analysis.plots import atlas_grid, cka_heatmap, separability_curve
-from analysis.projection import METHODS, AtlasConfig, atlas, max_rows, parse_layers
+from analysis.projection import METHODS, SEPARABILITY_HEADERS, AtlasConfig, atlas, max_rows, parse_layers
 from models.loading import ModelSpec
 from ui.inputs import labelled_inputs
-from ui.results import chart, for_each_model, result_key, shared_result, wait_for_run
+from ui.results import chart, for_each_model, result_key, shared_result, table, wait_for_run
 from ui.sidebar import model_cache, start_page
 
 METHOD_NAMES = {"pca": "PCA", "umap": "UMAP", "tsne": "t-SNE"}
@@ -80,7 +80,7 @@ chart(cka_heatmap(results.get(view, main).cka, names), "cka", right)
 
 for i, (label, result) in enumerate(results.items()):
     with st.expander(f"Tables and downloads: {label}", expanded=False):
-        st.dataframe(result.separability, hide_index=True, width="stretch")
+        table(result.separability, SEPARABILITY_HEADERS)
         suffix = "" if i == 0 else "_compared"
         d1, d2, d3 = st.columns(3)
         d1.download_button("coords.csv", result.coords.to_csv(index=False), f"coords{suffix}.csv", "text/csv",

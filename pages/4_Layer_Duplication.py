@@ -9,10 +9,11 @@ import streamlit as st
 from analysis.duplication import compare, duplicate_first, duplicate_last, export, parse_plan, sweep
 from analysis.inputs import InputError
 from analysis.plots import accuracy_curve, cka_heatmap
+from analysis.reconstruction import LAYER_HEADERS
 from analysis.store import layerlens_home
 from models.loading import DTYPES, checkpoint_dtype
 from ui.inputs import EXAMPLES, text_inputs
-from ui.results import chart, result_key, result_store, shared_result, stop_button
+from ui.results import chart, result_key, result_store, shared_result, stop_button, table
 from ui.sidebar import start_page
 
 loaded = start_page("Layer duplication", (
@@ -79,8 +80,8 @@ if (result := result_store().get(f"{key}:preview")) is not None:
                       column_names=result["names"], x_title="deeper", y_title="original"), "duplication_cka")
     with st.expander("Tables"):
         left, right = st.columns(2)
-        left.dataframe(original.layers, hide_index=True)
-        right.dataframe(deeper.layers.assign(source=result["names"]), hide_index=True)
+        table(original.layers, LAYER_HEADERS, left)
+        table(deeper.layers.assign(source=result["names"]), LAYER_HEADERS, right)
 if (table := result_store().get(f"{key}:sweep")) is not None:
     fig = go.Figure(go.Scatter(x=table["duplicated"], y=table["final_layer_accuracy"], mode="lines+markers"))
     fig.update_layout(title="Final-layer reconstruction accuracy vs duplicated layers", height=360,

@@ -13,8 +13,8 @@ from analysis.heads import head_names
 from analysis.inputs import FORMATS, InputError, columns_of, safe_suffix
 from analysis.options import PRESETS
 from analysis.plots import history_chart
+from analysis.scores import classification_metrics
 from analysis.store import layerlens_home
-from analysis.training import classification_metrics
 from jobs.store import FINISHED, JobStore
 from jobs.submit import SubmitError, submit
 from ui.jobs import job_table

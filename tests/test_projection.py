@@ -6,10 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from scipy.stats import binomtest
 from sklearn.decomposition import PCA
 from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import silhouette_score
-from sklearn.model_selection import StratifiedKFold, cross_val_score
+from sklearn.metrics import f1_score, silhouette_score
+from sklearn.model_selection import StratifiedKFold, cross_val_predict, cross_val_score
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from transformers import AutoModel, AutoTokenizer
@@ -98,6 +99,13 @@ def test_coordinates_silhouette_and_probe_agree_with_scikit_learn(tiny_dirs, tmp
                                  labels, cv=StratifiedKFold(3, shuffle=True, random_state=0))
         assert row.probe_accuracy == pytest.approx(scores.mean(), abs=1e-9)
         assert row.probe_accuracy_std == pytest.approx(scores.std(), abs=1e-9)
+        oof = cross_val_predict(make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)), vectors[layer],
+                                labels, cv=StratifiedKFold(3, shuffle=True, random_state=0))
+        assert row.probe_macro_f1 == pytest.approx(f1_score(labels, oof, average="macro"), abs=1e-9)
+        wilson = binomtest(int((oof == labels).sum()), len(labels)).proportion_ci(method="wilson")
+        assert (row.probe_ci_low, row.probe_ci_high) == pytest.approx((wilson.low, wilson.high), abs=1e-9)
+        assert 0 <= row.probe_ci_low <= row.probe_ci_high <= 1
+        assert row.majority_baseline == pytest.approx(max(np.mean(labels == c) for c in set(labels)))
     assert result.coords.groupby("layer").example_id.apply(list).map(lambda ids: ids == list(range(60))).all()
     assert (result.coords.label.to_numpy()[:60] == labels).all()
 
@@ -252,7 +260,8 @@ def test_cli_writes_the_contract_files(tiny_dirs, tmp_path):
     assert list(coords.columns) == ["layer", "example_id", "x", "y", "label"]
     assert coords.layer.unique().tolist() == [0, 3] and coords.example_id.tolist()[:30] == list(range(30))
     sep = pd.read_csv(out / "separability.csv")
-    assert list(sep.columns) == ["layer", "silhouette", "probe_accuracy", "probe_accuracy_std"] and len(sep) == 4
+    assert list(sep.columns) == ["layer", "silhouette", "probe_accuracy", "probe_accuracy_std", "probe_macro_f1",
+                                 "probe_ci_low", "probe_ci_high", "majority_baseline"] and len(sep) == 4
     expected = atlas(loaded_of(tiny_dirs["bert"]), inputs, AtlasConfig(layers="0,3", folds=3))
     np.testing.assert_allclose(sep.probe_accuracy, expected.separability.probe_accuracy)
     cka = pd.read_csv(out / "cka.csv", index_col="layer")

@@ -123,3 +123,11 @@ def for_each_model(what: str, request_key: str, loaded: LoadedModel, compare: st
     if loaded.spec.name not in results:
         st.stop()
     return results
+
+
+def table(frame, headers: dict[str, tuple[str, str]], container=None, **kwargs) -> None:
+    """A dataframe whose columns carry the analysis' own header names and help (``headers``: column ->
+    (header, help)), numbers to 4 decimals."""
+    config = {col: st.column_config.NumberColumn(name, help=text, format="%.4f") for col, (name, text)
+              in headers.items() if col in frame.columns}
+    (container or st).dataframe(frame, hide_index=True, width="stretch", column_config=config, **kwargs)

@@ -1,0 +1,56 @@
+"""Scores of predicted labels, each with what it should be compared with: accuracy and macro-F1 with the
+majority-class baseline, a Wilson interval for an accuracy (it stays in [0, 1]), the confusion matrix, and a
+flag for a model that predicts one class only. Used by fine-tuning, the jobs page and the atlas's probe."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+
+WILSON = "95% Wilson interval"
+
+
+def wilson_interval(correct: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """The Wilson score interval of ``correct`` successes in ``n`` trials (always inside [0, 1])."""
+    if n <= 0:
+        return math.nan, math.nan
+    p = correct / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def majority_baseline(train_labels, eval_labels, names: list | None = None) -> dict:
+    """Always predicting the training set's most frequent class (ties: the first in ``names`` or sorted order):
+    its class, accuracy and macro-F1 on ``eval_labels`` (macro over ``names``, or the classes present)."""
+    from sklearn.metrics import f1_score
+
+    counts = Counter(train_labels)
+    order = list(names) if names is not None else sorted(counts)
+    majority = max(order, key=lambda c: (counts.get(c, 0), -order.index(c)))
+    y = list(eval_labels)
+    guess = [majority] * len(y)
+    return {"class": majority, "accuracy": float(np.mean([t == majority for t in y])) if y else math.nan,
+            "macro_f1": float(f1_score(y, guess, average="macro", labels=order, zero_division=0)) if y else math.nan}
+
+
+def classification_metrics(predictions: np.ndarray, labels, names: list[str], train_labels=None) -> dict:
+    """Accuracy (with its Wilson interval), macro-F1, per-class report, confusion matrix (rows: true label,
+    columns: predicted, in ``names`` order), the majority-class baseline (from ``train_labels``, else from
+    ``labels``) and ``one_class``: whether every prediction is the same class. Label ids index ``names``."""
+    from sklearn.metrics import accuracy_score, classification_report, confusion_matrix, f1_score
+
+    y, predictions = np.asarray(labels), np.asarray(predictions)
+    ids = list(range(len(names)))
+    correct = int((y == predictions).sum())
+    base = majority_baseline(train_labels if train_labels is not None else y, y, ids)
+    return {"accuracy": float(accuracy_score(y, predictions)),
+            "accuracy_interval": list(wilson_interval(correct, len(y))),
+            "macro_f1": float(f1_score(y, predictions, average="macro", labels=ids, zero_division=0)),
+            "baseline": {**base, "class": names[base["class"]]},
+            "predicted_classes": int(len(set(predictions.tolist()))), "one_class": len(set(predictions.tolist())) == 1,
+            "report": classification_report(y, predictions, labels=ids, target_names=names, output_dict=True,
+                                            zero_division=0),
+            "confusion_matrix": confusion_matrix(y, predictions, labels=ids).tolist()}
