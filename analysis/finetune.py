@@ -242,6 +242,7 @@ def run_options(options, out: Path, callbacks: list[Callback] = (),
     splits (holding out ``val_fraction`` of the training rows when no validation set is given and no k-fold),
     run, and write ``run.json`` beside the other files. Returns ``metrics.json``'s dict."""
     from analysis import versions
+    from analysis.options import sources
 
     if not options.train:
         raise InputError("no training data: set train (a file, 'demo' or hf:NAME[/CONFIG]:SPLIT)")
@@ -254,13 +255,37 @@ def run_options(options, out: Path, callbacks: list[Callback] = (),
         train_rows, val = split_off(train_rows, config.val_fraction, config.seed)
         log(f"note: validation = {len(val)} rows held out from the training data (stratified, seed {config.seed})")
     splits = Splits(train_rows, val, read(options.test) if options.test else None)
+    origin = sources(options)
+    log(f"learning rate {config.lr:g} ({origin.get('lr', 'LayerLens default')})")
     metrics = run_finetune(options.spec(), splits, config, out, callbacks, log)
     (out / "run.json").write_text(json.dumps({
-        "options": options.to_dict(), "config": config.to_dict(), "model_spec": options.spec().to_dict(),
+        "options": options.to_dict(), "values_from": origin, "config": config.to_dict(),
+        "model_spec": options.spec().to_dict(),
         "train": options.train, "val": options.val, "test": options.test, "text_column": options.text_column,
         "pair_column": options.pair_column, "label_column": options.label_column, "versions": versions()},
         indent=2) + "\n")
     return metrics
+
+
+def held_out_rows(options, artifacts: Path) -> tuple[TextInputs, str]:
+    """The rows a finished run was evaluated on and never trained on: its test file, else its validation file,
+    else the validation rows it held out of its training file (the ids in ``predictions.csv``). Returns the
+    rows and a sentence saying which they are. A k-fold run has none (every row trained some fold)."""
+    if options.folds > 1:
+        raise InputError("a k-fold run trained on every row (each in some fold): it has no held-out rows")
+    read = lambda source: read_split(source, options.text_column, options.pair_column,  # noqa: E731
+                                     options.label_column)
+    if options.test:
+        rows = read(options.test)
+        return rows, f"the {len(rows):,} test rows of {options.test}"
+    if options.val:
+        rows = read(options.val)
+        return rows, f"the {len(rows):,} validation rows of {options.val}"
+    ids = set(pd.read_csv(artifacts / "predictions.csv", usecols=["example_id"]).example_id.tolist())
+    train_rows = read(options.train)
+    rows = train_rows.subset([i for i, row in enumerate(train_rows.ids) if row in ids])
+    return rows, (f"the {len(rows):,} validation rows held out of {options.train} (stratified, seed "
+                  f"{options.seed}; the run trained on the other {len(train_rows) - len(rows):,})")
 
 
 def _predictions(data: TaskData, predictions: np.ndarray, names: list[str]) -> pd.DataFrame:

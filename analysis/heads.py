@@ -244,3 +244,12 @@ def trainable_parameters(module: nn.Module, exclude: nn.Module | None = None) ->
     shared with the encoder)."""
     skip = {id(p) for p in exclude.parameters()} if exclude is not None else set()
     return sum(p.numel() for p in module.parameters() if p.requires_grad and id(p) not in skip)
+
+
+def near_uniform(weights, tolerance: float = 0.01) -> bool:
+    """Whether every row of layer ``weights`` ``(n, L)`` is within ``tolerance`` (relative) of the uniform
+    weight 1/L: a pooling head that learned no preference."""
+    import numpy as np
+
+    w = np.asarray(weights, dtype=float)
+    return bool(w.size) and bool(np.abs(w * w.shape[1] - 1).max() <= tolerance)

@@ -4,7 +4,7 @@ Everything else is derived from these two schemas: the ``finetune`` command's fl
 job validation at submit (:mod:`jobs.submit`), the jobs page's form and the README's option tables
 (:func:`markdown_table`). A value is resolved in one order everywhere (:func:`resolve`):
 
-    schema default  <-  model default (:data:`MODEL_DEFAULTS`)  <-  preset (:data:`PRESETS`)  <-  what was given
+    schema default  <-  model default (:func:`model_defaults`, by size)  <-  preset (:data:`PRESETS`)  <-  given
 
 so ``--preset sun2019`` on the CLI, ``preset: sun2019`` in a config file or a job, and *sun2019* on the page
 all give the same options. pydantic does the type checks and coercion (``"3"`` is 3, ``"abc"`` is an error
@@ -14,6 +14,7 @@ argparse only covers one of them; its errors are rewritten into one readable :cl
 
 from __future__ import annotations
 
+import functools
 import typing
 from typing import Literal
 
@@ -45,9 +46,28 @@ def preset_summary(name: str) -> str:
     return ", ".join(f"{k} {v}" for k, v in PRESETS[name].items())
 
 
-# Defaults that depend on the model: the small demo model learns in one or two epochs at 1e-4, and teaches
-# nothing at bert-base's 2e-5. A preset or an explicit value wins.
-MODEL_DEFAULTS: dict[str, dict] = {DEMO_NAME: {"lr": 1e-4}}
+# Defaults that depend on the model's size, never its name (so the demo model and a deeper export of it get
+# the same): bert-base's 2e-5 from hidden size 512 up; 1e-4 below, where small models (the demo model: hidden
+# 256) teach nothing at 2e-5. A preset or an explicit value wins.
+SMALL_HIDDEN = 512
+SMALL_MODEL_DEFAULTS = {"lr": 1e-4}
+
+
+def model_defaults(model: str) -> dict:
+    """The defaults of :data:`SMALL_MODEL_DEFAULTS` when ``model``'s config says hidden size < 512; nothing when
+    it is larger or its config cannot be read (the error then comes where the model is loaded)."""
+    return dict(SMALL_MODEL_DEFAULTS) if (_hidden_size(model) or SMALL_HIDDEN) < SMALL_HIDDEN else {}
+
+
+@functools.lru_cache(maxsize=64)
+def _hidden_size(model: str) -> int | None:
+    from models.loading import ModelLoadError, ModelSpec, _config_and_family
+
+    try:
+        config, _ = _config_and_family(ModelSpec(model))
+    except (ModelLoadError, OSError, ValueError):
+        return None
+    return getattr(config, "hidden_size", None) or getattr(config, "dim", None)
 
 
 class Options(BaseModel):
@@ -80,8 +100,9 @@ class FinetuneConfig(Options):
                       "all-concat, lstm, attention, scalar-mix, gru-share-C, gru-cat-C, gru-share-C-linear")
     epochs: int = Field(3, ge=1, le=100_000, title="epochs")
     batch_size: int = Field(16, ge=1, le=4096, title="batch size", description="examples per optimiser step")
-    lr: float = Field(2e-5, gt=0, le=1, title="learning rate", description="base learning rate (2e-5 is the "
-                      "papers'; the demo model's default is 1e-4)", json_schema_extra={"step": 1e-5, "format": "%.0e"})
+    lr: float = Field(2e-5, gt=0, le=1, title="learning rate", description="base learning rate (2e-5, the "
+                      "papers', for models of bert-base's size; 1e-4 for models of hidden size < 512, e.g. the demo)",
+                      json_schema_extra={"step": 1e-5, "format": "%.0e"})
     layer_decay: float = Field(1.0, gt=0, le=1, title="layer LR decay ξ", description="layer k trains at "
                                "lr·ξ^(L-k) (Sun et al.: 0.95)", json_schema_extra={"step": 0.05})
     weight_decay: float = Field(0.01, ge=0, le=1, title="weight decay", description="AdamW, not on biases and "
@@ -161,7 +182,23 @@ def resolve(*given: dict) -> FinetuneOptions:
     if preset is not None and preset not in PRESETS:
         raise InputError(f"unknown preset '{preset}' (choose from {', '.join(PRESETS)})")
     model = explicit.get("model", DEMO_NAME)
-    return FinetuneOptions(**{**MODEL_DEFAULTS.get(model, {}), **PRESETS.get(preset, {}), **explicit})
+    return FinetuneOptions(**{**model_defaults(str(model)), **PRESETS.get(preset, {}), **explicit})
+
+
+def sources(options: FinetuneOptions) -> dict[str, str]:
+    """Where the values that are not the schema's own defaults could come from: the preset or the model's
+    size, when the value is theirs (``{"lr": "default for models of hidden size < 512"}``); given otherwise."""
+    out = {}
+    preset = PRESETS.get(options.preset or "", {})
+    small = model_defaults(options.model)
+    for name, value in options.to_dict().items():
+        if name in preset and preset[name] == value:
+            out[name] = f"preset {options.preset}"
+        elif name in small and small[name] == value:
+            out[name] = f"default for models of hidden size < {SMALL_HIDDEN}"
+        elif value != FinetuneOptions.model_fields[name].default and name != "preset":
+            out[name] = "given"
+    return out
 
 
 def defaults_for(model: str, preset: str | None) -> dict:

@@ -201,26 +201,44 @@ def history_chart(history: list[dict]) -> go.Figure:
 
 
 def layer_weight_heatmap(weights: pd.DataFrame, labels: pd.Series, layer_names: list[str]) -> go.Figure:
-    """Examples (rows, grouped by label) x layers: each example's learned layer weights."""
+    """Examples (rows, grouped by label: a tick per group, a line between groups) x layers: each example's
+    learned layer weights. The colour scale is anchored at 0 and reaches max(2/L, the largest weight) for L
+    pooled layers, so weights near the uniform 1/L sit mid-scale instead of spreading noise over every colour."""
     cols = [c for c in weights.columns if c.startswith("layer_")]
     order = np.argsort(labels.astype(str).to_numpy(), kind="stable")
     w, lab = weights[cols].to_numpy()[order], labels.astype(str).to_numpy()[order]
     ids = weights["example_id"].to_numpy()[order]
+    top = max(2 / len(cols), float(w.max()) if w.size else 0.0)
     fig = go.Figure(go.Heatmap(z=w, x=[layer_names[int(c.split("_")[1])] for c in cols], y=list(range(len(w))),
-                               colorscale="Viridis", customdata=np.c_[ids, lab][:, None, :].repeat(len(cols), 1),
+                               colorscale="Viridis", zmin=0, zmax=top, colorbar={"title": "weight"},
+                               customdata=np.c_[ids, lab][:, None, :].repeat(len(cols), 1),
                                hovertemplate="row %{customdata[0]} (%{customdata[1]}) · %{x}: %{z:.3f}"
                                              "<extra></extra>"))
-    fig.update_layout(title="Layer weights per example (grouped by label)", yaxis={"showticklabels": False,
-                      "title": "examples"}, height=460, margin={"t": 50, "b": 10})
+    groups = list(dict.fromkeys(lab))
+    starts = [int(np.argmax(lab == g)) for g in groups]
+    ends = [start + int((lab == g).sum()) for start, g in zip(starts, groups, strict=True)]
+    for end in ends[:-1]:
+        fig.add_hline(y=end - 0.5, line={"color": "white", "width": 2})
+    fig.update_layout(title=f"Layer weights per example, grouped by label (colour 0 to {top:.2g}; uniform is "
+                            f"{1 / len(cols):.2g})",
+                      yaxis={"title": "examples", "tickvals": [(s + e - 1) / 2 for s, e in zip(starts, ends,
+                                                                                                 strict=True)],
+                             "ticktext": groups, "autorange": "reversed"}, height=460, margin={"t": 50, "b": 10})
     return fig
 
 
-def mean_weight_lines(frames: dict[str, pd.DataFrame], layer_names: list[str], title: str) -> go.Figure:
-    """One line per key (a class, an epoch): the mean weight of each layer."""
+def mean_weight_lines(frames: dict[str, pd.DataFrame], layer_names: list[str], title: str,
+                      colours: dict[str, str] | None = None) -> go.Figure:
+    """One line per key (a class, an epoch): the mean weight of each layer; ``colours`` by key (a class's
+    colour from :func:`label_colours`)."""
     fig = go.Figure()
     for key, frame in frames.items():
         cols = [c for c in frame.columns if c.startswith("layer_")]
         fig.add_trace(go.Scatter(x=[layer_names[int(c.split("_")[1])] for c in cols], y=frame[cols].mean(),
-                                 mode="lines+markers", name=str(key)))
-    fig.update_layout(title=title, yaxis={"title": "mean weight"}, height=360, margin={"t": 50, "b": 10})
+                                 mode="lines+markers", name=str(key),
+                                 line={"color": (colours or {}).get(str(key))}))
+    fig.update_layout(title=title, yaxis={"title": "mean weight", "rangemode": "tozero"}, height=360,
+                      margin={"t": 50, "b": 10})
     return fig
+
+

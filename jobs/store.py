@@ -61,6 +61,15 @@ class Job:
     def log_path(self) -> Path:
         return self.directory / "job.log"
 
+    @property
+    def artifacts(self) -> Path:
+        return self.directory / "artifacts"
+
+    @property
+    def label(self) -> str:
+        """How pages name the job's fine-tuned model: ``job #3 (attention, demo)``."""
+        return f"job #{self.id} ({self.config.get('head', 'cls')}, {self.config.get('model', 'demo')})"
+
     def to_dict(self) -> dict:
         out = dataclasses.asdict(self)
         out["directory"] = str(self.directory)

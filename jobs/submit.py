@@ -10,6 +10,8 @@ read, that the text/pair/label columns exist and that the training labels have a
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from analysis.finetune import read_split
 from analysis.heads import build_head
 from analysis.inputs import InputError
@@ -45,11 +47,27 @@ def validate(config: dict) -> tuple[dict, str]:
     return options.to_dict(), spec.device
 
 
+def job_name(options: dict) -> str:
+    """``attention · demo · demo set · epochs 1, lr 0.003``: head, model, data, the preset and the training
+    options that differ from what the model and the preset give by default."""
+    from analysis.options import FinetuneConfig, defaults_for
+
+    defaults = defaults_for(options.get("model", "demo"), options.get("preset"))
+    data = options.get("train") or ""
+    data = "demo set" if data == "demo" else Path(data).name if not data.startswith("hf:") else data[3:]
+    changed = [f"{k.replace('_', ' ')} {options[k]:g}" if isinstance(options[k], float) else
+               f"{k.replace('_', ' ')} {options[k]}" for k in FinetuneConfig.model_fields
+               if k not in ("head", "save_vectors") and k in options and options[k] != defaults[k]]
+    preset = [f"preset {options['preset']}"] if options.get("preset") else []
+    return " · ".join([options.get("head", "cls"), Path(str(options.get("model", "demo"))).name, data,
+                       ", ".join(preset + changed) or "defaults"])
+
+
 def submit(config: dict, store: JobStore | None = None, name: str = "", start_worker: bool = True) -> int:
     """Validate and queue ``config``; start a worker if none runs. Returns the job id."""
     store = store or JobStore()
     config, device = validate(config)
-    job_id = store.submit(config, device, name or f"{config.get('head', 'cls')} on {config.get('train')}")
+    job_id = store.submit(config, device, name or job_name(config))
     if start_worker:
         ensure_worker(store)
     return job_id

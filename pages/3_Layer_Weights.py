@@ -7,15 +7,16 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from analysis.plots import atlas_grid, layer_weight_heatmap, mean_weight_lines
+from analysis.heads import near_uniform
+from analysis.plots import atlas_grid, label_colours, layer_weight_heatmap, mean_weight_lines
 from analysis.projection import project_layers
 from jobs.store import JobStore
 from models.anatomy import layer_name
-from models.loading import SUGGESTED_MODELS
+from ui.jobs import score_line
 from ui.results import chart
-from ui.sidebar import KEY_MODEL, KEY_OTHER, OTHER, start_page
+from ui.sidebar import start_page
 
-start_page("Layer weights", (
+loaded = start_page("Layer weights", (
     "What a fine-tuned **attention-pooling** (Song et al. 2020) or **scalar-mix** head learned: how much "
     "weight each layer's [CLS] gets, per example, per class and across epochs; and the validation set's "
     "[CLS] vectors of the last layers after the first and the last epoch (PCA, as in Song et al. Fig. 2)."))
@@ -27,11 +28,13 @@ if not jobs:
     st.stop()
 weighted = [j for j in jobs if (j.directory / "artifacts" / "layer_weights.csv").is_file()]
 default = jobs.index(weighted[0]) if weighted else 0
-job = st.selectbox("Finished job", jobs, index=default, key="lw_job",
-                   format_func=lambda j: f"#{j.id} {j.name} · accuracy {j.metrics.get('accuracy', float('nan')):.3f}")
-art = job.directory / "artifacts"
+job = st.selectbox("Finished job", jobs, index=default, key="lw_job", format_func=lambda j: f"#{j.id} {j.name} · "
+                   f"{score_line(j.metrics)}")
+art = job.artifacts
 metrics = json.loads((art / "metrics.json").read_text())
 names = metrics["labels"]
+colours = label_colours(names)
+st.caption(f"{metrics.get('evaluated_on', '')} set: {score_line(metrics)}")
 epochs = sorted(int(p.name) for p in (art / "epochs").iterdir() if p.is_dir()) if (art / "epochs").is_dir() else []
 
 if (art / "layer_weights.csv").is_file():
@@ -44,9 +47,13 @@ if (art / "layer_weights.csv").is_file():
                + (" (a scalar mix has one set of weights for all examples)" if job.config.get("head") == "scalar-mix"
                   else ""))
     left, right = st.columns(2)
+    values = weights[[c for c in weights.columns if c.startswith("layer_")]].to_numpy()
+    if near_uniform(values):
+        st.info(f"Every weight is within 1% of the uniform 1/{values.shape[1]} = {1 / values.shape[1]:.3f}: this head "
+                "learned no preference between layers.")
     chart(layer_weight_heatmap(weights, labels, layer_names), f"layer_weights_{job.id}", left)
     by_class = {c: weights[labels.to_numpy() == c] for c in sorted(set(labels)) if c}
-    chart(mean_weight_lines(by_class or {"all": weights}, layer_names, "Mean weight per layer, by class"),
+    chart(mean_weight_lines(by_class or {"all": weights}, layer_names, "Mean weight per layer, by class", colours),
           f"layer_weights_by_class_{job.id}", right)
     per_epoch = {f"epoch {e}": pd.read_csv(art / "epochs" / str(e) / "layer_weights.csv") for e in epochs
                  if (art / "epochs" / str(e) / "layer_weights.csv").is_file()}
@@ -80,25 +87,29 @@ if len(epochs) >= 1 and (art / "epochs" / str(epochs[0]) / "val_cls.npy").is_fil
               f"job{job.id}_atlas_epoch{e}", key=f"lw_atlas_{e}")
 
 st.subheader("Look further")
-mlm = art / "checkpoint" / "mlm"
-if not mlm.is_dir():
+if not (art / "checkpoint" / "mlm").is_dir():
     st.caption("This model has no MLM head to reuse, so the fine-tuned model cannot be probed or mapped.")
 else:
-    st.caption("The fine-tuned encoder under the model's pre-trained MLM head, compared with the pre-trained model.")
+    base = job.config.get("model", "demo")
+    st.caption(f"Opens the page with {job.label} (its fine-tuned encoder under the pre-trained MLM head) as the "
+               f"comparison; the sidebar's model, {loaded.spec.name}, stays the main one. The atlas uses the rows "
+               "the job never trained on.")
+    if loaded.spec.name != base:
+        st.warning(f"The job was fine-tuned from {base}: choose it in the sidebar to compare pre-trained with "
+                   "fine-tuned.")
     c1, c2 = st.columns(2)
 
-    def preselect(key: str, page: str) -> None:
+    def preselect(prefix: str, page: str) -> None:
         """A button callback (it runs before the next script run, when widget state may still change)."""
-        base = job.config.get("model", "demo")
-        st.session_state[KEY_MODEL] = base if base in SUGGESTED_MODELS else OTHER
-        if base not in SUGGESTED_MODELS:
-            st.session_state[KEY_OTHER] = base
-        st.session_state[key] = str(mlm)
+        st.session_state[f"{prefix}_compare"] = f"job:{job.id}"
+        if prefix == "atlas":
+            st.session_state["atlas_job"] = job.id
+            st.session_state["atlas_source"] = f"Held-out rows of job #{job.id}"
         st.session_state["lw_go"] = page
 
     c1.button("Reconstruction: pre-trained vs fine-tuned", key="lw_go_probe_compare", on_click=preselect,
-              args=("probe_compare", "pages/1_Reconstruction.py"))
-    c2.button("Layer atlas: pre-trained vs fine-tuned", key="lw_go_atlas_compare", on_click=preselect,
-              args=("atlas_compare", "pages/2_Layer_Atlas.py"))
+              args=("probe", "pages/1_Reconstruction.py"))
+    c2.button("Layer atlas: pre-trained vs fine-tuned (held-out rows)", key="lw_go_atlas_compare",
+              on_click=preselect, args=("atlas", "pages/2_Layer_Atlas.py"))
     if page := st.session_state.pop("lw_go", None):
         st.switch_page(page)

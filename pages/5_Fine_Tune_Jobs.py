@@ -11,13 +11,13 @@ import streamlit as st
 from analysis.finetune import majority_vote
 from analysis.heads import head_names
 from analysis.inputs import FORMATS, InputError, columns_of, safe_suffix
-from analysis.options import PRESETS
+from analysis.options import PRESETS, resolve, sources
 from analysis.plots import history_chart
 from analysis.scores import classification_metrics
 from analysis.store import layerlens_home
 from jobs.store import FINISHED, JobStore
 from jobs.submit import SubmitError, submit
-from ui.jobs import job_table
+from ui.jobs import comparison_table, job_table, score_line
 from ui.options import option_input, reset_form
 from ui.results import chart
 from ui.sidebar import start_page
@@ -90,6 +90,16 @@ with st.expander("More options"):
     values |= {name: option_input(cols[i % 5], name, "job") for i, name in enumerate(MORE)}
 config = {"model": model, "train": train, "text_column": text_col, "pair_column": pair_col, "label_column": label_col,
           "preset": None if preset == "(none)" else preset, **values}
+try:
+    origin = sources(resolve(config))
+    notes = {}
+    for name, where in origin.items():
+        if where != "given":
+            notes.setdefault(where, []).append(name.replace("_", " "))
+    st.caption("Defaults: LayerLens's own" + "".join(f"; {', '.join(names)} from the {where}" for where, names
+                                                      in notes.items()) + ". The README's option table lists them.")
+except InputError:
+    pass  # shown when submitting
 if st.button("Submit the job", type="primary", key="job_submit", disabled=not train):
     try:
         job_id = submit(config, store, start_worker=not os.environ.get("LAYERLENS_JOBS_NO_WORKER"))
@@ -97,6 +107,23 @@ if st.button("Submit the job", type="primary", key="job_submit", disabled=not tr
         st.session_state["job_view"] = job_id  # show the new job below
     except SubmitError as exc:
         st.error(f"Not queued: {exc}")
+
+
+def show_scores(job, container) -> None:
+    """The finished job's score with its baseline, a one-class warning and its confusion matrix."""
+    m = job.metrics
+    container.markdown(f"**{m.get('evaluated_on', '')} set**: {score_line(m)}")
+    if m.get("one_class"):
+        container.warning(f"Every prediction is '{m['baseline']['class'] if m.get('baseline') else '?'}' or one "
+                          "other single class: the accuracy is a class rate, not a sign that the model learned.")
+    if m.get("confusion_matrix"):
+        names = m["labels"]
+        fig = go.Figure(go.Heatmap(z=m["confusion_matrix"], x=names, y=names, colorscale="Blues", zmin=0,
+                                   texttemplate="%{z}",
+                                   hovertemplate="true %{y} · predicted %{x}: %{z}<extra></extra>"))
+        fig.update_layout(title="Confusion matrix", xaxis_title="predicted", yaxis_title="true",
+                          yaxis={"autorange": "reversed"}, height=300, margin={"t": 40, "b": 10})
+        chart(fig, f"job{job.id}_confusion", container, key=f"confusion_{job.id}")
 
 
 @st.fragment(run_every=2)
@@ -122,6 +149,8 @@ def live() -> None:
         right.info(f"Job {job.id}: {store.request_cancel(job.id)}")
     if job.error:
         right.error(job.error[-600:])
+    if job.metrics and "accuracy" in job.metrics:
+        show_scores(job, right)
     with st.expander("Log"):
         st.code(job.log_path.read_text(errors="replace")[-5000:] if job.log_path.is_file() else "(no log yet)")
 
@@ -131,12 +160,12 @@ live()
 finished = [j for j in store.list() if j.status == "succeeded" and j.metrics]
 if finished:
     st.subheader("Compare finished runs")
-    table = pd.DataFrame([{"job": j.id, "model": j.config.get("model", "demo"), "head": j.config.get("head", "cls"),
-                           "evaluated on": j.metrics.get("evaluated_on"), "accuracy": j.metrics.get("accuracy"),
-                           "macro_f1": j.metrics.get("macro_f1")} for j in finished])
+    table = comparison_table(finished)
     st.dataframe(table, hide_index=True, width="stretch")
+    if table["evaluated on"].nunique() > 1:
+        st.caption("These runs were scored on different kinds of rows (see 'evaluated on'): compare like with like.")
     fig = go.Figure([go.Bar(name=m, x=[f"#{r.job} {r.head}" for r in table.itertuples()], y=table[m])
-                     for m in ("accuracy", "macro_f1")])
+                     for m in ("accuracy", "majority class", "macro_f1")])
     fig.update_layout(barmode="group", yaxis={"range": [0, 1]}, height=320, margin={"t": 30})
     chart(fig, "jobs_compared")
     picked = st.multiselect("Majority-vote ensemble of", [j.id for j in finished], key="job_ensemble",
@@ -150,4 +179,4 @@ if finished:
             names = sorted(set(preds[0].label) | {x for p in preds for x in p.prediction})
             vote = majority_vote([np.array([names.index(x) for x in p.prediction]) for p in preds])
             scores = classification_metrics(vote, [names.index(x) for x in preds[0].label], names)
-            st.metric("Ensemble accuracy", f"{scores['accuracy']:.4f}", help=f"macro-F1 {scores['macro_f1']:.4f}")
+            st.markdown(f"**Ensemble** on the {len(vote)} rows the runs share: {score_line(scores)}")

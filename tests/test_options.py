@@ -103,3 +103,17 @@ def test_a_job_with_bad_num_processes_is_not_queued(tmp_path, value):
     with pytest.raises(SubmitError, match="num_processes"):
         submit({"train": "demo", "num_processes": value}, store, start_worker=False)
     assert store.list() == []
+
+
+def test_the_default_learning_rate_follows_the_models_size_not_its_name(tmp_path):
+    """The demo model (hidden 256) and a deeper export of it get the same default; bert-base-sized models 2e-5."""
+    from analysis.duplication import duplicate_first, export
+    from jobs.submit import job_name
+    from models.loading import ModelSpec, load_model
+
+    demo = load_model(ModelSpec("demo", device="cpu"))
+    deeper = export(demo, duplicate_first(demo.num_layers, 1), tmp_path / "deeper")
+    assert resolve({"model": "demo"}).lr == resolve({"model": str(deeper)}).lr == 1e-4
+    assert resolve({"model": "bert-base-uncased"}).lr == 2e-5  # offline here: its config is unknown, so 2e-5
+    name = job_name(resolve({"model": str(deeper), "train": "demo", "head": "attention", "epochs": 2}).to_dict())
+    assert name == "attention · deeper · demo set · epochs 2"

@@ -10,6 +10,7 @@ from analysis.training import FinetuneConfig
 from jobs.store import JobStore
 from models.loading import ModelSpec
 from tests.test_app import run_page
+from ui.sidebar import KEY_MODEL
 from tests.test_training import bert4, synthetic  # noqa: F401  (bert4 is a fixture)
 
 JOBS, WEIGHTS = "pages/5_Fine_Tune_Jobs.py", "pages/3_Layer_Weights.py"
@@ -64,8 +65,11 @@ def test_finished_runs_are_compared_and_voted(home, bert4):  # noqa: F811
     assert compare["job"].tolist() == [second, first]
     expected = json.loads((home.directory(first) / "artifacts" / "metrics.json").read_text())["accuracy"]
     assert compare.set_index("job").loc[first, "accuracy"] == pytest.approx(expected)
+    assert {"model", "data", "head", "lr", "epochs", "layer decay", "majority class", "macro_f1"} <= set(compare)
+    baseline = json.loads((home.directory(first) / "artifacts" / "metrics.json").read_text())["baseline"]
+    assert compare.set_index("job").loc[first, "majority class"] == pytest.approx(baseline["accuracy"])
     at.multiselect(key="job_ensemble").set_value([first, second]).run()
-    assert not at.exception and at.metric[0].label == "Ensemble accuracy"
+    assert not at.exception and any("**Ensemble**" in m.value and "majority class" in m.value for m in at.markdown)
 
 
 def test_cancel_a_queued_job_from_the_page(home, tiny_dirs):
@@ -86,9 +90,11 @@ def test_layer_weights_page_shows_the_saved_weights(home, bert4):  # noqa: F811
     weights = pd.read_csv(art / "layer_weights.csv")
     shape = heat["z"]["shape"] if isinstance(heat["z"], dict) else f"{len(heat['z'])}, {len(heat['z'][0])}"
     assert shape == f"{len(weights)}, 4"  # examples x layers 1..4 of a 4-layer model
-    at.button(key="lw_go_probe_compare").click().run()  # to the probe, the fine-tuned model preselected
+    sidebar_before = at.session_state[KEY_MODEL]
+    at.button(key="lw_go_probe_compare").click().run()  # to the probe, the fine-tuned model as the comparison
     assert not at.exception
-    assert at.text_input(key="probe_compare").value == str(art / "checkpoint" / "mlm")
+    assert at.text_input(key="probe_compare").value == f"job:{job_id}"
+    assert at.session_state[KEY_MODEL] == sidebar_before  # the sidebar's model is not switched
 
 
 def test_layer_weights_page_without_jobs_says_what_to_do(home, tiny_dirs):
@@ -100,3 +106,50 @@ def test_a_head_without_weights_is_explained(home, bert4):  # noqa: F811
     finished_job(home, bert4, "cls")
     at = run_page(WEIGHTS, model=str(bert4))
     assert not at.exception and "learns no layer weights" in at.info[0].value
+
+
+def test_a_one_class_run_shows_its_baseline_and_confusion_matrix(home, bert4, monkeypatch):  # noqa: F811
+    job_id = finished_job(home, bert4, "cls")
+    metrics = home.get(job_id).metrics
+    metrics.update(one_class=True, accuracy=metrics["baseline"]["accuracy"])
+    home.finish(job_id, "succeeded", metrics=metrics)
+    at = run_page(JOBS, model=str(bert4))
+    assert not at.exception
+    table = at.dataframe[0].value
+    assert table.set_index("id").loc[job_id, "one class"] and "majority class" in table
+    assert any("not a sign that the model learned" in w.value for w in at.warning)
+    assert any("Confusion matrix" in json.loads(c.proto.spec)["layout"]["title"]["text"]
+               for c in at.get("plotly_chart"))
+
+
+def test_weights_that_learned_nothing_are_called_so(home, bert4):  # noqa: F811
+    job_id = finished_job(home, bert4, "attention")
+    path = home.directory(job_id) / "artifacts" / "layer_weights.csv"
+    weights = pd.read_csv(path)
+    weights.iloc[:, 1:] = 0.25 + 1e-4 * (weights.iloc[:, 1:] > weights.iloc[:, 1:].mean())  # ~uniform over 4
+    weights.to_csv(path, index=False)
+    at = run_page(WEIGHTS, model=str(bert4))
+    assert not at.exception and any("within 1% of the uniform" in i.value for i in at.info)
+
+
+def test_the_atlas_comparison_uses_the_jobs_held_out_rows(home, bert4, tmp_path):  # noqa: F811
+    from analysis.options import resolve
+    from tests.test_training import write_tsv
+
+    train, val = write_tsv(tmp_path / "train.tsv", synthetic(24)), write_tsv(tmp_path / "val.tsv", synthetic(12, 1))
+    options = resolve({"model": str(bert4), "train": str(train), "val": str(val), "head": "attention", "epochs": 1,
+                       "batch_size": 8})
+    job_id = home.submit(options.to_dict(), "cpu", "held-out")
+    home.claim("cpu", 10)
+    from analysis.finetune import run_options
+
+    home.finish(job_id, "succeeded", metrics=run_options(options, home.directory(job_id) / "artifacts"))
+    at = run_page(WEIGHTS, model=str(bert4))
+    at.button(key="lw_go_atlas_compare").click().run()
+    assert not at.exception and at.text_input(key="atlas_compare").value == f"job:{job_id}"
+    assert at.radio(key="atlas_source").value == f"Held-out rows of job #{job_id}"
+    assert any("the 12 validation rows of" in c.value for c in at.caption)
+    at.switch_page("pages/2_Layer_Atlas.py").run()  # AppTest reruns the page it was sent to, not the app's
+    at.button(key="atlas_run").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert any(f"job #{job_id} (attention, {bert4})" in e.label for e in at.expander)

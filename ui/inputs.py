@@ -69,9 +69,14 @@ def _pick(container, label: str, columns: list[str], preferred: tuple[str, ...],
 def labelled_inputs(key: str, row_limit: int) -> TextInputs | None:
     """Labelled texts (optionally pairs) from the bundled demo set, an upload or a hub dataset; None (with a
     message shown) when they cannot be used. Above ``row_limit`` rows the user must opt in to a random sample."""
-    source = st.radio("Data", SOURCES, horizontal=True, key=f"{key}_source")
+    job_id = st.session_state.get(f"{key}_job")  # set by the Layer weights page's comparison button
+    job_source = f"Held-out rows of job #{job_id}" if job_id is not None else None
+    source = st.radio("Data", [*SOURCES, *([job_source] if job_source else [])], horizontal=True,
+                      key=f"{key}_source")
     try:
-        if source == SOURCES[0]:
+        if source == job_source:
+            inputs = _job_rows(job_id)
+        elif source == SOURCES[0]:
             pair = st.checkbox("Add the aspect term as a second text ([CLS] sentence [SEP] aspect [SEP]); keeps only "
                                "the rows that have one", key=f"{key}_demo_pair")
             inputs = parse(DEMO_LABELLED.read_bytes(), DEMO_LABELLED.name, "text", "aspect" if pair else None,
@@ -115,6 +120,20 @@ def labelled_inputs(key: str, row_limit: int) -> TextInputs | None:
             return None
         inputs = inputs.sample(row_limit, seed=0)
     return inputs
+
+
+def _job_rows(job_id: int) -> TextInputs:
+    """The rows job ``job_id`` was evaluated on and never trained on, with a caption saying which."""
+    from analysis.finetune import held_out_rows
+    from analysis.options import resolve
+    from jobs.store import JobStore
+
+    job = JobStore().get(job_id)
+    if job is None:
+        raise InputError(f"job #{job_id} no longer exists")
+    rows, description = held_out_rows(resolve(job.config), job.artifacts)
+    st.caption(f"Rows: {description}: a fine-tuned model compared on rows it never trained on.")
+    return rows
 
 
 @st.cache_data(show_spinner="Loading the dataset…", max_entries=8)

@@ -14,8 +14,19 @@ def _ago(t: float | None) -> str:
     return f"{s:.0f} s ago" if s < 120 else f"{s / 60:.0f} min ago" if s < 7200 else f"{s / 3600:.0f} h ago"
 
 
+def score_line(metrics: dict | None) -> str:
+    """``accuracy 0.713 (majority class 0.402), macro-F1 0.690``, flagged when every prediction is one class."""
+    if not metrics or "accuracy" not in metrics:
+        return "no score"
+    base = metrics.get("baseline") or {}
+    line = (f"accuracy {metrics['accuracy']:.3f} (majority class {base.get('accuracy', float('nan')):.3f}), "
+            f"macro-F1 {metrics.get('macro_f1', float('nan')):.3f}")
+    return line + (" · ONE CLASS PREDICTED" if metrics.get("one_class") else "")
+
+
 def job_table(jobs) -> pd.DataFrame:
-    """One row per job: id, name, status, progress (0..1), epoch, loss, validation accuracy, created, metrics."""
+    """One row per job: id, name, status, progress (0..1), epoch, loss, validation accuracy, the final
+    accuracy with its majority-class baseline and macro-F1, whether it predicted one class only, created."""
     rows = []
     for j in jobs:
         p = j.progress or {}
@@ -25,6 +36,22 @@ def job_table(jobs) -> pd.DataFrame:
         rows.append({"id": j.id, "name": j.name, "status": j.status, "progress": done,
                      "epoch": f"{p.get('epoch', '')}/{p.get('epochs', '')}" if p else "",
                      "loss": p.get("loss"), "val accuracy": last.get("val_accuracy"),
-                     "accuracy": (j.metrics or {}).get("accuracy"), "macro-F1": (j.metrics or {}).get("macro_f1"),
-                     "created": _ago(j.created)})
+                     "accuracy": (j.metrics or {}).get("accuracy"),
+                     "majority class": ((j.metrics or {}).get("baseline") or {}).get("accuracy"),
+                     "macro-F1": (j.metrics or {}).get("macro_f1"),
+                     "one class": bool((j.metrics or {}).get("one_class")), "created": _ago(j.created)})
+    return pd.DataFrame(rows)
+
+
+def comparison_table(jobs) -> pd.DataFrame:
+    """Finished runs side by side: what differs between them (model, data, head, lr, epochs, layer decay) and
+    their scores with the baseline, on which rows."""
+    rows = []
+    for j in jobs:
+        m, c = j.metrics or {}, j.config
+        rows.append({"job": j.id, "model": c.get("model", "demo"), "data": c.get("train"), "head": c.get("head"),
+                     "lr": c.get("lr"), "epochs": c.get("epochs"), "layer decay": c.get("layer_decay"),
+                     "evaluated on": m.get("evaluated_on"), "accuracy": m.get("accuracy"),
+                     "majority class": (m.get("baseline") or {}).get("accuracy"), "macro_f1": m.get("macro_f1"),
+                     "one class": bool(m.get("one_class"))})
     return pd.DataFrame(rows)

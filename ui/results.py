@@ -104,6 +104,20 @@ def stopped_note() -> None:
         st.info(f"{what} stopped; nothing was kept from it.")
 
 
+def compared_model(compare: str) -> tuple[str, str]:
+    """(what to load, how to label it) for a comparison field: ``job:N`` is job N's fine-tuned encoder under
+    the pre-trained MLM head (``checkpoint/mlm``), labelled ``job #N (head, model)``; anything else is a model
+    name labelled as itself."""
+    if not compare.startswith("job:"):
+        return compare, compare
+    from jobs.store import JobStore
+
+    job = JobStore().get(int(compare[4:])) if compare[4:].isdigit() else None
+    if job is None or not (job.artifacts / "checkpoint" / "mlm").is_dir():
+        raise InputError(f"'{compare}': no finished job with a fine-tuned model of that number (see the jobs page)")
+    return str(job.artifacts / "checkpoint" / "mlm"), job.label
+
+
 def for_each_model(what: str, request_key: str, loaded: LoadedModel, compare: str,
                    compute: Callable[[ModelSpec, str], object]) -> dict:
     """``{label: compute(spec, label)}`` for the sidebar's model and, when ``compare`` names one, a second model
@@ -114,7 +128,8 @@ def for_each_model(what: str, request_key: str, loaded: LoadedModel, compare: st
     try:
         results[loaded.spec.name] = compute(loaded.spec, loaded.spec.name)
         if compare:
-            results[compare] = compute(dataclasses.replace(loaded.spec, name=compare, revision=None), compare)
+            name, label = compared_model(compare)
+            results[label] = compute(dataclasses.replace(loaded.spec, name=name, revision=None), label)
     except (ModelLoadError, InputError) as exc:
         st.error(f"Second model: {exc}" if results else str(exc))
     except Exception as exc:  # never a traceback in the UI
