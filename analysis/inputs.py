@@ -157,6 +157,26 @@ def _label(value) -> str:
     return str(int(number)) if number.is_integer() else text
 
 
+TEXT_HINTS = ("text", "sentence", "sentence1", "review", "content", "tweet", "question", "premise", "document")
+LABEL_HINTS = ("label", "labels", "class", "polarity", "sentiment", "category")
+
+
+def guess_text_column(data: bytes, name: str, exclude: tuple[str, ...] = ()) -> str | None:
+    """The column most likely to hold the texts: the first whose name is a usual one (:data:`TEXT_HINTS`),
+    else the one with the most letters per row over the first 200 rows (so ``id,sentence,source`` gives
+    ``sentence`` and never the ids). None for a .txt file."""
+    if format_of(name) == "txt":
+        return None
+    rows, columns = _rows(decode(data, name), format_of(name), name)
+    candidates = [c for c in columns if c not in exclude] or columns
+    for hint in TEXT_HINTS:
+        for column in candidates:
+            if column.lower() == hint:
+                return column
+    letters = {c: sum(ch.isalpha() for r in rows[:200] for ch in str(r.get(c) or "")) for c in candidates}
+    return max(candidates, key=lambda c: (letters[c], -candidates.index(c))) if candidates else None
+
+
 def parse(data: bytes | str, name: str = "input.txt", column: str = "text", pair_column: str | None = None,
           limit: int | None = None, label_column: str | None = None) -> TextInputs:
     """Texts from file contents. ``name`` gives the format by its suffix; ``limit`` caps the number of rows.

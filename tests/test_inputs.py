@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from analysis.inputs import InputError, columns_of, from_text_area, parse, read_file
+from analysis.inputs import InputError, columns_of, from_text_area, guess_text_column, parse, read_file
 from tests.conftest import SHARED_DATA
 
 SST2_DEV = SHARED_DATA / "sst2" / "dev.tsv"
@@ -67,3 +67,20 @@ def test_text_area_and_missing_file(tmp_path):
     assert from_text_area("a\nb").texts == ("a", "b")
     with pytest.raises(InputError, match="no such file"):
         read_file(tmp_path / "none.tsv")
+
+
+@pytest.mark.parametrize("content, name, expected", [
+    ("id,sentence,source\n1,the film is good,imdb\n2,a dull movie,rt\n", "x.csv", "sentence"),
+    ("id,body,src\n1,the film is good,imdb\n2,a dull movie,rt\n", "x.csv", "body"),  # most letters
+    ("n\tReview\n1\tgreat\n", "x.tsv", "Review"),
+    ('{"idx": 1, "utterance": "hello there"}\n', "x.jsonl", "utterance"),
+])
+def test_the_text_column_is_guessed_by_name_then_by_letters(content, name, expected):
+    assert guess_text_column(content.encode(), name) == expected
+
+
+def test_a_missing_column_lists_the_columns(tmp_path):
+    path = tmp_path / "x.csv"
+    path.write_text("id,sentence,source\n1,good,imdb\n")
+    with pytest.raises(InputError, match=r"no column 'text' \(columns found: id, sentence, source\)"):
+        read_file(path)

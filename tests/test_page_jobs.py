@@ -10,8 +10,8 @@ from analysis.training import FinetuneConfig
 from jobs.store import JobStore
 from models.loading import ModelSpec
 from tests.test_app import run_page
-from ui.sidebar import KEY_MODEL
 from tests.test_training import bert4, synthetic  # noqa: F401  (bert4 is a fixture)
+from ui.sidebar import KEY_MODEL
 
 JOBS, WEIGHTS = "pages/5_Fine_Tune_Jobs.py", "pages/3_Layer_Weights.py"
 

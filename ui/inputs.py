@@ -7,11 +7,13 @@ import streamlit as st
 from analysis.inputs import (
     DEMO_LABELLED,
     FORMATS,
+    LABEL_HINTS,
     InputError,
     TextInputs,
     columns_of,
     from_hub_dataset,
     from_text_area,
+    guess_text_column,
     parse,
 )
 
@@ -41,13 +43,15 @@ def text_inputs(key: str, example: str, row_limit: int = DEFAULT_ROW_LIMIT, pair
             column, pair_column = "text", None
             if columns:
                 left, right = st.columns(2)
-                column = left.selectbox("Text column", columns, index=columns.index("text") if "text" in columns
-                                        else 0, key=f"{key}_column")
+                guess = columns.index(guess_text_column(data, upload.name))
+                column = left.selectbox("Text column", columns, index=guess, key=f"{key}_column",
+                                        help="guessed from the column names, else the column with the most letters")
                 if pairs:
                     choice = right.selectbox("Second text of a pair (optional)", ["(none)", *columns],
                                              key=f"{key}_pair", help="e.g. the aspect (ABSA) or the hypothesis (NLI)")
                     pair_column = None if choice == "(none)" else choice
             inputs = parse(data, upload.name, column, pair_column, limit=row_limit)
+            preview(inputs, f"column '{column}'" if columns else "one text per line")
     except InputError as exc:
         st.error(str(exc))
         return None
@@ -57,6 +61,19 @@ def text_inputs(key: str, example: str, row_limit: int = DEFAULT_ROW_LIMIT, pair
 
 
 SOURCES = ["Demo sentiment set", "Upload a file", "Hugging Face dataset"]
+
+
+def preview(inputs: TextInputs, what: str, rows: int = 3) -> None:
+    """Say which column is used and show its first rows, so a wrong pick is seen before anything runs."""
+    import pandas as pd
+
+    frame = {"row": list(inputs.ids[:rows]), "text": list(inputs.texts[:rows])}
+    if inputs.pairs:
+        frame["second text"] = list(inputs.pairs[:rows])
+    if inputs.labels:
+        frame["label"] = list(inputs.labels[:rows])
+    st.caption(f"Using {what}: {len(inputs):,} rows; the first {min(rows, len(inputs))}:")
+    st.dataframe(pd.DataFrame(frame), hide_index=True, width="stretch")
 
 
 def _pick(container, label: str, columns: list[str], preferred: tuple[str, ...], key: str, optional: bool = False):
@@ -92,10 +109,11 @@ def labelled_inputs(key: str, row_limit: int) -> TextInputs | None:
             data = upload.getvalue()
             columns = columns_of(data, upload.name)
             c1, c2, c3 = st.columns(3)
-            text = _pick(c1, "Text column", columns, ("text", "sentence"), f"{key}_text")
+            label = _pick(c3, "Label column", columns, LABEL_HINTS, f"{key}_label")
+            text = _pick(c1, "Text column", columns, (guess_text_column(data, upload.name, (label,)),), f"{key}_text")
             pair = _pick(c2, "Second text (optional)", columns, (), f"{key}_pair", optional=True)
-            label = _pick(c3, "Label column", columns, ("label", "labels", "class"), f"{key}_label")
             inputs = parse(data, upload.name, text, pair, label_column=label)
+            preview(inputs, f"texts from column '{text}', labels from '{label}'")
         else:
             c1, c2, c3 = st.columns(3)
             name = c1.text_input("Dataset", "glue", key=f"{key}_hf_name")
