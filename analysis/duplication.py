@@ -28,7 +28,7 @@ from transformers import AutoModelForMaskedLM
 from analysis.activations import counted_mask, encode, hidden_states, make_batch, max_input_length
 from analysis.inputs import InputError, TextInputs
 from analysis.projection import linear_cka
-from models.anatomy import anatomy_of
+from models.anatomy import DUPLICATION_KEY, anatomy_of, layer_name
 from models.loading import DTYPES, LoadedModel, checkpoint_dtype, load_model
 
 LAYER_LISTS = {"bert": "encoder.layer", "roberta": "encoder.layer", "electra": "encoder.layer",
@@ -102,14 +102,23 @@ def _hooks_installed(loaded: LoadedModel) -> None:
     loaded.model(input_ids=ids, output_hidden_states=True)
 
 
+def record_plan(config, plan: list[int], loaded: LoadedModel):
+    """``config`` made ``len(plan)`` layers deep, recording which original layer each new one copies (composed
+    with the source's own record when the source was itself duplicated), so the layers keep their names."""
+    before = loaded.anatomy.plan
+    config.num_hidden_layers = len(plan)
+    setattr(config, DUPLICATION_KEY, {"source": (getattr(config, DUPLICATION_KEY, None) or {}).get(
+        "source", loaded.spec.name), "plan": [before[i] if before else i for i in plan]})
+    return config
+
+
 def preview(loaded: LoadedModel, plan: list[int]) -> LoadedModel:
     """The deeper model as a view over ``loaded``'s modules (see the module docstring). For ALBERT ``plan``
     only gives the depth, ``len(plan)``."""
     plan = check_plan(plan, loaded)
     _hooks_installed(loaded)
     model = loaded.model
-    config = copy.deepcopy(model.config)
-    config.num_hidden_layers = len(plan)
+    config = record_plan(copy.deepcopy(model.config), plan, loaded)
     base_name = model.base_model_prefix
     family = _family(loaded)
     if family == "albert":
@@ -143,8 +152,7 @@ def export(loaded: LoadedModel, plan: list[int], out: Path, dtype: str | None = 
         loaded = dataclasses.replace(loaded, model=load_model(dataclasses.replace(loaded.spec, dtype=dtype,
                                                                                   device="cpu")).model)
     source = loaded.model
-    config = copy.deepcopy(source.config)
-    config.num_hidden_layers = len(plan)
+    config = record_plan(copy.deepcopy(source.config), plan, loaded)
     state = {k: v.detach().clone() for k, v in source.state_dict().items()}
     family = _family(loaded)
     if family != "albert":
@@ -173,11 +181,8 @@ def export(loaded: LoadedModel, plan: list[int], out: Path, dtype: str | None = 
 
 
 def source_names(plan: list[int], family: str) -> list[str]:
-    """Hidden-state labels of the deeper model aligned by source: ``embeddings``, then ``L{i} (copy of {s})``."""
-    names = ["embeddings"]
-    for i, src in enumerate(plan, start=1):
-        names.append(f"{i} ← shared" if family == "albert" else f"{i} ← {src + 1}")
-    return names
+    """Hidden-state labels of the deeper model aligned by source: ``embeddings``, then ``{i} ← {source}``."""
+    return [layer_name(i, len(plan), tuple(plan), family) for i in range(len(plan) + 1)]
 
 
 @torch.inference_mode()
@@ -214,8 +219,7 @@ def compare(loaded: LoadedModel, plan: list[int], inputs: TextInputs,
     original_result = probe(loaded, inputs, progress=stage("original"))
     deeper_result = probe(deeper, inputs, progress=stage("deeper"))
     cka = linear_cka(token_states(loaded, inputs), token_states(deeper, inputs))
-    return {"original": original_result, "deeper": deeper_result, "cka": cka,
-            "names": source_names(check_plan(plan, loaded), loaded.anatomy.family)}
+    return {"original": original_result, "deeper": deeper_result, "cka": cka, "names": deeper.anatomy.layer_names()}
 
 
 def sweep(loaded: LoadedModel, inputs: TextInputs, progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:

@@ -40,8 +40,11 @@ def accuracy_curve(runs: dict[str, pd.DataFrame], layer_names: dict[str, list[st
             x=x, y=layers["accuracy"], mode="lines+markers", line={"color": colour}, name=f"{label}: token accuracy",
             legendgroup=label, customdata=np.c_[names, layers["correct"], layers["tokens"]],
             hovertemplate="%{customdata[0]}: %{y:.3f} (%{customdata[1]} of %{customdata[2]} tokens)<extra></extra>"))
+    longest = max((names for names in (layer_names or {}).values() if names), key=len, default=[])
+    axis = ({"tickvals": list(range(len(longest))), "ticktext": longest} if any("←" in n for n in longest)
+            else {"dtick": 1})  # a duplicated model: ticks say "new ← source", as the title promises
     fig.update_layout(title=title, xaxis_title="layer (0 = embeddings)", yaxis_title="accuracy",
-                      yaxis={"range": [0, 1.02]}, xaxis={"dtick": 1}, hovermode="x unified",
+                      yaxis={"range": [0, 1.02]}, xaxis=axis, hovermode="x unified",
                       legend={"orientation": "h", "y": -0.2}, margin={"t": 50, "b": 10})
     return fig
 

@@ -47,13 +47,28 @@ def family_of(model_type: str) -> str:
         ) from None
 
 
-def layer_name(index: int, num_layers: int) -> str:
-    """Human name of hidden-state ``index`` (0 = embeddings, ``num_layers`` = last layer)."""
+# A model made deeper by layer duplication records in its config which original layer each of its layers
+# copies (0-based); its exports and fine-tuned descendants keep the record, so their layers keep their names.
+DUPLICATION_KEY = "layerlens_duplication"
+
+
+def layer_name(index: int, num_layers: int, plan: tuple[int, ...] | None = None, family: str = "") -> str:
+    """Human name of hidden-state ``index`` (0 = embeddings, ``num_layers`` = last layer). With a duplication
+    ``plan``: ``5 ← 3`` (new layer 5 is a copy of original layer 3; ``5 ← shared`` for ALBERT)."""
     if index == 0:
         return "embeddings"
+    if plan is not None:
+        return f"{index} ← shared" if family == "albert" else f"{index} ← {plan[index - 1] + 1}"
     if index == num_layers:
         return f"layer {index} (last)"
     return f"layer {index}"
+
+
+def duplication_plan(config) -> tuple[int, ...] | None:
+    """The plan recorded in ``config`` by layer duplication (None for an ordinary model)."""
+    record = getattr(config, DUPLICATION_KEY, None) or {}
+    plan = record.get("plan") if isinstance(record, dict) else None
+    return tuple(plan) if plan is not None and len(plan) == config.num_hidden_layers else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,13 +85,14 @@ class Anatomy:
     head: Callable[[torch.Tensor], torch.Tensor]
     hidden_size: int
     vocab_size: int
+    plan: tuple[int, ...] | None = None  # which original layer each layer copies, for a duplicated model
 
     @property
     def num_layers(self) -> int:
         return len(self.layers)
 
     def layer_names(self) -> list[str]:
-        return [layer_name(i, self.num_layers) for i in range(self.num_layers + 1)]
+        return [layer_name(i, self.num_layers, self.plan, self.family) for i in range(self.num_layers + 1)]
 
     def rows(self) -> list[dict]:
         """One row per hidden state: the module that produces it and its parameter count.
@@ -129,4 +145,5 @@ def anatomy_of(model: nn.Module) -> Anatomy:
         head=head,
         hidden_size=config.hidden_size,
         vocab_size=config.vocab_size,
+        plan=duplication_plan(config),
     )

@@ -176,3 +176,27 @@ def test_export_is_saved_in_the_source_checkpoints_dtype_not_the_caches(tiny_dir
     half = export(shown, plan, tmp_path / "bf16", dtype="bfloat16")
     assert {v.dtype for v in load_file(half / "model.safetensors").values()} == {torch.bfloat16}
     assert json.loads((half / "duplication.json").read_text())["dtype"] == "bfloat16"
+
+
+def test_a_deeper_model_names_its_layers_by_source_through_export_and_fine_tuning(tiny_dirs, tmp_path):
+    """'5 ← 3' on the preview, the export, a second duplication of the export and a fine-tuned export."""
+    from analysis.finetune import Splits, run_finetune
+    from analysis.plots import accuracy_curve
+    from analysis.training import FinetuneConfig
+    from tests.test_training import synthetic
+
+    loaded = loaded_of(tiny_dirs["bert"])  # 3 layers
+    plan = [0, 0, 1, 2]
+    names = ["embeddings", "1 ← 1", "2 ← 1", "3 ← 2", "4 ← 3"]
+    assert preview(loaded, plan).anatomy.layer_names() == names
+    exported = export(loaded, plan, tmp_path / "deeper")
+    again = loaded_of(exported)
+    assert again.anatomy.layer_names() == names
+    assert preview(again, [0, 1, 1, 2, 3]).anatomy.layer_names()[1:4] == ["1 ← 1", "2 ← 1", "3 ← 1"]  # composed
+    run_finetune(ModelSpec(str(exported), device="cpu"), Splits(synthetic(16), synthetic(8, seed=1)),
+                 FinetuneConfig(epochs=1, batch_size=8), tmp_path / "run")
+    assert loaded_of(tmp_path / "run" / "checkpoint" / "mlm").anatomy.layer_names() == names
+    fig = accuracy_curve({"original": probe(loaded, TextInputs(("a film .", "it was good ."))).layers,
+                          "deeper": probe(again, TextInputs(("a film .", "it was good ."))).layers},
+                         {"original": loaded.anatomy.layer_names(), "deeper": names})
+    assert list(fig.layout.xaxis.ticktext) == names

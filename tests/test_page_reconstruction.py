@@ -42,6 +42,7 @@ def test_bad_second_model_is_a_message(tiny_dirs, tmp_path):
     assert not at.exception
     assert "Second model" in at.error[0].value and "is not a directory" in at.error[0].value
     assert len(at.dataframe) == 1  # the first model's results are still shown
+    assert not at.get("progress")  # and the failed run left no progress bar behind
 
 
 def test_empty_text_is_a_message(tiny_dirs):

@@ -56,8 +56,10 @@ def shared_result(key: str, label: str, compute: Callable[[Callable[[float, str]
     store = result_store()
     if (result := store.get(key)) is None:
         bar = st.progress(0.0, text=f"{label}…")
-        result = compute(bar.progress)
-        bar.empty()
+        try:
+            result = compute(bar.progress)
+        finally:
+            bar.empty()  # a failed run leaves its message, not a half-full bar
         store.put(key, result)
     return result
 
