@@ -207,6 +207,8 @@ def run_finetune(spec: ModelSpec, splits: Splits, config: FinetuneConfig, out: P
             spec, texts, config.further_pretrain_steps, out / "further_pretrained", config.batch_size,
             config.max_length, seed=config.seed, log=log)), revision=None)
     encoder, tokenizer = load_encoder(spec)
+    log(f"encoder: {spec.name} ({encoder.config.model_type}, {encoder.config.num_hidden_layers} layers, float32 "
+        f"master weights on {device}); {len(splits.train):,} training rows")
     max_length = min(config.max_length, position_limit(encoder.config))
     encode = lambda inputs: prepare(tokenizer, inputs, labels, max_length, config.truncation)  # noqa: E731
     train_data = encode(splits.train)

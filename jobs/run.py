@@ -16,6 +16,23 @@ from pathlib import Path
 
 from jobs.store import JobStore
 
+LOG_EVERY = 10.0  # seconds between progress lines within an epoch
+
+
+def say(line: str) -> None:
+    """One plain line in the job's log (no progress bars, no escape codes), with the time."""
+    print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
+
+
+def quiet_libraries() -> None:
+    """No progress bars or per-tensor notices from transformers / huggingface_hub in a job's log: the job
+    says in one line what it loaded and what it does."""
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+
 
 def main() -> int:
     p = argparse.ArgumentParser()
@@ -30,12 +47,24 @@ def main() -> int:
     from analysis.options import resolve
     from models.loading import ModelLoadError
 
-    last = [0.0]
+    quiet_libraries()
+    last, said = [0.0], [time.time()]
 
     def progress(event, state, control):
-        if not main_process or (event == "step" and time.time() - last[0] < 1.0):
+        if not main_process:
             return
-        last[0] = time.time()
+        now = time.time()
+        if event == "epoch":
+            h = state.history[-1]
+            say(f"epoch {h['epoch']}/{options.epochs}: train loss {h['train_loss']:.4f}, validation loss "
+                f"{h['val_loss']:.4f}, accuracy {h['val_accuracy']:.4f}, macro-F1 {h['val_macro_f1']:.4f}")
+        elif now - said[0] >= LOG_EVERY:
+            said[0] = now
+            say(f"step {state.step}/{state.total_steps} (epoch {state.epoch}): loss {state.last_loss:.4f}, "
+                f"lr {state.lr:.3g}")
+        if event == "step" and now - last[0] < 1.0:
+            return
+        last[0] = now
         store.update_progress(job.id, {"step": state.step, "total_steps": state.total_steps, "epoch": state.epoch,
                                        "epochs": options.epochs, "loss": state.last_loss, "lr": state.lr,
                                        "history": state.history})
@@ -44,7 +73,8 @@ def main() -> int:
         options = resolve(job.config)
         out = job.directory / "artifacts"
         out.mkdir(parents=True, exist_ok=True)
-        metrics = run_options(options, out, [progress], log=lambda line: print(line, flush=True))
+        say(f"job {job.id}: {job.name}")
+        metrics = run_options(options, out, [progress], log=say)
     except (InputError, ModelLoadError, ValueError) as exc:
         print(f"error: {exc}", flush=True)
         return 1

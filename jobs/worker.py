@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -108,19 +109,21 @@ def run(store: JobStore, idle_exit: float) -> None:
         time.sleep(POLL_S)
 
 
-def ensure_worker(store: JobStore) -> bool:
-    """Start a detached worker for ``store`` unless one holds the lock. True if one was started."""
+def ensure_worker(store: JobStore, idle_exit: float = 300) -> subprocess.Popen | None:
+    """Start a detached worker for ``store`` unless one holds the lock; returns it (None if one runs). A thread
+    waits for it, so a worker that exits (idle) is reaped and never lingers as a defunct process."""
     with open(store.root / "worker.lock", "a") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            return False
+            return None
         fcntl.flock(lock, fcntl.LOCK_UN)
     with open(store.root / "worker.log", "ab") as logf:
-        subprocess.Popen([sys.executable, "-m", "jobs.worker", "--root", str(store.root)], stdout=logf,
-                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                         cwd=Path(__file__).resolve().parents[1])
-    return True
+        proc = subprocess.Popen([sys.executable, "-m", "jobs.worker", "--root", str(store.root), "--idle-exit",
+                                 str(idle_exit)], stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, cwd=Path(__file__).resolve().parents[1])
+    threading.Thread(target=proc.wait, name=f"reap-worker-{proc.pid}", daemon=True).start()
+    return proc
 
 
 def main() -> None:

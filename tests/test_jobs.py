@@ -6,6 +6,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -62,6 +63,9 @@ def test_submit_runs_to_success_with_artifacts(setup):
                  "epochs/1/layer_weights.csv", "epochs/2/val_cls.npy"):
         assert (art / name).exists(), name
     assert json.loads((art / "metrics.json").read_text())["accuracy"] == job.metrics["accuracy"]
+    log = job.log_path.read_text()  # for people: plain lines, an epoch line each, no progress-bar debris
+    assert "\r" not in log and "\x1b" not in log and "Loading weights" not in log, log
+    assert "epoch 1/2: train loss" in log and "epoch 2/2" in log and "encoder: " in log and "learning rate" in log
 
 
 def test_cancel_stops_a_running_job_within_seconds(setup):
@@ -172,3 +176,18 @@ def test_submit_starts_a_worker_that_runs_the_job(setup, tmp_path):
     out = subprocess.run([sys.executable, "-m", "jobs.worker", "--root", str(store.root), "--idle-exit", "0"],
                          capture_output=True, text=True, timeout=60, env={**os.environ})
     assert out.returncode == 0  # a second worker exits at once (the first holds the lock) or when idle
+
+
+def test_a_worker_that_exits_is_reaped(setup):
+    """The worker a page starts ends when idle; it must not linger as a defunct child of the server."""
+    from jobs.worker import ensure_worker
+
+    store, _ = setup
+    proc = ensure_worker(store, idle_exit=0)
+    assert proc is not None
+    deadline = time.time() + 60
+    while time.time() < deadline and proc.returncode is None:
+        time.sleep(0.2)  # the reaper thread's wait() sets returncode once it has collected the exit status
+    assert proc.returncode == 0
+    status = Path(f"/proc/{proc.pid}/status")
+    assert not status.exists() or "zombie" not in status.read_text()
