@@ -102,3 +102,39 @@ def test_probe_reports_truncation(tiny_dirs, tmp_path, capsys):
     assert main(["probe", "--model", str(tiny_dirs["bert"]), "--input", str(path), "--out", str(tmp_path / "o"),
                  "--max-length", "6"]) == 0
     assert "1 text(s) longer than 6 tokens were cut" in capsys.readouterr().err
+
+
+def readme_examples() -> list[str]:
+    """The lines of the README's CLI example block (marked by a comment before it)."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = text.split("<!-- cli examples:", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    return [line.strip() for line in block.strip().splitlines()]
+
+
+def test_every_readme_example_runs_as_written(tmp_path, monkeypatch):
+    """From the repository root, each example's own output folder under out/ (here under a temp dir), the jobs
+    under a temp LAYERLENS_HOME; 'jobs submit' only queues (no worker) so nothing outlives the test."""
+    import shlex
+    from pathlib import Path
+
+    from jobs.store import JobStore
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path / "home"))
+    examples = readme_examples()
+    assert len(examples) >= 6
+    outs = set()
+    for line in examples:
+        argv = shlex.split(line)
+        assert argv[:3] == ["python", "-m", "analysis"], line
+        argv = [str(tmp_path / a) if a.startswith("out/") else a for a in argv[3:]]
+        if "--out" in argv:
+            outs.add(argv[argv.index("--out") + 1])
+        if argv[:2] == ["jobs", "submit"]:
+            argv.append("--no-worker")
+        assert main(argv) == 0, line
+    assert len(outs) == len([e for e in examples if "--out" in e])  # each its own folder
+    assert (tmp_path / "out" / "finetune" / "metrics.json").is_file()
+    assert [j.status for j in JobStore().list()] == ["queued"]
