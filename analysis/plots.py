@@ -139,8 +139,8 @@ def separability_curve(runs: dict[str, pd.DataFrame], layer_names: list[str] | N
     from plotly.subplots import make_subplots
 
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, row_heights=[0.6, 0.4],
-                        subplot_titles=["linear-probe accuracy (mean over folds; band: 95% Wilson interval; dotted: "
-                                        "majority class)", "silhouette (euclidean)"])
+                        subplot_titles=["probe accuracy (band: 95% Wilson; dotted: majority class)",
+                                        "silhouette (euclidean)"])
     for i, (label, sep) in enumerate(runs.items()):
         colour = COLOURS[i % len(COLOURS)]
         x = sep["layer"].tolist()
@@ -222,8 +222,7 @@ def layer_weight_heatmap(weights: pd.DataFrame, labels: pd.Series, layer_names: 
     ends = [start + int((lab == g).sum()) for start, g in zip(starts, groups, strict=True)]
     for end in ends[:-1]:
         fig.add_hline(y=end - 0.5, line={"color": "white", "width": 2})
-    fig.update_layout(title=f"Layer weights per example, grouped by label (colour 0 to {top:.2g}; uniform is "
-                            f"{1 / len(cols):.2g})",
+    fig.update_layout(title=f"Layer weights per example (colour 0–{top:.2g}; uniform {1 / len(cols):.2g})",
                       yaxis={"title": "examples", "tickvals": [(s + e - 1) / 2 for s, e in zip(starts, ends,
                                                                                                  strict=True)],
                              "ticktext": groups, "autorange": "reversed"}, height=460, margin={"t": 50, "b": 10})

@@ -113,6 +113,7 @@ if exported := st.session_state.get("dup_exported"):
 
     def fine_tune() -> None:
         st.session_state["job_model"] = exported
+        st.session_state["job_reset"] = True  # the form shows this model's defaults
         st.session_state["dup_go"] = True
 
     c2.button("Fine-tune this model", key="dup_finetune", on_click=fine_tune)

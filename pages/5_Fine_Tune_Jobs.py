@@ -74,8 +74,8 @@ def reset() -> None:
     reset_form("job", MAIN + MORE, st.session_state["job_model"], None if preset == "(none)" else preset)
 
 
-if "job_epochs" not in st.session_state:
-    reset()
+if "job_epochs" not in st.session_state or st.session_state.pop("job_reset", False):
+    reset()  # first visit, or a model handed over by another page (its own defaults, said in the caption)
 c1, c2 = st.columns([3, 1])
 model = c1.text_input("Model", key="job_model", on_change=reset, help="the sidebar's model by default; any hub id "
                       "or local directory (e.g. a deeper model exported from Layer duplication)")
@@ -109,7 +109,7 @@ if st.button("Submit the job", type="primary", key="job_submit", disabled=not tr
         st.error(f"Not queued: {exc}")
 
 
-def show_scores(job, container) -> None:
+def show_scores(job, container, matrix_container) -> None:
     """The finished job's score with its baseline, a one-class warning and its confusion matrix."""
     m = job.metrics
     container.markdown(f"**{m.get('evaluated_on', '')} set**: {score_line(m)}")
@@ -123,7 +123,7 @@ def show_scores(job, container) -> None:
                                    hovertemplate="true %{y} · predicted %{x}: %{z}<extra></extra>"))
         fig.update_layout(title="Confusion matrix", xaxis_title="predicted", yaxis_title="true",
                           yaxis={"autorange": "reversed"}, height=300, margin={"t": 40, "b": 10})
-        chart(fig, f"job{job.id}_confusion", container, key=f"confusion_{job.id}")
+        chart(fig, f"job{job.id}_confusion", matrix_container, key=f"confusion_{job.id}")
 
 
 @st.fragment(run_every=2)
@@ -150,7 +150,7 @@ def live() -> None:
     if job.error:
         right.error(job.error[-600:])
     if job.metrics and "accuracy" in job.metrics:
-        show_scores(job, right)
+        show_scores(job, *st.columns(2))
     with st.expander("Log"):
         st.code(job.log_path.read_text(errors="replace")[-5000:] if job.log_path.is_file() else "(no log yet)")
 

@@ -223,6 +223,34 @@ def test_fine_tune_then_layer_weights(page, server):
     assert_no_error(page)
 
 
+SHOTS = {"/": ("screenshot_home", None), "/Model_anatomy": ("screenshot_anatomy", None),
+         "/Reconstruction": ("screenshot_reconstruction", "Run the probe"),
+         "/Layer_Atlas": ("screenshot_atlas", "Draw the atlas (PCA)"),
+         "/Layer_Weights": ("screenshot_layer_weights", None),
+         "/Layer_Duplication": ("screenshot_duplication", "Preview"), "/Fine_Tune_Jobs": ("screenshot_jobs", None)}
+
+
+def test_every_page_after_a_fine_tune(page, server, tmp_path):
+    """Every page with results on it, once a job has finished: no error box, one screenshot each (to
+    LAYERLENS_SCREENSHOTS when set, e.g. docs/ to refresh the README's; else the test's folder)."""
+    from jobs.store import JobStore
+
+    if not any(j.status == "succeeded" for j in JobStore(HOME[-1] / "jobs").list()):
+        submit_demo_job(page, server, epochs=1)
+        page.get_by_text("Compare finished runs").wait_for(timeout=300_000)
+    out = Path(os.environ.get("LAYERLENS_SCREENSHOTS") or tmp_path)
+    for path, (name, button) in SHOTS.items():
+        open_page(page, server, path)
+        if button:
+            page.get_by_role("button", name=button).click()
+            page.wait_for_selector(".js-plotly-plot", timeout=180_000)
+        if path in ("/Layer_Weights", "/Fine_Tune_Jobs"):
+            page.wait_for_selector(".js-plotly-plot", timeout=60_000)
+        time.sleep(2)
+        assert_no_error(page)
+        page.screenshot(path=str(out / f"{name}.png"), full_page=True)
+
+
 def test_cancel_a_job(page, server):
     submit_demo_job(page, server, epochs=100)
     page.get_by_role("button", name="Cancel").wait_for(timeout=120_000)
