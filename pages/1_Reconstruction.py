@@ -40,7 +40,8 @@ results = for_each_model("The probe", "probe_request", loaded, compare, run)
 main = results[loaded.spec.name]
 if main.truncated:
     st.warning(f"{main.truncated} text(s) longer than {main.max_length} tokens were cut to fit the model.")
-st.caption(f"{main.n_texts} texts · {int(main.layers['tokens'].iloc[0]):,} counted tokens · {main.seconds:.2f} s")
+st.caption(f"{main.n_texts} texts · {int(main.layers['tokens'].iloc[0]):,} counted tokens · {main.seconds:.2f} s"
+           + (f" · every model reads these same {main.n_texts} texts" if len(results) > 1 else ""))
 
 st.subheader("Accuracy by layer")
 fig = accuracy_curve({k: r.layers for k, r in results.items()}, {k: r.layer_names for k, r in results.items()})
