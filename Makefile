@@ -1,0 +1,52 @@
+# LayerLens: two commands from a fresh clone.
+#   make run    create .venv if missing, install what is needed, start the dashboard on the demo model
+#   make test   the same environment plus the test tools, then the test suite
+# Installing is skipped when requirements*.txt and constraints.txt have not changed since the last install
+# (a stamp file in .venv). Switches:
+#   TORCH=cpu        the CPU-only torch build (from PyTorch's CPU index) instead of the platform's default wheel
+#   CONSTRAINTS=     install without the pinned versions in constraints.txt (the ones CI tested)
+#   PYTHON=python3.12  the interpreter that creates .venv (3.10 or newer)
+
+PYTHON ?= python3
+VENV ?= .venv
+TORCH ?=
+CONSTRAINTS ?= constraints.txt
+PORT ?= 8501
+BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip
+PIN := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
+TORCH_INDEX := $(if $(filter cpu,$(TORCH)),--index-url https://download.pytorch.org/whl/cpu)
+
+.PHONY: run test install install-dev lock clean
+
+run: $(VENV)/.installed
+	$(BIN)/python -m streamlit run app.py --server.port $(PORT)
+
+test: $(VENV)/.installed-dev
+	$(BIN)/python -m ruff check .
+	$(BIN)/python -m pytest -q
+
+install: $(VENV)/.installed
+install-dev: $(VENV)/.installed-dev
+
+$(BIN)/python:
+	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10) and "LayerLens needs Python 3.10 or newer")'
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+# torch first, on its own: the platform's default wheel (CUDA on Linux, MPS-capable on macOS), or TORCH=cpu
+$(VENV)/.installed: $(BIN)/python requirements.txt $(wildcard $(CONSTRAINTS))
+	$(PIP) install -q $(PIN) $(TORCH_INDEX) torch
+	$(PIP) install -q $(PIN) -r requirements.txt
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.txt
+	$(PIP) install -q $(PIN) -r requirements-dev.txt
+	touch $@
+
+# constraints.txt: the versions a fresh install resolved (and CI then tested), torch without its local tag
+lock: $(VENV)/.installed-dev
+	$(PIP) freeze --exclude-editable | grep -v '^-e' | sed -E 's/^(torch==[^+]*)\+.*/\1/' > constraints.txt
+
+clean:
+	rm -rf $(VENV)
