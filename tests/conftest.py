@@ -24,8 +24,23 @@ from transformers import (  # noqa: E402
     XLMRobertaConfig,
 )
 
-# The project's shared datasets live beside the checkout (../shared/data); LAYERLENS_SHARED_DATA overrides.
+# The project's shared datasets live beside the checkout on our own machines (../shared/data;
+# LAYERLENS_SHARED_DATA overrides). Only the demo model's full quality check reads them; every other test reads
+# the small cuts in tests/data (see tests/data/README.md).
 SHARED_DATA = Path(os.environ.get("LAYERLENS_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+FIXTURES = Path(__file__).resolve().parent / "data"
+
+
+def shared_file(relative: str) -> Path:
+    """A file under the shared data, or a skip saying it is missing; a failure when LAYERLENS_REQUIRE_SHARED=1
+    (as in CI, where a missing file must not pass as a skip)."""
+    path = SHARED_DATA / relative
+    if not path.is_file():
+        message = f"needs {path} (the shared datasets beside the checkout; set LAYERLENS_SHARED_DATA)"
+        if os.environ.get("LAYERLENS_REQUIRE_SHARED") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
 VOCAB = 99
 COMMON = dict(vocab_size=VOCAB, max_position_embeddings=64, pad_token_id=0)
 

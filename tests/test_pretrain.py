@@ -10,9 +10,9 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer, DataCollatorForLan
 from models.loading import ModelSpec, load_model
 from models.pretrain import PRESETS, evaluate, masked_lm_loss, pack, read_documents, train, train_tokenizer
 from models.pretrain import main as pretrain_main
-from tests.conftest import SHARED_DATA
+from tests.conftest import FIXTURES
 
-CORPUS = SHARED_DATA / "english_corpus" / "valid.txt.gz"
+CORPUS = FIXTURES / "english_valid_400.txt.gz"  # the first 400 lines of the held-out corpus
 
 
 @pytest.fixture(scope="module")
