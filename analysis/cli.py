@@ -13,7 +13,6 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import transformers
 from tqdm.auto import tqdm
 
 from analysis.cli_base import (
@@ -34,10 +33,11 @@ from analysis.cli_finetune import (
     cmd_jobs,
 )
 from analysis.inputs import InputError
-from analysis.projection import METHODS, POOLINGS
-from models.loading import DTYPES, ModelLoadError
+from analysis.options import ATLAS_METHODS as METHODS
+from analysis.options import ATLAS_POOLINGS as POOLINGS
+from models.spec import DTYPE_NAMES, ModelLoadError
 
-SAVE_DTYPES = ["source", *(d for d in DTYPES if d != "auto")]
+SAVE_DTYPES = ["source", *(d for d in DTYPE_NAMES if d != "auto")]
 
 log = logging.getLogger("layerlens")
 
@@ -251,8 +251,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
-    transformers.logging.set_verbosity_error()
-    transformers.logging.disable_progress_bar()
+    if args.command != "jobs":  # the jobs commands only read the job store: no torch, no transformers
+        import transformers
+
+        transformers.logging.set_verbosity_error()
+        transformers.logging.disable_progress_bar()
     logging.getLogger("huggingface_hub").setLevel(logging.ERROR)  # retries while offline; the error says it
     try:
         return args.func(args)

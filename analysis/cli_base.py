@@ -11,7 +11,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from analysis import versions  # noqa: F401  (re-exported for the sub-commands)
-from models.loading import ModelSpec
+from models.spec import ModelSpec
 
 
 class UserError(Exception):

@@ -110,10 +110,11 @@ def add_jobs_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_jobs(args: argparse.Namespace) -> int:
     """Background fine-tuning jobs: submit, list, show, cancel, logs (state under LAYERLENS_HOME)."""
     from jobs.store import JobStore
-    from jobs.submit import SubmitError, submit
 
     store = JobStore()
     if args.action == "submit":
+        from jobs.submit import SubmitError, submit  # loads data and model configs: the only heavy action
+
         config = read_config_file(args.config)
         try:
             job_id = submit(config, store, args.name, start_worker=not args.no_worker)

@@ -7,7 +7,8 @@ job validation at submit (:mod:`jobs.submit`), the jobs page's form and the READ
     schema default  <-  model default (:func:`model_defaults`, by size)  <-  preset (:data:`PRESETS`)  <-  given
 
 so ``--preset sun2019`` on the CLI, ``preset: sun2019`` in a config file or a job, and *sun2019* on the page
-all give the same options. pydantic does the type checks and coercion (``"3"`` is 3, ``"abc"`` is an error
+all give the same options. This module imports neither torch nor transformers (the CLI's parsers are built from it).
+pydantic does the type checks and coercion (``"3"`` is 3, ``"abc"`` is an error
 naming the option), because a config file, a job's JSON and a form all arrive as loosely typed values and
 argparse only covers one of them; its errors are rewritten into one readable :class:`InputError`.
 """
@@ -21,13 +22,17 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from analysis.inputs import InputError
-from analysis.taskdata import TRUNCATIONS
-from models.loading import DEMO_NAME, DEVICES, DTYPES, SUGGESTED_MODELS
+from models.spec import DEMO_NAME, DEVICES, DTYPE_NAMES, SUGGESTED_MODELS
+
+TRUNCATIONS = ("head", "tail", "head+tail")
+# The layer atlas's choices (its full options become a schema here too, as the fine-tuning ones did).
+ATLAS_POOLINGS = ("cls", "mean")
+ATLAS_METHODS = ("pca", "umap", "tsne")
 
 SCHEDULES = ("linear", "epoch-decay")
 Truncation = Literal[TRUNCATIONS]  # type: ignore[valid-type]
 Schedule = Literal[SCHEDULES]  # type: ignore[valid-type]
-Dtype = Literal[tuple(DTYPES)]  # type: ignore[valid-type]
+Dtype = Literal[DTYPE_NAMES]  # type: ignore[valid-type]
 
 # The papers' settings, as partial option sets; options given explicitly win.
 PRESETS: dict[str, dict] = {

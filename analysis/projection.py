@@ -38,12 +38,12 @@ from analysis.activations import (
     max_input_length,
 )
 from analysis.inputs import InputError, TextInputs
+from analysis.options import ATLAS_METHODS, ATLAS_POOLINGS
 from analysis.scores import wilson_interval
 from analysis.store import ArrayStore, key_of
 from models.loading import LoadedModel
 
-POOLINGS = ("cls", "mean")
-METHODS = ("pca", "umap", "tsne")
+POOLINGS, METHODS = ATLAS_POOLINGS, ATLAS_METHODS
 SILHOUETTE_MAX_ROWS = 10_000  # above this the silhouette is computed on a seeded sample of this size (reported)
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 

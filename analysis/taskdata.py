@@ -15,8 +15,7 @@ import torch
 from tokenizers import Encoding
 
 from analysis.inputs import InputError, TextInputs
-
-TRUNCATIONS = ("head", "tail", "head+tail")
+from analysis.options import TRUNCATIONS
 
 
 def truncate_indices(n: int, budget: int, strategy: str) -> list[int]:

@@ -17,55 +17,20 @@ import torch
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
 from models.anatomy import FAMILIES, HEAD_PARTS, Anatomy, UnsupportedArchitectureError, anatomy_of, family_of
+from models.spec import (  # noqa: F401  (re-exported: the names every caller imports from here)
+    DEMO_DIR,
+    DEMO_NAME,
+    DEVICES,
+    DTYPE_NAMES,
+    SUGGESTED_MODELS,
+    ModelLoadError,
+    ModelSpec,
+)
 
 log = logging.getLogger(__name__)
 
-DEMO_DIR = Path(__file__).resolve().parent / "demo"
-DEMO_NAME = "demo"
-SUGGESTED_MODELS = (DEMO_NAME, "bert-base-uncased", "albert-base-v2", "roberta-base", "distilbert-base-uncased")
-DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-class ModelLoadError(RuntimeError):
-    """A model could not be loaded; the message is written for the person who asked for it."""
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelSpec:
-    """What to load. ``name`` is a hub id, a local ``save_pretrained`` directory, or ``"demo"``."""
-
-    name: str = DEMO_NAME
-    revision: str | None = None
-    device: str = "auto"
-    dtype: str = "auto"
-    allow_pickle: bool = False
-
-    def __post_init__(self):
-        if not self.name or not self.name.strip():
-            raise ModelLoadError("no model named: give a hub id, a local directory or 'demo'")
-        object.__setattr__(self, "name", self.name.strip())
-        if self.device.split(":")[0] not in DEVICES:
-            raise ModelLoadError(f"unknown device '{self.device}'; choose one of {', '.join(DEVICES)}")
-        if self.dtype not in DTYPES:
-            raise ModelLoadError(f"unknown dtype '{self.dtype}'; choose one of {', '.join(DTYPES)}")
-
-    @property
-    def source(self) -> str:
-        """The path or hub id handed to ``from_pretrained``."""
-        return str(DEMO_DIR) if self.name == DEMO_NAME else self.name
-
-    def resolved(self) -> ModelSpec:
-        """The same spec with ``auto`` device and dtype made concrete (what the cache keys on)."""
-        device = resolve_device(self.device)
-        return dataclasses.replace(self, device=device, dtype=resolve_dtype(self.dtype, device))
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> ModelSpec:
-        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
+assert tuple(DTYPES) == DTYPE_NAMES
 
 
 @dataclasses.dataclass(frozen=True)

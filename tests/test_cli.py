@@ -138,3 +138,14 @@ def test_every_readme_example_runs_as_written(tmp_path, monkeypatch):
     assert len(outs) == len([e for e in examples if "--out" in e])  # each its own folder
     assert (tmp_path / "out" / "finetune" / "metrics.json").is_file()
     assert [j.status for j in JobStore().list()] == ["queued"]
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["jobs", "list"], ["jobs", "show", "1"], ["jobs", "cancel", "1"],
+                                  ["finetune", "--help"], ["jobs", "--help"]])
+def test_status_commands_import_no_torch_transformers_or_streamlit(argv, tmp_path):
+    code = ("import runpy, sys\nsys.argv = ['analysis', *sys.argv[1:]]\ntry:\n"
+            "    runpy.run_module('analysis', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+            "print('HEAVY', sorted(m for m in ('torch', 'transformers', 'streamlit') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                         env={**__import__("os").environ, "LAYERLENS_HOME": str(tmp_path)})
+    assert "HEAVY []" in out.stdout, out.stdout + out.stderr

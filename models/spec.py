@@ -1,0 +1,56 @@
+"""What to load, and the names that describe it, without importing torch or transformers: the CLI's parsers,
+the options schema and the job commands read these, and ``python -m analysis jobs list`` stays fast."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+DEMO_DIR = Path(__file__).resolve().parent / "demo"
+DEMO_NAME = "demo"
+SUGGESTED_MODELS = (DEMO_NAME, "bert-base-uncased", "albert-base-v2", "roberta-base", "distilbert-base-uncased")
+DEVICES = ("auto", "cpu", "cuda", "mps")
+DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")  # models.loading.DTYPES maps them to torch dtypes
+
+
+class ModelLoadError(RuntimeError):
+    """A model could not be loaded; the message is written for the person who asked for it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """What to load. ``name`` is a hub id, a local ``save_pretrained`` directory, or ``"demo"``."""
+
+    name: str = DEMO_NAME
+    revision: str | None = None
+    device: str = "auto"
+    dtype: str = "auto"
+    allow_pickle: bool = False
+
+    def __post_init__(self):
+        if not self.name or not self.name.strip():
+            raise ModelLoadError("no model named: give a hub id, a local directory or 'demo'")
+        object.__setattr__(self, "name", self.name.strip())
+        if self.device.split(":")[0] not in DEVICES:
+            raise ModelLoadError(f"unknown device '{self.device}'; choose one of {', '.join(DEVICES)}")
+        if self.dtype not in DTYPE_NAMES:
+            raise ModelLoadError(f"unknown dtype '{self.dtype}'; choose one of {', '.join(DTYPE_NAMES)}")
+
+    @property
+    def source(self) -> str:
+        """The path or hub id handed to ``from_pretrained``."""
+        return str(DEMO_DIR) if self.name == DEMO_NAME else self.name
+
+    def resolved(self) -> ModelSpec:
+        """The same spec with ``auto`` device and dtype made concrete (what the cache keys on)."""
+        from models.loading import resolve_device, resolve_dtype
+
+        device = resolve_device(self.device)
+        return dataclasses.replace(self, device=device, dtype=resolve_dtype(self.dtype, device))
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ModelSpec:
+        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
