@@ -68,6 +68,9 @@ def cmd_finetune(args: argparse.Namespace, callbacks: list = ()) -> int:
         raise UserError("--train is required (a file, 'demo', or hf:NAME[/CONFIG]:SPLIT)")
     out = prepare_out(args.out)
     with tqdm(desc="fine-tuning", unit="step", file=sys.stderr) as bar:
+        def note(line: str) -> None:  # on stderr, above the bar; stdout keeps only the result line
+            bar.write(line, file=sys.stderr)
+
         def progress(event, state, control):
             bar.total = state.total_steps
             bar.update(state.step - bar.n)
@@ -75,11 +78,11 @@ def cmd_finetune(args: argparse.Namespace, callbacks: list = ()) -> int:
                 bar.set_postfix(epoch=state.epoch, loss=f"{state.last_loss:.3f}")
             else:
                 h = state.history[-1]
-                bar.write(f"epoch {h['epoch']}: val loss {h['val_loss']:.4f}, accuracy {h['val_accuracy']:.4f}, "
-                          f"macro-F1 {h['val_macro_f1']:.4f}")
+                note(f"epoch {h['epoch']}: val loss {h['val_loss']:.4f}, accuracy {h['val_accuracy']:.4f}, "
+                     f"macro-F1 {h['val_macro_f1']:.4f}")
 
         try:
-            metrics = run_options(options, out, [progress, *callbacks], log=bar.write)
+            metrics = run_options(options, out, [progress, *callbacks], log=note)
         except ValueError as exc:  # a head that does not fit this model
             raise UserError(str(exc)) from None
     std = f" ± {metrics['accuracy_std']:.4f}" if "accuracy_std" in metrics else ""
