@@ -161,6 +161,18 @@ def test_bad_uploads_get_messages(page, server, tmp_path):
     page.screenshot(path=str(tmp_path / "too_big.png"), full_page=True)
 
 
+def test_an_uploaded_table_probes_its_text_column_not_its_ids(page, server, tmp_path):
+    """id,sentence,source: the probe reads 'sentence' (by name), says so and shows the first rows."""
+    open_page(page, server, "/Reconstruction")
+    page.get_by_text("Upload a file").click()
+    rows = "id,sentence,source\n" + "".join(f"{i},the film number {i} is good .,imdb\n" for i in range(1, 5))
+    page.locator("input[type='file']").set_input_files({"name": "ids.csv", "mimeType": "text/csv",
+                                                         "buffer": rows.encode()})
+    page.get_by_text("Using column 'sentence'").wait_for()
+    assert page.get_by_text("the film number 1 is good .").count() >= 1  # the preview
+    assert_no_error(page)
+
+
 def test_an_upload_named_like_a_path_stays_in_the_uploads_folder(page, server, tmp_path):
     open_page(page, server, "/Fine_Tune_Jobs")
     page.get_by_text("Upload a file").click()

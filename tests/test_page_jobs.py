@@ -48,6 +48,15 @@ def test_submit_from_the_page_queues_a_job(home, tiny_dirs):
     assert at.dataframe[0].value["status"].tolist() == ["queued"]
 
 
+def test_the_form_says_where_its_defaults_come_from(home):
+    at = run_page(JOBS)  # the demo model: hidden size 256
+    assert at.session_state["job_lr"] == 1e-4
+    assert any("lr from the default for models of hidden size < 512" in c.value for c in at.caption)
+    at.selectbox(key="job_preset").set_value("grubert").run()
+    assert at.session_state["job_lr"] == 1e-5 and at.session_state["job_head"] == "gru-share-3"
+    assert any("from the preset grubert" in c.value for c in at.caption)
+
+
 def test_bad_options_are_a_message_and_nothing_is_queued(home, tiny_dirs):
     at = run_page(JOBS, model=str(tiny_dirs["bert"]))
     at.radio(key="job_source").set_value("A file on the server").run()
