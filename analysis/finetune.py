@@ -5,7 +5,9 @@ report, confusion matrix), ``predictions.csv`` (``example_id,label,prediction`` 
 else the validation set), ``layer_weights.csv`` (attention / scalar-mix heads: ``example_id`` then
 ``layer_<i>``; rows sum to 1), ``checkpoint/`` (``encoder/`` as ``save_pretrained`` in float32, the dtype
 training keeps its master weights in whatever the source checkpoint's dtype, with the tokenizer,
-``head.safetensors``, ``head.json``), ``epochs/<e>/`` (per-epoch layer weights and validation [CLS] vectors)
+``head.safetensors``, ``head.json``; ``metrics.json``'s ``mlm_head_from`` names the model whose pre-trained MLM
+head reads ``checkpoint/encoder``'s layers: ``ModelSpec(".../checkpoint/encoder", head_from=...)``),
+``epochs/<e>/`` (per-epoch layer weights and validation [CLS] vectors)
 and ``run.json``. With ``folds > 1``: k-fold cross-validation over the training set (mean and std), fold
 predictions are out-of-fold, and a majority vote of the fold models labels the test set; no checkpoint.
 """
@@ -36,7 +38,7 @@ from analysis.training import (
     train,
     weights_frame,
 )
-from models.loading import ModelSpec, load_encoder
+from models.loading import ModelSpec, has_own_mlm_head, load_encoder
 
 
 @dataclasses.dataclass
@@ -105,31 +107,6 @@ def save_checkpoint(model: Classifier, tokenizer, labels: dict[str, int], config
     (path / "head.json").write_text(json.dumps({"head": model.head_name, "labels": labels, "dtype": "float32",
                                                 "dropout": config.dropout, "max_length": config.max_length,
                                                 "truncation": config.truncation}, indent=2))
-
-
-def save_mlm_view(source: ModelSpec, encoder, path: Path) -> bool:
-    """``path`` = the source's masked-LM model with its encoder replaced by the fine-tuned one (the pre-trained
-    MLM head kept), so the reconstruction probe and the atlas can load the fine-tuned model. False when the
-    source has no MLM head (e.g. an ELECTRA discriminator)."""
-    from models.loading import ModelLoadError, load_model
-
-    try:
-        mlm = load_model(dataclasses.replace(source, device="cpu", dtype="float32"))
-    except ModelLoadError:
-        return False
-    model = mlm.model
-    output = model.get_output_embeddings()
-    if output is not None and output.weight is model.get_input_embeddings().weight:
-        # untie: the decoder keeps the pre-trained matrix while the embeddings take the fine-tuned one
-        output.weight = torch.nn.Parameter(output.weight.detach().clone())
-        if getattr(output, "bias", None) is not None:  # BERT ties decoder.bias to predictions.bias: untie it too
-            output.bias = torch.nn.Parameter(output.bias.detach().clone())
-        model.config.tie_word_embeddings = False
-    state = {k: v.detach().cpu() for k, v in encoder.state_dict().items() if not k.startswith("pooler.")}
-    model.base_model.load_state_dict(state, strict=True)
-    mlm.model.save_pretrained(path)
-    mlm.tokenizer.save_pretrained(path)
-    return True
 
 
 def load_checkpoint(path: Path, device: str = "cpu") -> tuple[Classifier, object, dict]:
@@ -229,7 +206,8 @@ def run_finetune(spec: ModelSpec, splits: Splits, config: FinetuneConfig, out: P
         if ev.layer_weights is not None:
             weights_frame(ev, target).to_csv(out / "layer_weights.csv", index=False)
         save_checkpoint(model, tokenizer, labels, config, out / "checkpoint")
-        result["mlm_view"] = save_mlm_view(spec, model.encoder, out / "checkpoint" / "mlm")
+        # Kao et al. Fig. 2: the fine-tuned layers read by the pre-trained MLM head of the model they started from
+        result["mlm_head_from"] = spec.name if has_own_mlm_head(spec) else None
     else:
         result.update(_cross_validate(encoder, tokenizer, labels, train_data, test_data, config, device, out,
                                       callbacks, log))

@@ -26,7 +26,7 @@ from models.spec import DEMO_NAME, DEVICES, DTYPE_NAMES, SUGGESTED_MODELS
 
 TRUNCATIONS = ("head", "tail", "head+tail")
 # The layer atlas's choices (its full options become a schema here too, as the fine-tuning ones did).
-ATLAS_POOLINGS = ("cls", "mean")
+ATLAS_POOLINGS = ("cls", "mean", "model")  # model: a sentence encoder's own pooling
 ATLAS_METHODS = ("pca", "umap", "tsne")
 
 SCHEDULES = ("linear", "epoch-decay")

@@ -128,7 +128,16 @@ def check_labels(labels: tuple[str, ...] | None, folds: int) -> dict[str, int]:
 @torch.inference_mode()
 def extract(loaded: LoadedModel, inputs: TextInputs, pooling: str = "cls", max_length: int | None = None,
             batch_size: int = 32, progress: Progress | None = None) -> np.ndarray:
-    """``(L + 1, n, hidden)`` float32: every hidden state's sentence vector per text, in input order."""
+    """``(L + 1, n, hidden)`` float32: every hidden state's sentence vector per text, in input order.
+
+    ``pooling``: ``cls`` (the first token), ``mean`` (over counted, non-special tokens) or ``model``: a sentence
+    encoder's own pooling, exactly as sentence-transformers computes it (its mean and max run over every token
+    the attention mask keeps, specials included)."""
+    if pooling == "model":
+        if loaded.pooling is None:
+            raise InputError(f"'{loaded.spec.name}' has no pooling of its own (it is not a sentence-transformers "
+                             "model): choose cls or mean")
+        pooling = {"cls": "cls", "mean": "mask-mean", "max": "mask-max"}[loaded.pooling]
     tokenizer = loaded.tokenizer
     max_length = min(max_length or 10**9, max_input_length(loaded))
     encoded = encode(tokenizer, inputs, max_length)
@@ -141,8 +150,12 @@ def extract(loaded: LoadedModel, inputs: TextInputs, pooling: str = "cls", max_l
         states = torch.stack(hidden_states(loaded, batch))  # (L + 1, batch, seq, hidden)
         if pooling == "cls":
             pooled = states[:, :, 0]
+        elif pooling == "mask-max":
+            keep = batch.attention_mask.bool()[None, :, :, None]
+            pooled = states.masked_fill(~keep, torch.finfo(states.dtype).min).amax(2)
         else:
-            weights = counted_mask(batch, special_ids, include_special=False).to(states.dtype)
+            weights = (batch.attention_mask if pooling == "mask-mean" else
+                       counted_mask(batch, special_ids, include_special=False)).to(states.dtype)
             pooled = (states * weights[None, :, :, None]).sum(2) / weights.sum(1).clamp(min=1)[None, :, None]
         return idx, pooled.float().cpu().numpy()
 

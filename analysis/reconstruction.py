@@ -37,7 +37,7 @@ from analysis.activations import (
     make_batch,
     max_input_length,
 )
-from analysis.inputs import TextInputs
+from analysis.inputs import InputError, TextInputs
 from analysis.memory import release_freed_memory
 from analysis.rowstats import row_stats
 from analysis.token_sink import TokenSink
@@ -157,10 +157,21 @@ def mask_groups(counted: torch.Tensor, text_ids: list[int], fraction: float, see
 
 # --- the probe --------------------------------------------------------------------------------------------
 
+def require_mlm_head(loaded: LoadedModel) -> None:
+    """An :class:`InputError` saying what to pass when ``loaded`` has no MLM head (own or borrowed)."""
+    if loaded.mlm_head is None:
+        saved = f"saved as {loaded.task}" if loaded.task else "a bare encoder"
+        raise InputError(f"'{loaded.spec.name}' has no MLM head of its own ({saved}): read its layers with the "
+                         "pre-trained head of a masked LM of the same family, hidden size and vocabulary, e.g. the "
+                         "model it was fine-tuned from: --head-from MODEL (CLI) or 'Read layers with the MLM head "
+                         "of' (sidebar)")
+
+
 def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig = ProbeConfig(),
           sink: TokenSink | None = None, progress: Callable[[int, int], None] | None = None,
           should_stop: Callable[[], bool] | None = None) -> ProbeResult:
     """Run the reconstruction probe on ``inputs``. Per-token rows go to ``sink`` (in memory by default)."""
+    require_mlm_head(loaded)
     start = time.perf_counter()
     release_freed_memory()
     tokenizer, anatomy = loaded.tokenizer, loaded.anatomy

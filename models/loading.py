@@ -43,6 +43,10 @@ class LoadedModel:
     anatomy: Anatomy
     nbytes: int
     load_seconds: float
+    mlm_head: str | None = "own"  # "own", "from <model>" (borrowed, --head-from) or None: no MLM head
+    task: str | None = None  # the checkpoint's own task head: "SequenceClassification", "PreTraining", ...
+    labels: list[str] | None = None  # its classes (config.id2label) for a classification head
+    pooling: str | None = None  # a sentence encoder's own pooling (sentence-transformers' 1_Pooling): cls/mean/max
 
     @property
     def num_layers(self) -> int:
@@ -59,7 +63,7 @@ class LoadedModel:
         else:
             commit = getattr(self.model.config, "_commit_hash", None)
             where = f"{self.spec.name}@{commit or self.spec.revision or 'main'}"
-        return f"{where}/{self.spec.dtype}"
+        return f"{where}/{self.spec.dtype}" + (f"/head:{self.spec.head_from}" if self.spec.head_from else "")
 
     def summary(self) -> dict:
         """Plain facts about the model, for the sidebar, the CLI and ``info.json``."""
@@ -69,7 +73,9 @@ class LoadedModel:
             "vocab_size": self.anatomy.vocab_size,
             "parameters": sum(p.numel() for p in self.model.parameters()),
             "device": self.spec.device, "dtype": self.spec.dtype, "bytes": self.nbytes,
-            "load_seconds": round(self.load_seconds, 3),
+            "load_seconds": round(self.load_seconds, 3), "mlm_head": self.mlm_head or "none",
+            "task_head": self.task or "none", "labels": ", ".join(self.labels or []) or "none",
+            "pooling": self.pooling or "none",
         }
 
 
@@ -215,8 +221,17 @@ def load_encoder(spec: ModelSpec):
     return encoder.to(spec.device).train(), tokenizer
 
 
+TASK_SUFFIXES = ("ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering",
+                 "ForMultipleChoice", "ForPreTraining")
+
+
 def load_model(spec: ModelSpec) -> LoadedModel:
-    """Load ``spec`` as a masked LM in eval mode with gradients off. Raises :class:`ModelLoadError`."""
+    """Load any checkpoint of a supported family in eval mode with gradients off. Raises :class:`ModelLoadError`.
+
+    The model object is always the family's ``*ForMaskedLM`` (so every analysis finds the encoder and a head
+    where it expects them); a checkpoint saved without an MLM head (a bare encoder, a task model, an ELECTRA
+    discriminator, a sentence encoder) gets ``mlm_head=None`` and its random head is never used, unless
+    ``spec.head_from`` lends one. Encoder weights must all be present."""
     start = time.perf_counter()
     spec = spec.resolved()
     kwargs = _hub_kwargs(spec)
@@ -229,16 +244,85 @@ def load_model(spec: ModelSpec) -> LoadedModel:
         tokenizer = AutoTokenizer.from_pretrained(spec.source, **kwargs)
     except (OSError, ValueError) as exc:
         raise _load_error(spec, exc) from exc
-    missing_head = sorted(k for k in info.get("missing_keys", ()) if k.startswith(_head_prefixes(family)))
-    if missing_head:
-        found = ", ".join(config.architectures or [config.model_type])
-        hint = " (an ELECTRA discriminator has none: use the generator)" if family == "electra" else ""
-        raise ModelLoadError(
-            f"'{spec.name}' has no pre-trained MLM head{hint}: the checkpoint was saved as {found}, and these "
-            f"head weights are missing: {', '.join(missing_head[:4])}. LayerLens needs a *ForMaskedLM checkpoint.")
+    missing = sorted(info.get("missing_keys", ()))
+    missing_encoder = [k for k in missing if not k.startswith(_head_prefixes(family))]
+    if missing_encoder:
+        raise ModelLoadError(f"'{spec.name}' is incomplete: these encoder weights are missing: "
+                             f"{', '.join(missing_encoder[:4])}{' ...' if len(missing_encoder) > 4 else ''}")
+    architecture = (config.architectures or [""])[0]
+    task = next((suffix[3:] for suffix in TASK_SUFFIXES if architecture.endswith(suffix)), None)
+    labels = ([str(config.id2label[i]) for i in sorted(config.id2label)] if task == "SequenceClassification"
+              or task == "TokenClassification" else None)
+    mlm_head = None if any(k.startswith(_head_prefixes(family)) for k in missing) else "own"
+    if spec.head_from:
+        borrow_head(model, tokenizer, family, spec)
+        mlm_head = f"from {spec.head_from}"
     model.to(spec.device).eval().requires_grad_(False)
     return LoadedModel(spec=spec, model=model, tokenizer=tokenizer, anatomy=anatomy_of(model),
-                       nbytes=module_nbytes(model), load_seconds=time.perf_counter() - start)
+                       nbytes=module_nbytes(model), load_seconds=time.perf_counter() - start, mlm_head=mlm_head,
+                       task=task, labels=labels, pooling=sentence_pooling(spec))
+
+
+def has_own_mlm_head(spec: ModelSpec) -> bool:
+    """Whether ``spec`` was saved as a masked LM (its config's architecture), without loading its weights."""
+    try:
+        config, _ = _config_and_family(spec)
+    except ModelLoadError:
+        return False
+    return any(a.endswith("ForMaskedLM") for a in config.architectures or [])
+
+
+def borrow_head(model, tokenizer, family: str, spec: ModelSpec) -> None:
+    """Replace ``model``'s MLM head by the pre-trained head of ``spec.head_from`` (same family, hidden size and
+    vocabulary, checked first: an error says what differs). The decoder is untied from ``model``'s own word
+    embeddings first, so the head keeps the donor's matrix while the encoder keeps its own embeddings."""
+    donor = load_model(ModelSpec(spec.head_from, device="cpu", dtype=spec.dtype, allow_pickle=spec.allow_pickle))
+    if donor.mlm_head != "own":
+        raise ModelLoadError(f"--head-from '{spec.head_from}' has no MLM head of its own to lend")
+    ours, theirs = model.config, donor.model.config
+    differences = [f"{what} {a} vs {b}" for what, a, b in (
+        ("family", family, donor.anatomy.family), ("hidden size", ours.hidden_size if family != "distilbert" else
+         ours.dim, donor.anatomy.hidden_size), ("vocabulary", ours.vocab_size, theirs.vocab_size)) if a != b]
+    if not differences and tokenizer.get_vocab() != donor.tokenizer.get_vocab():
+        differences.append("tokenizer vocabularies (same size, different tokens)")
+    if differences:
+        raise ModelLoadError(f"cannot read '{spec.name}' with the MLM head of '{spec.head_from}': "
+                             + "; ".join(differences))
+    output = model.get_output_embeddings()
+    if output is not None and output.weight is model.get_input_embeddings().weight:
+        output.weight = torch.nn.Parameter(output.weight.detach().clone())
+        model.config.tie_word_embeddings = False
+    for part in HEAD_PARTS[family]:
+        getattr(model, part).load_state_dict(getattr(donor.model, part).state_dict())
+
+
+def sentence_pooling(spec: ModelSpec) -> str | None:
+    """A sentence-transformers checkpoint's pooling (``cls``, ``mean`` or ``max``) from its ``modules.json`` and
+    ``1_Pooling/config.json``, read as JSON (the package's code is never imported); None for other models."""
+    import json
+
+    def read(filename: str):
+        path = Path(spec.source).expanduser() / filename
+        if path.is_file():
+            return json.loads(path.read_text())
+        if Path(spec.source).expanduser().is_dir():
+            return None
+        try:
+            from huggingface_hub import hf_hub_download
+
+            return json.loads(Path(hf_hub_download(spec.source, filename, revision=spec.revision)).read_text())
+        except Exception:  # not a sentence-transformers repository, or offline
+            return None
+
+    modules = read("modules.json")
+    pooling = next((m.get("path") for m in modules or [] if str(m.get("type", "")).endswith(".Pooling")), None)
+    settings = read(f"{pooling}/config.json") if pooling else None
+    if not settings:
+        return None
+    for mode in ("cls", "mean", "max"):
+        if settings.get(f"pooling_mode_{mode}_token" if mode == "cls" else f"pooling_mode_{mode}_tokens"):
+            return mode
+    return None
 
 
 __all__ = ["FAMILIES", "DEMO_NAME", "SUGGESTED_MODELS", "ModelSpec", "LoadedModel", "ModelLoadError",

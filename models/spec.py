@@ -19,18 +19,22 @@ class ModelLoadError(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:
-    """What to load. ``name`` is a hub id, a local ``save_pretrained`` directory, or ``"demo"``."""
+    """What to load. ``name`` is a hub id, a local ``save_pretrained`` directory, or ``"demo"``: any checkpoint
+    of the supported families (a masked LM, a bare encoder, a task model, a sentence encoder). ``head_from``
+    names a masked LM whose pre-trained MLM head reads this model's layers (Kao et al. Fig. 2)."""
 
     name: str = DEMO_NAME
     revision: str | None = None
     device: str = "auto"
     dtype: str = "auto"
     allow_pickle: bool = False
+    head_from: str | None = None
 
     def __post_init__(self):
         if not self.name or not self.name.strip():
             raise ModelLoadError("no model named: give a hub id, a local directory or 'demo'")
         object.__setattr__(self, "name", self.name.strip())
+        object.__setattr__(self, "head_from", (self.head_from or "").strip() or None)
         if self.device.split(":")[0] not in DEVICES:
             raise ModelLoadError(f"unknown device '{self.device}'; choose one of {', '.join(DEVICES)}")
         if self.dtype not in DTYPE_NAMES:

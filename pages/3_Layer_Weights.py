@@ -87,11 +87,13 @@ if len(epochs) >= 1 and (art / "epochs" / str(epochs[0]) / "val_cls.npy").is_fil
               f"job{job.id}_atlas_epoch{e}", key=f"lw_atlas_{e}")
 
 st.subheader("Look further")
-if not (art / "checkpoint" / "mlm").is_dir():
-    st.caption("This model has no MLM head to reuse, so the fine-tuned model cannot be probed or mapped.")
+if not metrics.get("mlm_head_from"):
+    st.caption("The model this job started from has no MLM head of its own (or the job used k-fold and kept no "
+               "checkpoint), so its fine-tuned layers cannot be read by a pre-trained head here.")
 else:
     base = job.config.get("model", "demo")
-    st.caption(f"Opens the page with {job.label} (its fine-tuned encoder under the pre-trained MLM head) as the "
+    st.caption(f"Opens the page with {job.label} (its fine-tuned layers read by the pre-trained MLM head of "
+               f"{metrics['mlm_head_from']}) as the "
                f"comparison; the sidebar's model, {loaded.spec.name}, stays the main one. The atlas uses the rows "
                "the job never trained on.")
     if loaded.spec.name != base:

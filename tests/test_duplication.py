@@ -195,7 +195,9 @@ def test_a_deeper_model_names_its_layers_by_source_through_export_and_fine_tunin
     assert preview(again, [0, 1, 1, 2, 3]).anatomy.layer_names()[1:4] == ["1 ← 1", "2 ← 1", "3 ← 1"]  # composed
     run_finetune(ModelSpec(str(exported), device="cpu"), Splits(synthetic(16), synthetic(8, seed=1)),
                  FinetuneConfig(epochs=1, batch_size=8), tmp_path / "run")
-    assert loaded_of(tmp_path / "run" / "checkpoint" / "mlm").anatomy.layer_names() == names
+    tuned = load_model(ModelSpec(str(tmp_path / "run" / "checkpoint" / "encoder"), device="cpu",
+                                 head_from=str(exported)))
+    assert tuned.anatomy.layer_names() == names
     fig = accuracy_curve({"original": probe(loaded, TextInputs(("a film .", "it was good ."))).layers,
                           "deeper": probe(again, TextInputs(("a film .", "it was good ."))).layers},
                          {"original": loaded.anatomy.layer_names(), "deeper": names})

@@ -106,18 +106,19 @@ def stopped_note() -> None:
         st.info(f"{what} stopped; nothing was kept from it.")
 
 
-def compared_model(compare: str) -> tuple[str, str]:
-    """(what to load, how to label it) for a comparison field: ``job:N`` is job N's fine-tuned encoder under
-    the pre-trained MLM head (``checkpoint/mlm``), labelled ``job #N (head, model)``; anything else is a model
-    name labelled as itself."""
+def compared_model(compare: str) -> tuple[str, str | None, str]:
+    """(what to load, whose MLM head reads it, how to label it) for a comparison field: ``job:N`` is job N's
+    fine-tuned encoder read by the pre-trained MLM head of the model it started from, labelled ``job #N (head,
+    model)``; anything else is a model name labelled as itself, with its own head."""
     if not compare.startswith("job:"):
-        return compare, compare
+        return compare, None, compare
     from jobs.store import JobStore
 
     job = JobStore().get(int(compare[4:])) if compare[4:].isdigit() else None
-    if job is None or not (job.artifacts / "checkpoint" / "mlm").is_dir():
-        raise InputError(f"'{compare}': no finished job with a fine-tuned model of that number (see the jobs page)")
-    return str(job.artifacts / "checkpoint" / "mlm"), job.label
+    if job is None or not (job.metrics or {}).get("mlm_head_from"):
+        raise InputError(f"'{compare}': no finished job whose fine-tuned layers an MLM head can read (see the "
+                         "jobs page)")
+    return str(job.artifacts / "checkpoint" / "encoder"), job.metrics["mlm_head_from"], job.label
 
 
 def for_each_model(what: str, request_key: str, loaded: LoadedModel, compare: str,
@@ -130,8 +131,9 @@ def for_each_model(what: str, request_key: str, loaded: LoadedModel, compare: st
     try:
         results[loaded.spec.name] = compute(loaded.spec, loaded.spec.name)
         if compare:
-            name, label = compared_model(compare)
-            results[label] = compute(dataclasses.replace(loaded.spec, name=name, revision=None), label)
+            name, head_from, label = compared_model(compare)
+            results[label] = compute(dataclasses.replace(loaded.spec, name=name, revision=None, head_from=head_from),
+                                     label)
     except (ModelLoadError, InputError) as exc:
         st.error(f"Second model: {exc}" if results else str(exc))
     except Exception as exc:  # never a traceback in the UI

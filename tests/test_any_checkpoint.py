@@ -1,0 +1,128 @@
+"""Any BERT-family checkpoint loads as an encoder: masked LMs, bare encoders, task models, ELECTRA
+discriminators and sentence-transformers directories; a borrowed MLM head reads layers exactly as the donor's
+own head does; what a model has (MLM head, task head, pooling) is said, and what it lacks is explained."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from transformers import (
+    AutoModel,
+    AutoModelForMaskedLM,
+    AutoModelForMultipleChoice,
+    AutoModelForQuestionAnswering,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+    ElectraForPreTraining,
+)
+
+from analysis.inputs import InputError, TextInputs
+from analysis.reconstruction import probe
+from models.loading import ModelLoadError, ModelSpec, load_model
+from tests.conftest import TINY_CONFIGS, tiny_tokenizer
+
+TEXTS = TextInputs(("the film is good .", "a very dull movie !", "it was not bad"))
+TASKS = {"sequence": AutoModelForSequenceClassification, "token": AutoModelForTokenClassification,
+         "qa": AutoModelForQuestionAnswering, "choice": AutoModelForMultipleChoice, "bare": AutoModel}
+
+
+def save_as(mlm_dir, cls, out, **config_changes):
+    """The encoder of the tiny masked LM in ``mlm_dir`` saved as ``cls`` (its task head random)."""
+    torch.manual_seed(1)
+    model = cls.from_pretrained(mlm_dir, **config_changes)
+    model.save_pretrained(out)
+    tiny_tokenizer().save_pretrained(out)
+    return out
+
+
+@pytest.mark.parametrize("family", sorted(TINY_CONFIGS))
+@pytest.mark.parametrize("task", sorted(TASKS))
+def test_every_family_saved_as_every_class_loads_as_an_encoder(tiny_dirs, tmp_path, family, task):
+    path = save_as(tiny_dirs[family], TASKS[task], tmp_path / task,
+                   **({"num_labels": 3, "id2label": {0: "neg", 1: "neu", 2: "pos"}} if task == "sequence" else {}))
+    loaded = load_model(ModelSpec(str(path), device="cpu"))
+    assert loaded.mlm_head is None
+    own = load_model(ModelSpec(str(tiny_dirs[family]), device="cpu"))
+    assert own.mlm_head == "own"
+    for name, p in own.model.base_model.named_parameters():  # the same encoder weights were read
+        assert torch.equal(p, dict(loaded.model.base_model.named_parameters())[name]), name
+    if task == "sequence":
+        assert loaded.task == "SequenceClassification" and loaded.labels == ["neg", "neu", "pos"]
+    with pytest.raises(InputError, match="has no MLM head of its own.*head-from"):
+        probe(loaded, TEXTS)
+
+
+def test_an_electra_discriminator_loads_as_an_encoder(tiny_dirs, tmp_path):
+    path = save_as(tiny_dirs["electra"], ElectraForPreTraining, tmp_path / "disc")
+    loaded = load_model(ModelSpec(str(path), device="cpu"))
+    assert loaded.mlm_head is None and loaded.task == "PreTraining"
+
+
+@pytest.mark.parametrize("family", sorted(TINY_CONFIGS))
+def test_a_classifier_read_by_its_base_models_head_gives_the_base_models_probe(tiny_dirs, tmp_path, family):
+    """Kao et al. Fig. 2's comparison for a hub classifier: made from a tiny MLM's encoder, probed with that MLM's
+    head, the tables equal the MLM's own probe exactly."""
+    path = save_as(tiny_dirs[family], AutoModelForSequenceClassification, tmp_path / "clf")
+    borrowed = load_model(ModelSpec(str(path), device="cpu", head_from=str(tiny_dirs[family])))
+    assert borrowed.mlm_head == f"from {tiny_dirs[family]}"
+    ours = probe(borrowed, TEXTS)
+    ref = probe(load_model(ModelSpec(str(tiny_dirs[family]), device="cpu")), TEXTS)
+    assert ours.layers.equals(ref.layers) and ours.decoded.equals(ref.decoded)
+
+
+def test_a_mismatched_head_is_one_line_naming_what_differs(tiny_dirs, tmp_path):
+    bigger = AutoModelForMaskedLM.from_config(TINY_CONFIGS["bert"].__class__(
+        **{**TINY_CONFIGS["bert"].to_dict(), "hidden_size": 32, "vocab_size": 120}))
+    bigger.save_pretrained(tmp_path / "big")
+    tiny_tokenizer().save_pretrained(tmp_path / "big")
+    with pytest.raises(ModelLoadError) as info:
+        load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu", head_from=str(tmp_path / "big")))
+    message = str(info.value)
+    assert "\n" not in message and "hidden size 16 vs 32" in message and "vocabulary 99 vs 120" in message
+    with pytest.raises(ModelLoadError, match="family roberta vs bert"):
+        load_model(ModelSpec(str(tiny_dirs["roberta"]), device="cpu", head_from=str(tiny_dirs["bert"])))
+
+
+def test_missing_encoder_weights_are_named(tiny_dirs, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    path = save_as(tiny_dirs["bert"], AutoModel, tmp_path / "bare")
+    weights = load_file(path / "model.safetensors")
+    gone = next(k for k in weights if "encoder.layer.1." in k)
+    save_file({k: v for k, v in weights.items() if k != gone}, path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ModelLoadError, match=r"encoder weights are missing.*layer\.1\."):
+        load_model(ModelSpec(str(path), device="cpu"))
+
+
+def sentence_transformers_dir(mlm_dir, out, mode="mean"):
+    """What a sentence-transformers model directory holds, written by hand (no sentence-transformers code)."""
+    save_as(mlm_dir, AutoModel, out)
+    (out / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    (out / "1_Pooling").mkdir()
+    (out / "1_Pooling" / "config.json").write_text(json.dumps({
+        "word_embedding_dimension": 16, "pooling_mode_cls_token": mode == "cls",
+        "pooling_mode_mean_tokens": mode == "mean", "pooling_mode_max_tokens": mode == "max"}))
+    return out
+
+
+def test_a_sentence_encoders_own_pooling_is_read_and_used(tiny_dirs, tmp_path):
+    from analysis.projection import representations
+    from analysis.store import ArrayStore
+
+    path = sentence_transformers_dir(tiny_dirs["bert"], tmp_path / "st")
+    loaded = load_model(ModelSpec(str(path), device="cpu"))
+    assert loaded.pooling == "mean" and loaded.mlm_head is None
+    reps, _ = representations(loaded, TEXTS, "model", store=ArrayStore(tmp_path / "store"))
+    plain, tok = AutoModel.from_pretrained(path).eval(), tiny_tokenizer()
+    for i, text in enumerate(TEXTS.texts):
+        enc = tok(text, return_tensors="pt")
+        with torch.no_grad():
+            states = plain(**enc, output_hidden_states=True).hidden_states
+        for layer, h in enumerate(states):  # sentence-transformers' mean: every token the mask keeps
+            np.testing.assert_allclose(reps[layer, i], h[0].mean(0).numpy(), atol=2e-5)
+    with pytest.raises(InputError, match="no pooling of its own"):
+        representations(load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu")), TEXTS, "model",
+                        store=ArrayStore(tmp_path / "store"))
