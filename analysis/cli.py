@@ -72,7 +72,7 @@ def add_probe_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_probe(args: argparse.Namespace) -> int:
     """Reconstruction probe: every layer through the model's own MLM head."""
     from analysis.inputs import read_file
-    from analysis.reconstruction import ProbeConfig, probe
+    from analysis.reconstruction import ProbeConfig, probe, require_mlm_head
     from analysis.token_sink import TokenSink
     from models.loading import load_model
 
@@ -87,6 +87,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UserError(str(exc)) from None
     loaded = load_model(spec_from_args(args))
+    require_mlm_head(loaded)
     out = prepare_out(args.out)
     with tqdm(total=len(inputs), desc="probing", unit="text", file=sys.stderr) as bar:
         result = probe(loaded, inputs, config, sink=TokenSink(loaded.tokenizer, config.top_k, out / "tokens.parquet"),

@@ -56,6 +56,8 @@ def model_options() -> argparse.ArgumentParser:
     g = p.add_argument_group("model and output")
     for name in MODEL_FIELDS:
         add_option_flag(g, name)
+    g.add_argument("--head-from", metavar="MODEL", help="read the layers with the pre-trained MLM head of this masked "
+                   "LM (same family, hidden size and vocabulary), e.g. the model a classifier was fine-tuned from")
     g.add_argument("--batch-size", type=positive_int, default=32, help="texts per forward pass (default 32)")
     g.add_argument("--out", type=Path, help="directory for the output files")
     return p
@@ -63,7 +65,7 @@ def model_options() -> argparse.ArgumentParser:
 
 def spec_from_args(args: argparse.Namespace) -> ModelSpec:
     return ModelSpec(args.model, revision=args.revision, device=args.device, dtype=args.dtype,
-                     allow_pickle=args.allow_pickle)
+                     allow_pickle=args.allow_pickle, head_from=getattr(args, "head_from", None))
 
 
 def prepare_out(out: Path) -> Path:

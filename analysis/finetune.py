@@ -38,7 +38,7 @@ from analysis.training import (
     train,
     weights_frame,
 )
-from models.loading import ModelSpec, has_own_mlm_head, load_encoder
+from models.loading import ModelSpec, has_own_mlm_head, load_encoder, task_architecture
 
 
 @dataclasses.dataclass
@@ -240,6 +240,8 @@ def run_options(options, out: Path, callbacks: list[Callback] = (),
     metrics = run_finetune(options.spec(), splits, config, out, callbacks, log)
     (out / "run.json").write_text(json.dumps({
         "options": options.to_dict(), "values_from": origin, "config": config.to_dict(),
+        # a task model's own head (a classifier's, say) is not used: the LayerLens head above replaces it
+        "replaced_task_head": task_architecture(options.spec()),
         "model_spec": options.spec().to_dict(),
         "train": options.train, "val": options.val, "test": options.test, "text_column": options.text_column,
         "pair_column": options.pair_column, "label_column": options.label_column, "versions": versions()},

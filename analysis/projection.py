@@ -175,7 +175,8 @@ def representations(loaded: LoadedModel, inputs: TextInputs, pooling: str = "cls
     before. Returns ``(array, cache_hit)``. Labels and batch size do not change the vectors, so not the key."""
     store = store or ArrayStore()
     data = dataclasses.replace(inputs, labels=None, row_ids=None, skipped_empty=0, dropped_over_limit=0)
-    key = key_of(model=loaded.fingerprint, data=data.content_hash(), pooling=pooling,
+    key = key_of(model=loaded.fingerprint, data=data.content_hash(),
+                 pooling=f"model:{loaded.pooling}" if pooling == "model" else pooling,
                  max_length=min(max_length or 10**9, max_input_length(loaded)))
     cached = store.get("representations", key)
     if cached is not None and cached.shape[:2] == (loaded.num_layers + 1, len(inputs)):

@@ -272,6 +272,15 @@ def has_own_mlm_head(spec: ModelSpec) -> bool:
     return any(a.endswith("ForMaskedLM") for a in config.architectures or [])
 
 
+def task_architecture(spec: ModelSpec) -> str | None:
+    """The checkpoint's architecture when it carries a task head (``BertForSequenceClassification``, ...)."""
+    try:
+        config, _ = _config_and_family(spec)
+    except ModelLoadError:
+        return None
+    return next((a for a in config.architectures or [] if a.endswith(TASK_SUFFIXES)), None)
+
+
 def borrow_head(model, tokenizer, family: str, spec: ModelSpec) -> None:
     """Replace ``model``'s MLM head by the pre-trained head of ``spec.head_from`` (same family, hidden size and
     vocabulary, checked first: an error says what differs). The decoder is untied from ``model``'s own word

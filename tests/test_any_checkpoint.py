@@ -126,3 +126,37 @@ def test_a_sentence_encoders_own_pooling_is_read_and_used(tiny_dirs, tmp_path):
     with pytest.raises(InputError, match="no pooling of its own"):
         representations(load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu")), TEXTS, "model",
                         store=ArrayStore(tmp_path / "store"))
+
+
+def test_cli_probe_with_head_from_and_its_errors(tiny_dirs, tmp_path, capsys):
+    import pandas as pd
+
+    from analysis.cli import main
+
+    clf = save_as(tiny_dirs["bert"], AutoModelForSequenceClassification, tmp_path / "clf")
+    texts = tmp_path / "t.txt"
+    texts.write_text("\n".join(TEXTS.texts))
+    capsys.readouterr()  # what saving the checkpoint printed
+    assert main(["probe", "--model", str(clf), "--input", str(texts), "--out", str(tmp_path / "no")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no MLM head of its own" in err[0] and "--head-from" in err[0]
+    assert main(["probe", "--model", str(clf), "--head-from", str(tiny_dirs["bert"]), "--input", str(texts),
+                 "--out", str(tmp_path / "a")]) == 0
+    assert main(["probe", "--model", str(tiny_dirs["bert"]), "--input", str(texts), "--out", str(tmp_path / "b")]) == 0
+    assert pd.read_csv(tmp_path / "a" / "layers.csv").equals(pd.read_csv(tmp_path / "b" / "layers.csv"))
+    capsys.readouterr()
+    assert main(["probe", "--model", str(clf), "--head-from", str(tiny_dirs["albert"]), "--input", str(texts),
+                 "--out", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "family bert vs albert" in err[0]
+
+
+def test_fine_tuning_a_classifier_replaces_its_task_head_and_says_so(tiny_dirs, tmp_path):
+    from analysis.finetune import run_options
+    from analysis.options import resolve
+
+    clf = save_as(tiny_dirs["bert"], AutoModelForSequenceClassification, tmp_path / "clf")
+    run_options(resolve({"model": str(clf), "train": "demo", "epochs": 1, "max_steps": 2, "head": "attention"}),
+                tmp_path / "run")
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run["replaced_task_head"] == "BertForSequenceClassification"
