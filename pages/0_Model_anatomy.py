@@ -27,6 +27,18 @@ st.dataframe(table, hide_index=True, width="stretch",
 if shared:
     st.caption("ALBERT shares one set of layer weights across depth: every layer applies the same module.")
 head = loaded.anatomy.head
-st.markdown(f"**MLM head**: `{type(head).__name__}`, {loaded.anatomy.head_parameters():,} parameters "
-            "(with the output matrix, which most checkpoints tie to the word embeddings).")
+if loaded.mlm_head is None:
+    st.markdown("**MLM head**: none of its own (the checkpoint was saved without one). To probe its layers, name a "
+                "masked LM of the same family in the sidebar's *Read layers with the MLM head of*.")
+else:
+    source = "its own" if loaded.mlm_head == "own" else f"borrowed {loaded.mlm_head}"
+    st.markdown(f"**MLM head** ({source}): `{type(head).__name__}`, {loaded.anatomy.head_parameters():,} parameters "
+                "(with the output matrix, which most checkpoints tie to the word embeddings).")
+if loaded.task:
+    labels = f" with classes {', '.join(loaded.labels)}" if loaded.labels else ""
+    st.markdown(f"**Task head**: {loaded.task}{labels} (the checkpoint's own; LayerLens reads the encoder, and "
+                "fine-tuning replaces this head by the one you choose).")
+if loaded.pooling:
+    st.markdown(f"**Sentence pooling**: {loaded.pooling} (sentence-transformers' `1_Pooling`; the atlas's "
+                "*model* vector uses it).")
 st.caption(f"Class {s['class']}; loaded in {s['load_seconds']} s.")

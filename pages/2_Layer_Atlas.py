@@ -22,8 +22,10 @@ loaded = start_page("Layer atlas", (
 
 inputs = labelled_inputs("atlas", max_rows())
 c1, c2, c3, c4, c5 = st.columns([1.2, 1.6, 1, 0.8, 2.4])
-pooling = c1.radio("Vector", ["cls", "mean"], format_func={"cls": "[CLS]", "mean": "mean"}.get, key="atlas_pool",
-                   horizontal=True)
+pooling = c1.radio("Vector", ["cls", "mean", *(["model"] if loaded.pooling else [])], key="atlas_pool",
+                   format_func={"cls": "[CLS]", "mean": "mean", "model": f"model's ({loaded.pooling})"}.get,
+                   horizontal=True, help="mean: over the text's own tokens; model's: a sentence encoder's own "
+                   "pooling, as sentence-transformers computes it")
 method = c2.radio("Projection", METHODS, format_func=METHOD_NAMES.get, horizontal=True, key="atlas_method",
                   help="PCA is exact and fast; UMAP and t-SNE take longer and run only when you press the button.")
 layers = c3.text_input("Layers", "-6:", key="atlas_layers", help="all, a slice (-6: is the last six) or a list 0,4,8")

@@ -160,3 +160,24 @@ def test_fine_tuning_a_classifier_replaces_its_task_head_and_says_so(tiny_dirs, 
                 tmp_path / "run")
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     assert run["replaced_task_head"] == "BertForSequenceClassification"
+
+
+def test_pages_say_what_a_classifier_has_and_read_it_with_a_borrowed_head(tiny_dirs, tmp_path):
+    from tests.test_app import run_page
+    from ui.sidebar import KEY_HEAD_FROM
+
+    clf = save_as(tiny_dirs["bert"], AutoModelForSequenceClassification, tmp_path / "clf", num_labels=2,
+                  id2label={0: "neg", 1: "pos"})
+    at = run_page("pages/0_Model_anatomy.py", model=str(clf))
+    assert not at.exception
+    assert "MLM head: none" in at.sidebar.success[0].value and "SequenceClassification (neg, pos)" in \
+        at.sidebar.success[0].value
+    assert any("Task head" in m.value for m in at.markdown)
+    at = run_page("pages/1_Reconstruction.py", model=str(clf))
+    at.button(key="probe_run").click().run()
+    assert not at.exception and "no MLM head of its own" in at.error[0].value
+    at.session_state[KEY_HEAD_FROM] = str(tiny_dirs["bert"])  # as run_page sets the model (persisted widgets)
+    at.run()
+    at.button(key="probe_run").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert f"MLM head: from {tiny_dirs['bert']}" in at.sidebar.success[0].value

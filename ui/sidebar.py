@@ -14,6 +14,7 @@ from ui.results import CHART_FORMAT, stopped_note
 
 KEY_MODEL, KEY_OTHER = "ll_model", "ll_model_other"
 KEY_REVISION, KEY_DEVICE, KEY_DTYPE = "ll_revision", "ll_device", "ll_dtype"
+KEY_HEAD_FROM = "ll_head_from"
 OTHER = "other: hub id or local path…"
 
 
@@ -104,15 +105,20 @@ def model_picker() -> ModelSpec | None:
         if not name.strip():
             st.sidebar.info("Type a Hugging Face hub id or the path of a save_pretrained directory.")
             return None
-    with st.sidebar.expander("Revision, device, precision"):
+    with st.sidebar.expander("Revision, device, precision, MLM head"):
         revision = st.text_input("Revision", key=KEY_REVISION, persist_state="session",
                                  placeholder="main", help="Hub branch, tag or commit; empty for the default.")
         device = st.selectbox("Device", available_devices(), key=KEY_DEVICE, persist_state="session",
                               help="auto: CUDA GPU, then Apple MPS, then CPU")
         dtype = st.selectbox("Precision", ["auto", "float32", "bfloat16", "float16"], key=KEY_DTYPE,
                              persist_state="session", help="auto: bfloat16 on a GPU that supports it, else float32")
+        head_from = st.text_input("Read layers with the MLM head of", key=KEY_HEAD_FROM, persist_state="session",
+                                  placeholder="(the model's own)", help="A masked LM of the same family, hidden "
+                                  "size and vocabulary, e.g. the model a classifier was fine-tuned from: its "
+                                  "pre-trained head reads this model's layers (Kao et al. Fig. 2).")
     try:
-        return ModelSpec(name, revision=revision.strip() or None, device=device, dtype=dtype)
+        return ModelSpec(name, revision=revision.strip() or None, device=device, dtype=dtype,
+                         head_from=head_from.strip() or None)
     except ModelLoadError as exc:
         st.sidebar.error(str(exc))
         return None
@@ -133,6 +139,15 @@ def cache_panel(cache: ModelCache) -> None:
             st.rerun()
 
 
+def has_line(loaded: LoadedModel) -> str:
+    """What the model has: ``encoder · MLM head: own · task head: SequenceClassification (neg, pos)``."""
+    head = {"own": "own"}.get(loaded.mlm_head, loaded.mlm_head) if loaded.mlm_head else "none (set one below)"
+    task = f" · task head: {loaded.task}" + (f" ({', '.join(loaded.labels)})" if loaded.labels else "") \
+        if loaded.task else ""
+    pooling = f" · pooling: {loaded.pooling}" if loaded.pooling else ""
+    return f"encoder · MLM head: {head}{task}{pooling}"
+
+
 def sidebar() -> LoadedModel | None:
     """Render the shared sidebar and return the selected model, loaded through the shared cache (or None)."""
     navigation()
@@ -150,7 +165,7 @@ def sidebar() -> LoadedModel | None:
     if loaded is not None:
         s = loaded.summary()
         st.sidebar.success(f"Loaded: {s['family']} · {s['layers']} layers · hidden {s['hidden_size']} · "
-                           f"{s['device']} · {s['dtype']}")
+                           f"{s['device']} · {s['dtype']}  \n{has_line(loaded)}")
     cache_panel(cache)
     st.sidebar.radio("Chart downloads", ["png", "svg"], horizontal=True, key=CHART_FORMAT, persist_state="session",
                      help="The camera icon on every chart saves it in this format; every table downloads as CSV "
