@@ -35,6 +35,7 @@ from analysis.cli_finetune import (
 from analysis.inputs import InputError
 from analysis.options import ATLAS_METHODS as METHODS
 from analysis.options import ATLAS_POOLINGS as POOLINGS
+from analysis.options import COLOR_BY
 from models.spec import DTYPE_NAMES, ModelLoadError
 
 SAVE_DTYPES = ["source", *(d for d in DTYPE_NAMES if d != "auto")]
@@ -117,6 +118,9 @@ def add_atlas_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--pooling", choices=POOLINGS, default="cls",
                    help="cls: first token (default); mean: mean of counted tokens")
     g.add_argument("--method", choices=METHODS, default="pca", help="2-D projection (default pca)")
+    g.add_argument("--color-by", choices=COLOR_BY, default="label", help="a classifier checkpoint can also colour "
+                   "its points by its own prediction or by whether it is correct (coords.csv gains prediction, "
+                   "probability, correct)")
     g.add_argument("--layers", default="-6:", help="hidden states to project: all, a slice (default -6:) or 0,4,8")
     g.add_argument("--max-length", type=positive_int, help="cut texts to this many tokens (default: the model's limit)")
     g.add_argument("--folds", type=positive_int, default=5, help="folds of the linear probe (default 5)")
@@ -133,7 +137,7 @@ def cmd_atlas(args: argparse.Namespace) -> int:
     if args.out is None:
         raise UserError("--out DIR is required: the atlas writes coords.csv, separability.csv, cka.csv, run.json")
     config = AtlasConfig(pooling=args.pooling, method=args.method, layers=args.layers, max_length=args.max_length,
-                         batch_size=args.batch_size, folds=args.folds, seed=args.seed)
+                         batch_size=args.batch_size, folds=args.folds, seed=args.seed, color_by=args.color_by)
     if args.data is not None:
         data = read_file(args.data, args.text_column, args.pair_column, label_column=args.label_column)
     else:

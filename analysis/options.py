@@ -28,6 +28,7 @@ TRUNCATIONS = ("head", "tail", "head+tail")
 # The layer atlas's choices (its full options become a schema here too, as the fine-tuning ones did).
 ATLAS_POOLINGS = ("cls", "mean", "model")  # model: a sentence encoder's own pooling
 ATLAS_METHODS = ("pca", "umap", "tsne")
+COLOR_BY = ("label", "prediction", "correct")  # a classifier's own predictions can colour the atlas
 
 SCHEDULES = ("linear", "epoch-decay")
 Truncation = Literal[TRUNCATIONS]  # type: ignore[valid-type]

@@ -102,8 +102,11 @@ def label_colours(labels) -> dict[str, str]:
     return {label: palette[i % len(palette)] for i, label in enumerate(sorted(map(str, set(labels))))}
 
 
+LEGEND_TITLES = {"label": "class", "prediction": "predicted class", "correct": "prediction correct"}
+
+
 def atlas_grid(coords: pd.DataFrame, texts: dict[int, str], layer_names: list[str], title: str = "",
-               columns: int = 3) -> go.Figure:
+               columns: int = 3, colour_by: str = "label") -> go.Figure:
     """Small multiples: one 2-D scatter per layer of ``coords`` (layer, example_id, x, y, label), coloured by
     label with shared colours; hover shows the example id, label and text (``texts[example_id]``)."""
     from plotly.subplots import make_subplots
@@ -112,12 +115,13 @@ def atlas_grid(coords: pd.DataFrame, texts: dict[int, str], layer_names: list[st
     rows = -(-len(layers) // columns)
     fig = make_subplots(rows=rows, cols=min(columns, len(layers)), horizontal_spacing=0.04, vertical_spacing=0.08,
                         subplot_titles=[layer_names[i] for i in layers])
-    colours = label_colours(coords["label"])
+    colours = (label_colours(coords[colour_by]) if colour_by != "correct" else
+               {"True": "#2ca02c", "False": "#d62728"})
     webgl = coords["layer"].eq(layers[0]).sum() > WEBGL_ABOVE
     scatter = go.Scattergl if webgl else go.Scatter
     for n, layer in enumerate(layers):
         part = coords[coords["layer"] == layer]
-        for label, group in part.groupby(part["label"].astype(str), sort=True):
+        for label, group in part.groupby(part[colour_by].astype(str), sort=True):
             hover = [html.escape(texts.get(i, "")[:120]) for i in group["example_id"]]
             template = f"<b>{html.escape(label)}</b> · row %{{customdata[0]}}<br>%{{customdata[1]}}<extra></extra>"
             fig.add_trace(scatter(
@@ -128,7 +132,7 @@ def atlas_grid(coords: pd.DataFrame, texts: dict[int, str], layer_names: list[st
     fig.update_xaxes(showticklabels=False)
     fig.update_yaxes(showticklabels=False)
     fig.update_layout(title=title, height=300 * rows + 80, margin={"t": 80, "b": 10, "l": 10, "r": 10},
-                      legend={"title": {"text": "class"}, "itemsizing": "constant"})
+                      legend={"itemsizing": "constant", "title": {"text": LEGEND_TITLES[colour_by]}})
     return fig
 
 

@@ -38,7 +38,7 @@ from analysis.activations import (
     max_input_length,
 )
 from analysis.inputs import InputError, TextInputs
-from analysis.options import ATLAS_METHODS, ATLAS_POOLINGS
+from analysis.options import ATLAS_METHODS, ATLAS_POOLINGS, COLOR_BY
 from analysis.scores import wilson_interval
 from analysis.store import ArrayStore, key_of
 from models.loading import LoadedModel
@@ -62,8 +62,11 @@ class AtlasConfig:
     batch_size: int = 32
     folds: int = 5
     seed: int = 0
+    color_by: str = "label"  # or, for a classifier checkpoint, its own "prediction" or whether it is "correct"
 
     def __post_init__(self):
+        if self.color_by not in COLOR_BY:
+            raise InputError(f"unknown colouring '{self.color_by}'; choose one of {', '.join(COLOR_BY)}")
         if self.pooling not in POOLINGS:
             raise InputError(f"unknown pooling '{self.pooling}'; choose one of {', '.join(POOLINGS)}")
         if self.method not in METHODS:
@@ -367,6 +370,43 @@ class AtlasResult:
         return pd.DataFrame(self.cka, index=pd.Index(names, name="layer"), columns=names)
 
 
+def classify(loaded: LoadedModel, inputs: TextInputs, max_length: int | None = None,
+             batch_size: int = 32) -> tuple[list[str], np.ndarray]:
+    """A classifier checkpoint's own predictions (class names from its ``id2label``) and their probabilities,
+    from its sequence-classification head (loaded beside the shared encoder, used once, then dropped)."""
+    from transformers import AutoModelForSequenceClassification
+
+    if loaded.task != "SequenceClassification":
+        raise InputError(f"'{loaded.spec.name}' has no classification head of its own to colour by its predictions "
+                         f"({'it was saved as ' + loaded.task if loaded.task else 'it is not a classifier'}): "
+                         "colour by label")
+    from models.loading import DTYPES
+
+    model = AutoModelForSequenceClassification.from_pretrained(
+        loaded.spec.source, dtype=DTYPES[loaded.spec.dtype], use_safetensors=not loaded.spec.allow_pickle,
+        revision=loaded.spec.revision, trust_remote_code=False).to(loaded.spec.device).eval()
+    limit = min(max_length or 10**9, max_input_length(loaded))
+    names, probs = [], []
+    with torch.no_grad():
+        for start in range(0, len(inputs), batch_size):
+            texts = list(inputs.texts[start:start + batch_size])
+            pairs = list(inputs.pairs[start:start + batch_size]) if inputs.pairs else None
+            enc = loaded.tokenizer(texts, pairs, truncation=True, max_length=limit, padding=True,
+                                   return_tensors="pt").to(loaded.spec.device)
+            p = model(**enc).logits.float().softmax(-1)
+            best = p.argmax(-1)
+            names += [loaded.labels[i] if loaded.labels else str(i) for i in best.tolist()]
+            probs += p.max(-1).values.tolist()
+    return names, np.asarray(probs)
+
+
+def matches(prediction: str, label: str, names: list[str] | None) -> bool:
+    """Whether a classifier's predicted class is the row's label: by name, or by class id when the data's labels
+    are ids (``0``/``1``) and the model's names are not."""
+    return prediction == label or (names is not None and label.isdigit() and int(label) < len(names)
+                                   and names[int(label)] == prediction)
+
+
 def atlas(loaded: LoadedModel, inputs: TextInputs, config: AtlasConfig = AtlasConfig(),
           progress: Progress | None = None, store: ArrayStore | None = None) -> AtlasResult:
     """Representations (cached), projections of the chosen layers, separability of every layer and CKA."""
@@ -392,8 +432,13 @@ def atlas(loaded: LoadedModel, inputs: TextInputs, config: AtlasConfig = AtlasCo
     coords = project_layers(reps, layers, config.method, config.seed, loaded.spec.device, constant,
                             (lambda done, total: progress(stage, done, total)) if progress else None)
     ids = np.asarray(inputs.ids)
-    frame = pd.concat([pd.DataFrame({"layer": layer, "example_id": ids, "x": c[:, 0], "y": c[:, 1], "label": labels})
-                       for layer, c in zip(layers, coords, strict=True)], ignore_index=True)
+    extra = {}
+    if config.color_by != "label":
+        predicted, probability = classify(loaded, inputs, config.max_length, config.batch_size)
+        extra = {"prediction": predicted, "probability": probability,
+                 "correct": [matches(p, str(y), loaded.labels) for p, y in zip(predicted, labels, strict=True)]}
+    frame = pd.concat([pd.DataFrame({"layer": layer, "example_id": ids, "x": c[:, 0], "y": c[:, 1], "label": labels,
+                                     **extra}) for layer, c in zip(layers, coords, strict=True)], ignore_index=True)
     info = {**config.to_dict(), "model": loaded.spec.name, "fingerprint": loaded.fingerprint, "rows": len(inputs),
             "classes": {str(k): int(v) for k, v in counts.items()}, "layers": layers,
             "constant_layers": constant, "cache_hit": hit,

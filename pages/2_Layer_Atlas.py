@@ -1,11 +1,13 @@
 """Layer atlas (Song et al. 2020 Fig. 2; Sun et al. 2019 Tab. 3): each layer's sentence vectors by class."""
 
 
+import dataclasses
+
 import streamlit as st
 
 from analysis.inputs import InputError
 from analysis.plots import atlas_grid, cka_heatmap, separability_curve
-from analysis.projection import METHODS, SEPARABILITY_HEADERS, AtlasConfig, atlas, max_rows, parse_layers
+from analysis.projection import COLOR_BY, METHODS, SEPARABILITY_HEADERS, AtlasConfig, atlas, max_rows, parse_layers
 from models.loading import ModelSpec
 from ui.inputs import labelled_inputs
 from ui.results import chart, for_each_model, result_key, shared_result, table, wait_for_run
@@ -32,8 +34,14 @@ layers = c3.text_input("Layers", "-6:", key="atlas_layers", help="all, a slice (
 folds = c4.number_input("Folds", 2, 10, 5, key="atlas_folds", help="folds of the linear probe")
 compare = c5.text_input("Compare with (optional)", key="atlas_compare", placeholder="hub id or local directory",
                         help="A second model on the same data, e.g. a fine-tuned checkpoint (Fig. 2 a-d).").strip()
+colour_by = "label"
+if loaded.task == "SequenceClassification":
+    colour_by = st.radio("Colour points by", COLOR_BY, horizontal=True, key="atlas_colour", format_func={
+        "label": "the data's label", "prediction": f"{loaded.spec.name}'s own prediction",
+        "correct": "whether its prediction is right"}.get, help="This checkpoint is a classifier: its own head "
+        "can colour the points, to see at which layer its errors separate.")
 try:
-    config = AtlasConfig(pooling=pooling, method=method, layers=layers, folds=int(folds))
+    config = AtlasConfig(pooling=pooling, method=method, layers=layers, folds=int(folds), color_by=colour_by)
     parse_layers(layers, loaded.num_layers + 1)
 except InputError as exc:
     st.error(str(exc))
@@ -43,8 +51,9 @@ except InputError as exc:
 def run(spec: ModelSpec, label: str):
     """The atlas of ``spec`` on the inputs, shared across sessions."""
     key = result_key(spec.resolved().to_dict(), inputs.content_hash(), inputs.ids, config.to_dict())
+    own = config if spec.name == loaded.spec.name else dataclasses.replace(config, color_by="label")
     return shared_result(key, label, lambda report: atlas(
-        model_cache().get(spec), inputs, config,
+        model_cache().get(spec), inputs, own,
         progress=lambda stage, done, n: report(done / max(n, 1), f"{label}: {stage} {done}/{n}")))
 
 
@@ -70,7 +79,8 @@ if info["silhouette_sample"]:
 texts = dict(zip(inputs.ids, inputs.texts, strict=True))
 for i, (label, result) in enumerate(results.items()):
     title = f"{label}: {METHOD_NAMES[method]} of the {'[CLS]' if pooling == 'cls' else 'mean'} vector"
-    chart(atlas_grid(result.coords, texts, names, title), f"atlas_{method}" + ("_compared" if i else ""),
+    chart(atlas_grid(result.coords, texts, names, title, colour_by=result.info.get("color_by", "label")),
+          f"atlas_{method}" + ("_compared" if i else ""),
           key=f"atlas_grid_{i}")
     if len(inputs) > 2000:
         st.caption(f"All {len(inputs):,} points are drawn (WebGL).")

@@ -181,3 +181,26 @@ def test_pages_say_what_a_classifier_has_and_read_it_with_a_borrowed_head(tiny_d
     at.button(key="probe_run").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert f"MLM head: from {tiny_dirs['bert']}" in at.sidebar.success[0].value
+
+
+def test_the_atlas_colours_a_classifier_by_its_own_predictions(tiny_dirs, tmp_path):
+    from analysis.projection import AtlasConfig, atlas
+    from analysis.store import ArrayStore
+
+    clf = save_as(tiny_dirs["bert"], AutoModelForSequenceClassification, tmp_path / "clf", num_labels=2,
+                  id2label={0: "neg", 1: "pos"})
+    texts = [f"the film {i} is {'good' if i % 2 else 'bad'} ." for i in range(20)]
+    inputs = TextInputs(tuple(texts), labels=tuple("pos" if i % 2 else "neg" for i in range(20)))
+    loaded = load_model(ModelSpec(str(clf), device="cpu"))
+    result = atlas(loaded, inputs, AtlasConfig(layers="-1:", folds=2, color_by="prediction"),
+                   store=ArrayStore(tmp_path / "store"))
+    plain, tok = AutoModelForSequenceClassification.from_pretrained(clf).eval(), tiny_tokenizer()
+    with torch.no_grad():
+        logits = plain(**tok(texts, padding=True, return_tensors="pt")).logits
+    expected = [["neg", "pos"][i] for i in logits.argmax(-1).tolist()]
+    assert result.coords.prediction.tolist() == expected
+    assert result.coords.correct.tolist() == [p == y for p, y in zip(expected, inputs.labels, strict=True)]
+    np.testing.assert_allclose(result.coords.probability, logits.softmax(-1).max(-1).values.numpy(), atol=1e-5)
+    with pytest.raises(InputError, match="no classification head of its own"):
+        atlas(load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu")), inputs,
+              AtlasConfig(layers="-1:", folds=2, color_by="correct"), store=ArrayStore(tmp_path / "store"))
