@@ -172,11 +172,13 @@ def export(loaded: LoadedModel, plan: list[int], out: Path, dtype: str | None = 
         raise RuntimeError(f"export mismatch: missing {sorted(set(missing) - tied)[:4]}, unexpected "
                            f"{sorted(unexpected)[:4]}")
     out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
+    # a model without an MLM head of its own is exported as what it is, an encoder (its placeholder head would
+    # otherwise be saved as if it were pre-trained); a borrowed head is saved, and duplication.json says whose
+    (model if loaded.mlm_head is not None else model.base_model).save_pretrained(out)
     loaded.tokenizer.save_pretrained(out)
     (out / "duplication.json").write_text(json.dumps({"source": loaded.spec.name, "source_layers": loaded.num_layers,
                                                       "plan": plan, "family": loaded.anatomy.family,
-                                                      "dtype": dtype}, indent=2))
+                                                      "dtype": dtype, "mlm_head": loaded.mlm_head}, indent=2))
     return out
 
 

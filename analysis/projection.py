@@ -439,7 +439,9 @@ def atlas(loaded: LoadedModel, inputs: TextInputs, config: AtlasConfig = AtlasCo
                  "correct": [matches(p, str(y), loaded.labels) for p, y in zip(predicted, labels, strict=True)]}
     frame = pd.concat([pd.DataFrame({"layer": layer, "example_id": ids, "x": c[:, 0], "y": c[:, 1], "label": labels,
                                      **extra}) for layer, c in zip(layers, coords, strict=True)], ignore_index=True)
-    info = {**config.to_dict(), "model": loaded.spec.name, "fingerprint": loaded.fingerprint, "rows": len(inputs),
+    scored = {"classifier_correct": int(sum(extra["correct"])), "classifier_rows": len(inputs)} if extra else {}
+    info = {**config.to_dict(), **scored, "model": loaded.spec.name, "fingerprint": loaded.fingerprint,
+            "rows": len(inputs),
             "classes": {str(k): int(v) for k, v in counts.items()}, "layers": layers,
             "constant_layers": constant, "cache_hit": hit,
             "silhouette_sample": SILHOUETTE_MAX_ROWS if len(inputs) > SILHOUETTE_MAX_ROWS else None,

@@ -161,6 +161,8 @@ def require_mlm_head(loaded: LoadedModel) -> None:
     """An :class:`InputError` saying what to pass when ``loaded`` has no MLM head (own or borrowed)."""
     if loaded.mlm_head is None:
         saved = f"saved as {loaded.task}" if loaded.task else "a bare encoder"
+        if loaded.anatomy.family == "electra" and loaded.task == "PreTraining":
+            saved += "; an ELECTRA discriminator has none: use the generator's head"
         raise InputError(f"'{loaded.spec.name}' has no MLM head of its own ({saved}): read its layers with the "
                          "pre-trained head of a masked LM of the same family, hidden size and vocabulary, e.g. the "
                          "model it was fine-tuned from: --head-from MODEL (CLI) or 'Read layers with the MLM head "

@@ -66,6 +66,10 @@ results = for_each_model("The atlas", "atlas_request", loaded, compare, run)
 main = results[loaded.spec.name]
 info = main.info
 classes = ", ".join(f"{k} ({v})" for k, v in info["classes"].items())
+if "classifier_correct" in info:
+    st.caption(f"{loaded.spec.name}'s own head is right on {info['classifier_correct']:,} of "
+               f"{info['classifier_rows']:,} rows ({info['classifier_correct'] / info['classifier_rows']:.3f}; the "
+               f"majority class alone: {max(info['classes'].values()) / info['rows']:.3f}).")
 st.caption(f"{info['rows']:,} rows · classes: {classes} · {info['seconds']:.2f} s"
            + (" · vectors from the disk cache" if info["cache_hit"] else ""))
 names = loaded.anatomy.layer_names()

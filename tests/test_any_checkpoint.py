@@ -204,3 +204,13 @@ def test_the_atlas_colours_a_classifier_by_its_own_predictions(tiny_dirs, tmp_pa
     with pytest.raises(InputError, match="no classification head of its own"):
         atlas(load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu")), inputs,
               AtlasConfig(layers="-1:", folds=2, color_by="correct"), store=ArrayStore(tmp_path / "store"))
+
+
+def test_duplicating_a_bare_encoder_exports_an_encoder(tiny_dirs, tmp_path):
+    from analysis.duplication import export
+
+    bare = save_as(tiny_dirs["bert"], AutoModel, tmp_path / "bare")
+    out = export(load_model(ModelSpec(str(bare), device="cpu")), [0, 0, 1, 2], tmp_path / "deeper")
+    again = load_model(ModelSpec(str(out), device="cpu"))
+    assert again.mlm_head is None and again.num_layers == 4  # no placeholder head passed off as pre-trained
+    assert json.loads((out / "duplication.json").read_text())["mlm_head"] is None

@@ -102,19 +102,29 @@ def test_hub_id_offline_and_not_cached():
         load_model(ModelSpec("some-org/not-a-real-model-xyz", device="cpu"))
 
 
-def test_checkpoint_without_mlm_head(tmp_path):
+def test_checkpoint_without_mlm_head_loads_as_an_encoder_and_the_probe_explains(tmp_path):
+    from analysis.inputs import InputError, TextInputs
+    from analysis.reconstruction import probe
+
     BertModel(TINY_CONFIGS["bert"]).save_pretrained(tmp_path)
     tiny_tokenizer().save_pretrained(tmp_path)
-    with pytest.raises(ModelLoadError, match="no pre-trained MLM head.*BertModel.*cls.predictions"):
-        load_model(ModelSpec(str(tmp_path), device="cpu"))
+    loaded = load_model(ModelSpec(str(tmp_path), device="cpu"))
+    assert loaded.mlm_head is None and loaded.task is None
+    with pytest.raises(InputError, match="no MLM head of its own \\(a bare encoder\\).*--head-from"):
+        probe(loaded, TextInputs(("a film",)))
 
 
 def test_electra_discriminator_is_explained(tmp_path):
     from transformers import ElectraForPreTraining
+
+    from analysis.inputs import InputError, TextInputs
+    from analysis.reconstruction import probe
+
     ElectraForPreTraining(TINY_CONFIGS["electra"]).save_pretrained(tmp_path)
     tiny_tokenizer().save_pretrained(tmp_path)
-    with pytest.raises(ModelLoadError, match="discriminator has none: use the generator"):
-        load_model(ModelSpec(str(tmp_path), device="cpu"))
+    loaded = load_model(ModelSpec(str(tmp_path), device="cpu"))
+    with pytest.raises(InputError, match="discriminator has none: use the generator"):
+        probe(loaded, TextInputs(("a film",)))
 
 
 def test_unsupported_architecture(tmp_path):

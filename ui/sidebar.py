@@ -94,14 +94,16 @@ def model_picker() -> ModelSpec | None:
     """Widgets for the model spec; their values persist across pages."""
     st.sidebar.header("Model")
     choice = st.sidebar.selectbox(
-        "Masked language model", [*SUGGESTED_MODELS, OTHER], key=KEY_MODEL, persist_state="session",
+        "Model", [*SUGGESTED_MODELS, OTHER], key=KEY_MODEL, persist_state="session",
         format_func=lambda n: "demo (bundled, offline)" if n == DEMO_NAME else n,
-        help="The demo model works offline; hub models need a network connection the first time.",
+        help="Any BERT, ALBERT, RoBERTa, DistilBERT or ELECTRA checkpoint: a masked LM, a bare encoder, a "
+             "fine-tuned classifier or a sentence-transformers model. The demo model works offline; hub models need "
+             "a network connection the first time.",
     )
     name = choice
     if choice == OTHER:
         name = st.sidebar.text_input("Hub id or local directory", key=KEY_OTHER, persist_state="session",
-                                     placeholder="e.g. google/electra-small-generator or /models/my-bert")
+                                     placeholder="e.g. textattack/bert-base-uncased-SST-2 or /models/my-bert")
         if not name.strip():
             st.sidebar.info("Type a Hugging Face hub id or the path of a save_pretrained directory.")
             return None
