@@ -67,6 +67,8 @@ if what is not None and result_store().get(f"{key}:{what}") is None:
         else:
             shared_result(f"{key}:sweep", what, lambda report: sweep(loaded, inputs, progress=lambda done, n: report(
                 done / n, f"k = {done - 1} of {n - 1}")))
+    except InputError as exc:  # e.g. no MLM head to read the layers with: says what to pass
+        st.error(str(exc))
     except Exception as exc:  # never a traceback in the UI
         st.error(f"The {what} failed: {type(exc).__name__}: {exc}")
     stop_slot.empty()
