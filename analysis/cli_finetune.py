@@ -86,8 +86,11 @@ def cmd_finetune(args: argparse.Namespace, callbacks: list = ()) -> int:
         except ValueError as exc:  # a head that does not fit this model
             raise UserError(str(exc)) from None
     std = f" ± {metrics['accuracy_std']:.4f}" if "accuracy_std" in metrics else ""
-    print(f"{metrics.get('evaluated_on', '')} accuracy {metrics.get('accuracy', float('nan')):.4f}{std}, macro-F1 "
-          f"{metrics.get('macro_f1', float('nan')):.4f}; head parameters {metrics['head_trainable_parameters']:,}")
+    base = metrics.get("baseline") or {}
+    print(f"{metrics.get('evaluated_on', '')} accuracy {metrics.get('accuracy', float('nan')):.4f}{std} (majority "
+          f"class {base.get('accuracy', float('nan')):.4f}), macro-F1 {metrics.get('macro_f1', float('nan')):.4f}; "
+          f"head parameters {metrics['head_trainable_parameters']:,}"
+          + ("; every prediction is one class" if metrics.get("one_class") else ""))
     print(f"wrote {out}/metrics.json, predictions.csv, run.json" + (", checkpoint/" if options.folds == 1 else ""),
           file=sys.stderr)
     return 0
@@ -100,7 +103,7 @@ def add_jobs_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--name", default="", help="a name for the job list")
     s.add_argument("--no-worker", action="store_true", help="only queue it (a worker started later runs it)")
     ls = sub.add_parser("list", help="the jobs, newest first")
-    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--json", action="store_true", help="every job as JSON (status, progress, metrics, options)")
     for action, text in (("show", "one job as JSON with its progress and, once finished, metrics"),
                          ("cancel", "stop a queued or running job (it keeps its log)"),
                          ("logs", "print a job's log")):
@@ -123,13 +126,16 @@ def cmd_jobs(args: argparse.Namespace) -> int:
             job_id = submit(config, store, args.name, start_worker=not args.no_worker)
         except SubmitError as exc:
             raise UserError(f"not queued: {exc}") from None
-        print(job_id)
+        print(f"queued job {job_id}: {store.get(job_id).name}", file=sys.stderr)
+        print(job_id)  # alone on the last line of stdout, for scripts
         return 0
     if args.action == "list":
         jobs = store.list()
         if args.json:
             print(json.dumps([j.to_dict() for j in jobs], indent=2, default=str))
             return 0
+        if not jobs:
+            print(f"no jobs under {store.root}", file=sys.stderr)
         for j in jobs:
             p = j.progress
             done = f"{p.get('step', 0)}/{p.get('total_steps', '?')}" if p else ""

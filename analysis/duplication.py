@@ -182,6 +182,16 @@ def export(loaded: LoadedModel, plan: list[int], out: Path, dtype: str | None = 
     return out
 
 
+def aligned_positions(plan: list[int], num_layers: int, family: str) -> list[float | None]:
+    """Where the original model's hidden states sit on the deeper model's axis: the embeddings at 0, original
+    layer s at the deeper layer that last copies it (its output is what the original's layer s fed on); a layer
+    the plan drops has no place (None). ALBERT: layer i at i (the shared layer is applied at every depth)."""
+    if family == "albert":
+        return [float(i) for i in range(num_layers + 1)]
+    last = {src: i for i, src in enumerate(plan, start=1)}
+    return [0.0] + [float(last[s]) if s in last else None for s in range(num_layers)]
+
+
 def source_names(plan: list[int], family: str) -> list[str]:
     """Hidden-state labels of the deeper model aligned by source: ``embeddings``, then ``{i} ← {source}``."""
     return [layer_name(i, len(plan), tuple(plan), family) for i in range(len(plan) + 1)]

@@ -192,7 +192,7 @@ def run_finetune(spec: ModelSpec, splits: Splits, config: FinetuneConfig, out: P
     test_data = encode(splits.test) if splits.test is not None else None
     head_params = Classifier(encoder, config.head, len(labels), config.dropout).head_parameters()
     result: dict = {"labels": names, "head": config.head, "head_trainable_parameters": head_params,
-                    "truncated_train_texts": train_data.truncated}
+                    "truncated_train_texts": train_data.truncated, "max_length_used": max_length}
     if config.folds == 1:
         val_data = encode(splits.val)
         model, state = _one_run(encoder, tokenizer, len(labels), train_data, val_data, config, device, out, callbacks)

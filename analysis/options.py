@@ -65,15 +65,21 @@ def model_defaults(model: str) -> dict:
     return dict(SMALL_MODEL_DEFAULTS) if (_hidden_size(model) or SMALL_HIDDEN) < SMALL_HIDDEN else {}
 
 
-@functools.lru_cache(maxsize=64)
 def _hidden_size(model: str) -> int | None:
+    config = model_config(model)
+    return None if config is None else getattr(config, "hidden_size", None) or getattr(config, "dim", None)
+
+
+@functools.lru_cache(maxsize=64)
+def model_config(model: str):
+    """``model``'s transformers config (read once), or None when it cannot be read."""
     from models.loading import ModelLoadError, ModelSpec, _config_and_family
 
     try:
         config, _ = _config_and_family(ModelSpec(model))
     except (ModelLoadError, OSError, ValueError):
         return None
-    return getattr(config, "hidden_size", None) or getattr(config, "dim", None)
+    return config
 
 
 class Options(BaseModel):

@@ -17,16 +17,19 @@ def _rgba(hex_colour: str, alpha: float) -> str:
 
 
 def accuracy_curve(runs: dict[str, pd.DataFrame], layer_names: dict[str, list[str]] | None = None,
-                   title: str = "Reconstruction accuracy by layer") -> go.Figure:
+                   title: str = "Reconstruction accuracy by layer",
+                   positions: dict[str, list[float]] | None = None) -> go.Figure:
     """Token accuracy per layer (solid) and the sentence mean with its 95% percentile-bootstrap interval over
     sentences (dashed, shaded) for each run.
 
-    ``runs`` maps a label (e.g. a model name) to a ``layers`` table (:data:`LAYER_COLUMNS`).
+    ``runs`` maps a label (e.g. a model name) to a ``layers`` table (:data:`LAYER_COLUMNS`); ``positions``
+    optionally places a run's layers elsewhere on the x axis (a duplicated model's original layers at their
+    last copy, :func:`analysis.duplication.aligned_positions`).
     """
     fig = go.Figure()
     for i, (label, layers) in enumerate(runs.items()):
         colour = COLOURS[i % len(COLOURS)]
-        x = layers["layer"].tolist()
+        x = list((positions or {}).get(label) or layers["layer"].tolist())
         names = (layer_names or {}).get(label) or [str(v) for v in x]
         fig.add_trace(go.Scatter(
             x=x + x[::-1], y=layers["ci_high"].tolist() + layers["ci_low"].tolist()[::-1], fill="toself", mode="lines",
@@ -102,6 +105,7 @@ def label_colours(labels) -> dict[str, str]:
     return {label: palette[i % len(palette)] for i, label in enumerate(sorted(map(str, set(labels))))}
 
 
+CORRECT_NAMES = {True: "right", False: "wrong"}
 LEGEND_TITLES = {"label": "class", "prediction": "predicted class", "correct": "prediction correct"}
 
 
@@ -116,12 +120,13 @@ def atlas_grid(coords: pd.DataFrame, texts: dict[int, str], layer_names: list[st
     fig = make_subplots(rows=rows, cols=min(columns, len(layers)), horizontal_spacing=0.04, vertical_spacing=0.08,
                         subplot_titles=[layer_names[i] for i in layers])
     colours = (label_colours(coords[colour_by]) if colour_by != "correct" else
-               {"True": "#2ca02c", "False": "#d62728"})
+               {"right": "#2ca02c", "wrong": "#d62728"})
     webgl = coords["layer"].eq(layers[0]).sum() > WEBGL_ABOVE
     scatter = go.Scattergl if webgl else go.Scatter
     for n, layer in enumerate(layers):
         part = coords[coords["layer"] == layer]
-        for label, group in part.groupby(part[colour_by].astype(str), sort=True):
+        for label, group in part.groupby(part[colour_by].map(CORRECT_NAMES.get if colour_by == "correct" else str),
+                                         sort=True):
             hover = [html.escape(texts.get(i, "")[:120]) for i in group["example_id"]]
             template = f"<b>{html.escape(label)}</b> · row %{{customdata[0]}}<br>%{{customdata[1]}}<extra></extra>"
             fig.add_trace(scatter(
@@ -165,11 +170,14 @@ def separability_curve(runs: dict[str, pd.DataFrame], layer_names: list[str] | N
                                  hovertemplate="majority class: %{y:.3f}<extra>" + html.escape(label) + "</extra>"),
                       row=1, col=1)
         fig.add_trace(go.Scatter(x=x, y=sep["silhouette"], mode="lines+markers", name=label, legendgroup=label,
-                                 showlegend=False, line={"color": colour, "dash": "dot"}, customdata=np.c_[names],
+                                 showlegend=False, line={"color": colour}, customdata=np.c_[names],
                                  hovertemplate="%{customdata[0]}: silhouette %{y:.3f}<extra>" + html.escape(label)
                                                + "</extra>"), row=2, col=1)
     fig.update_xaxes(dtick=1)
     fig.update_yaxes(range=[0, 1.02], row=1, col=1)
+    values = [v for sep in runs.values() for v in sep["silhouette"] if np.isfinite(v)]
+    low, high = min([-0.1, *values]), max([0.1, *values])  # silhouette is in [-1, 1]: never zoom into noise
+    fig.update_yaxes(range=[low - 0.02, high + 0.02], row=2, col=1)
     fig.update_xaxes(title_text="layer (0 = embeddings)", row=2, col=1)
     fig.update_layout(title="Separability by layer", height=480, legend={"orientation": "h", "y": -0.15},
                       margin={"t": 60, "b": 10})
@@ -193,9 +201,10 @@ def history_chart(history: list[dict]) -> go.Figure:
     """Per-epoch training and validation loss (left axis) and validation accuracy / macro-F1 (right axis)."""
     epochs = [h["epoch"] for h in history]
     fig = go.Figure()
-    for key, name, dash in (("train_loss", "train loss", None), ("val_loss", "validation loss", "dash")):
+    for key, name, colour in (("train_loss", "train loss (epoch mean)", COLOURS[0]),
+                              ("val_loss", "validation loss", COLOURS[1])):
         fig.add_trace(go.Scatter(x=epochs, y=[h[key] for h in history], name=name, mode="lines+markers",
-                                 line={"color": COLOURS[0], "dash": dash}))
+                                 line={"color": colour, "dash": "dash"}))
     for key, name, colour in (("val_accuracy", "validation accuracy", COLOURS[2]),
                               ("val_macro_f1", "validation macro-F1", COLOURS[3])):
         fig.add_trace(go.Scatter(x=epochs, y=[h[key] for h in history], name=name, mode="lines+markers",

@@ -165,8 +165,8 @@ def require_mlm_head(loaded: LoadedModel) -> None:
             saved += "; an ELECTRA discriminator has none: use the generator's head"
         raise InputError(f"'{loaded.spec.name}' has no MLM head of its own ({saved}): read its layers with the "
                          "pre-trained head of a masked LM of the same family, hidden size and vocabulary, e.g. the "
-                         "model it was fine-tuned from: --head-from MODEL (CLI) or 'Read layers with the MLM head "
-                         "of' (sidebar)")
+                         "model it was fine-tuned from: --head-from MODEL (CLI), or in the sidebar under 'Revision, "
+                         "device, precision, MLM head': 'Read layers with the MLM head of'")
 
 
 def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig = ProbeConfig(),
@@ -266,7 +266,9 @@ LAYER_HEADERS = {
     "accuracy": ("token accuracy", "correct / counted tokens over all texts (micro average)"),
     "sentence_mean": ("sentence mean", "mean of the per-sentence accuracies (macro average over sentences)"),
     "ci_low": ("95% CI low (bootstrap)", "sentence mean's 95% percentile-bootstrap interval over sentences, "
-               "2000 resamples, seed 0; blank for one sentence"),
+               "2000 resamples, seed 0; blank for one sentence. With few sentences it is too narrow (sentences "
+               "that all score the same give a zero-width interval): read it as a resampling range, not a "
+               "guarantee"),
     "ci_high": ("95% CI high (bootstrap)", "see 95% CI low"),
 }
 BOOTSTRAP_RESAMPLES = 2000

@@ -6,6 +6,7 @@ pickle (``allow_pickle=True``), which can execute code hidden in the file.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -225,6 +226,20 @@ TASK_SUFFIXES = ("ForSequenceClassification", "ForTokenClassification", "ForQues
                  "ForMultipleChoice", "ForPreTraining")
 
 
+@contextlib.contextmanager
+def quiet_load_report():
+    """transformers' per-key load report and 'checkpoint seem corrupted' notice, silenced: loading a classifier
+    or a bare encoder as a masked LM leaves its head missing by design (the analyses say what that means)."""
+    from transformers.utils import logging as hf_logging
+
+    before = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(before)
+
+
 def load_model(spec: ModelSpec) -> LoadedModel:
     """Load any checkpoint of a supported family in eval mode with gradients off. Raises :class:`ModelLoadError`.
 
@@ -237,10 +252,11 @@ def load_model(spec: ModelSpec) -> LoadedModel:
     kwargs = _hub_kwargs(spec)
     config, family = _config_and_family(spec)
     try:
-        model, info = AutoModelForMaskedLM.from_pretrained(
-            spec.source, config=config, dtype=DTYPES[spec.dtype], use_safetensors=not spec.allow_pickle,
-            output_loading_info=True, **kwargs,
-        )
+        with quiet_load_report():  # a head the checkpoint lacks is expected here, and said in LoadedModel
+            model, info = AutoModelForMaskedLM.from_pretrained(
+                spec.source, config=config, dtype=DTYPES[spec.dtype], use_safetensors=not spec.allow_pickle,
+                output_loading_info=True, **kwargs,
+            )
         tokenizer = AutoTokenizer.from_pretrained(spec.source, **kwargs)
     except (OSError, ValueError) as exc:
         raise _load_error(spec, exc) from exc

@@ -10,7 +10,8 @@ from ui.results import chart, for_each_model, result_key, shared_result, table, 
 from ui.sidebar import model_cache, start_page
 
 loaded = start_page("Reconstruction probing", (
-    "Every layer's hidden states go through the model's **own pre-trained MLM head**; a token counts as "
+    "Every layer's hidden states go through the model's **pre-trained MLM head** (its own, or one lent in the "
+    "sidebar); a token counts as "
     "reconstructed when the head's top prediction is the input token. Layer 0 is the embedding output. "
     "**Unmasked** is Kao et al.'s setting; **masked** masks every token once (15% at a time) and so measures "
     "each layer's real masked-LM accuracy. Special tokens ([CLS], [SEP], …) are not counted unless you ask."))
@@ -45,6 +46,10 @@ st.caption(f"{main.n_texts} texts · {int(main.layers['tokens'].iloc[0]):,} coun
 
 st.subheader("Accuracy by layer")
 fig = accuracy_curve({k: r.layers for k, r in results.items()}, {k: r.layer_names for k, r in results.items()})
+if st.checkbox("Zoom the accuracy axis to the data", key="probe_zoom", help="The axis runs from 0 to 1 by default, "
+               "so small differences are not blown up; zoom in to see close curves apart (the axis then says where "
+               "it starts)."):
+    fig.update_yaxes(range=None, autorange=True)
 chart(fig, "reconstruction_accuracy")
 for i, (label, r) in enumerate(results.items()):
     with st.expander(f"Table: {label}", expanded=i == 0):

@@ -67,6 +67,8 @@ main = results[loaded.spec.name]
 info = main.info
 classes = ", ".join(f"{k} ({v})" for k, v in info["classes"].items())
 if "classifier_correct" in info:
+    st.caption("Only the colours follow the classifier: the separability curves below still measure how well "
+               "the layers separate the data's labels.")
     st.caption(f"{loaded.spec.name}'s own head is right on {info['classifier_correct']:,} of "
                f"{info['classifier_rows']:,} rows ({info['classifier_correct'] / info['classifier_rows']:.3f}; the "
                f"majority class alone: {max(info['classes'].values()) / info['rows']:.3f}).")
@@ -76,7 +78,8 @@ names = loaded.anatomy.layer_names()
 if info["constant_layers"]:
     st.info(f"{', '.join(names[i] for i in info['constant_layers'])}: the vector is the same for every text "
             "(at the embeddings, [CLS] is just its token and position embedding), so its plot is a single "
-            "point, its silhouette 0, its probe the majority class and its CKA undefined (blank).")
+            "point, its silhouette about 0 (rounding), its probe the majority class (a fold's mean can sit a hair "
+            "below the overall majority rate) and its CKA undefined (blank).")
 if info["silhouette_sample"]:
     st.caption(f"Silhouette computed on a random sample of {info['silhouette_sample']:,} rows (seed {config.seed}).")
 

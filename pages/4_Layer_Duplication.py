@@ -6,7 +6,7 @@ import re
 import plotly.graph_objects as go
 import streamlit as st
 
-from analysis.duplication import compare, duplicate_first, duplicate_last, export, parse_plan, sweep
+from analysis.duplication import aligned_positions, compare, duplicate_first, duplicate_last, export, parse_plan, sweep
 from analysis.inputs import InputError
 from analysis.plots import accuracy_curve, cka_heatmap
 from analysis.reconstruction import LAYER_HEADERS
@@ -42,9 +42,9 @@ try:
         else:
             k = st.slider("k", 0, L, min(3, L), key="dup_k")
             plan = duplicate_first(L, k) if preset.startswith("Duplicate the first") else duplicate_last(L, k)
-        st.caption(f"{L} -> {len(plan)} layers. Plan (0-based encoder layers): {', '.join(map(str, plan))}. The "
-                   "charts number layers as hidden states (1 = the first layer's output): `5 ← 3` is new layer 5, "
-                   "a copy of layer 3.")
+        st.caption(f"{L} -> {len(plan)} layers. Source of each new layer, numbered as the charts number them "
+                   f"(1 = the first layer): {', '.join(str(p + 1) for p in plan)} (0-based, as the custom plan and "
+                   f"`--plan` take it: {','.join(map(str, plan))}). `5 ← 3` is new layer 5, a copy of layer 3.")
 except InputError as exc:
     st.error(str(exc))
     st.stop()
@@ -77,13 +77,18 @@ if (result := result_store().get(f"{key}:preview")) is not None:
     original, deeper = result["original"], result["deeper"]
     chart(accuracy_curve({"original": original.layers, "deeper": deeper.layers},
                          {"original": original.layer_names, "deeper": result["names"]},
-                         "Reconstruction accuracy by layer (deeper: new layer ← source layer)"), "duplication_accuracy")
+                         "Reconstruction accuracy by layer (ticks: deeper layer ← source; the original's layer s "
+                         "sits at its last copy)",
+                         positions={"original": aligned_positions(plan, L, loaded.anatomy.family)}),
+          "duplication_accuracy")
     chart(cka_heatmap(result["cka"], original.layer_names, "Linear CKA: original x deeper hidden states",
                       column_names=result["names"], x_title="deeper", y_title="original"), "duplication_cka")
     with st.expander("Tables"):
-        left, right = st.columns(2)
-        table(original.layers, LAYER_HEADERS, left)
-        table(deeper.layers.assign(source=result["names"]), LAYER_HEADERS, right)
+        st.caption("Original model")
+        table(original.layers, LAYER_HEADERS)
+        st.caption("Deeper model (source: which original layer each new one copies)")
+        table(deeper.layers.assign(source=result["names"])[["layer", "source", *original.layers.columns[1:]]],
+              LAYER_HEADERS)
 if (table := result_store().get(f"{key}:sweep")) is not None:
     fig = go.Figure(go.Scatter(x=table["duplicated"], y=table["final_layer_accuracy"], mode="lines+markers"))
     fig.update_layout(title="Final-layer reconstruction accuracy vs duplicated layers", height=360,
@@ -107,10 +112,13 @@ if c1.button("Export the deeper model", key="dup_export"):
         st.error("Use a plain name: letters, digits, dot, dash and underscore (no folders).")
     else:
         try:
-            st.session_state["dup_exported"] = str(export(loaded, plan, exports / name, save_dtype))
+            st.session_state["dup_exported"] = (str(export(loaded, plan, exports / name, save_dtype)), plan)
         except (OSError, RuntimeError) as exc:
             st.error(f"Export failed: {exc}")
-if exported := st.session_state.get("dup_exported"):
+exported, exported_plan = st.session_state.get("dup_exported") or (None, None)
+if exported and exported_plan != plan:  # the plan changed since: that export is not what the page shows
+    exported = None
+if exported:
     c1.success(f"Saved to {exported} (loads with AutoModelForMaskedLM.from_pretrained).")
 
     def fine_tune() -> None:

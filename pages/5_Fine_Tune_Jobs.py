@@ -11,7 +11,7 @@ import streamlit as st
 from analysis.finetune import majority_vote
 from analysis.heads import head_names
 from analysis.inputs import FORMATS, InputError, columns_of, safe_suffix
-from analysis.options import PRESETS, resolve, sources
+from analysis.options import PRESETS, model_config, model_defaults, resolve, sources
 from analysis.plots import history_chart
 from analysis.scores import classification_metrics
 from analysis.store import layerlens_home
@@ -82,9 +82,19 @@ model = c1.text_input("Model", key="job_model", on_change=reset, help="the sideb
 preset = c2.selectbox("Preset", ["(none)", *PRESETS], key="job_preset", on_change=reset,
                       help="the papers' settings (Sun et al. 2019; GRUBERT): choosing one fills in the fields below; "
                       "what you then change wins")
+target = model_config(model)  # the form's model (it may differ from the sidebar's, e.g. a deeper export)
 cols = st.columns(len(MAIN))
-values = {name: option_input(col, name, "job", head_names(loaded.num_layers) if name == "head" else None)
+values = {name: option_input(col, name, "job", head_names(target.num_hidden_layers if target is not None
+                                                          else loaded.num_layers) if name == "head" else None)
           for col, name in zip(cols, MAIN, strict=True)}
+positions = getattr(target, "max_position_embeddings", None)
+if positions and values["max_length"] > positions:
+    st.caption(f"Max tokens {values['max_length']} is more than {model}'s {positions} positions: texts are cut at "
+               f"{positions} (run.json records the length used).")
+if target is not None and (preset_lr := PRESETS.get(preset, {}).get("lr")) and model_defaults(model) \
+        and preset_lr < model_defaults(model)["lr"]:
+    st.warning(f"The preset's learning rate {preset_lr:g} is bert-base's; {model} (hidden size "
+               f"{target.hidden_size}) learns little at it (its own default is {model_defaults(model)['lr']:g}).")
 with st.expander("More options"):
     cols = st.columns(5)
     values |= {name: option_input(cols[i % 5], name, "job") for i, name in enumerate(MORE)}
@@ -138,7 +148,12 @@ def live() -> None:
         st.caption("No jobs yet.")
         return
     st.dataframe(job_table(jobs), hide_index=True, width="stretch", column_config={
-        "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0)})
+        "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0, width="small"),
+        "name": st.column_config.TextColumn("name", width="medium"),
+        "batch loss": st.column_config.NumberColumn("batch loss", help="the last mini-batch's loss (live); the "
+                                                    "curves below show each epoch's mean", format="%.3f"),
+        **{c: st.column_config.NumberColumn(c, format="%.3f") for c in ("val accuracy", "accuracy",
+                                                                         "majority class", "macro-F1")}})
     labels = {j.id: f"#{j.id} {j.name} ({j.status})" for j in jobs}
     chosen = st.selectbox("Job", list(labels), format_func=labels.get, key="job_view")
     job = store.get(chosen)

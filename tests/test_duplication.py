@@ -202,3 +202,15 @@ def test_a_deeper_model_names_its_layers_by_source_through_export_and_fine_tunin
                           "deeper": probe(again, TextInputs(("a film .", "it was good ."))).layers},
                          {"original": loaded.anatomy.layer_names(), "deeper": names})
     assert list(fig.layout.xaxis.ticktext) == names
+
+
+def test_the_original_layers_sit_at_their_last_copy_on_the_deeper_axis():
+    from analysis.duplication import aligned_positions
+    from analysis.plots import accuracy_curve
+
+    assert aligned_positions([0, 0, 1, 1, 2, 3], 4, "bert") == [0, 2, 4, 5, 6]  # the paper's k = 2 on 4 layers
+    assert aligned_positions([0, 2], 3, "bert") == [0, 1, None, 2]  # a dropped layer has no place
+    layers = pd.DataFrame({"layer": range(5), "tokens": 1, "correct": 1, "accuracy": 1.0, "sentence_mean": 1.0,
+                           "ci_low": 1.0, "ci_high": 1.0})
+    fig = accuracy_curve({"original": layers}, positions={"original": [0, 2, 4, 5, 6]})
+    assert list(fig.data[-1].x) == [0, 2, 4, 5, 6]

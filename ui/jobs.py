@@ -35,7 +35,7 @@ def job_table(jobs) -> pd.DataFrame:
         done = 1.0 if j.status == "succeeded" else (p.get("step", 0) / total if total else 0.0)
         rows.append({"id": j.id, "name": j.name, "status": j.status, "progress": done,
                      "epoch": f"{p.get('epoch', '')}/{p.get('epochs', '')}" if p else "",
-                     "loss": p.get("loss"), "val accuracy": last.get("val_accuracy"),
+                     "batch loss": p.get("loss"), "val accuracy": last.get("val_accuracy"),
                      "accuracy": (j.metrics or {}).get("accuracy"),
                      "majority class": ((j.metrics or {}).get("baseline") or {}).get("accuracy"),
                      "macro-F1": (j.metrics or {}).get("macro_f1"),

@@ -143,7 +143,8 @@ def cache_panel(cache: ModelCache) -> None:
 
 def has_line(loaded: LoadedModel) -> str:
     """What the model has: ``encoder · MLM head: own · task head: SequenceClassification (neg, pos)``."""
-    head = {"own": "own"}.get(loaded.mlm_head, loaded.mlm_head) if loaded.mlm_head else "none (set one below)"
+    head = {"own": "own"}.get(loaded.mlm_head, loaded.mlm_head) if loaded.mlm_head else \
+        "none (lend one under 'Revision, device, precision, MLM head' above)"
     task = f" · task head: {loaded.task}" + (f" ({', '.join(loaded.labels)})" if loaded.labels else "") \
         if loaded.task else ""
     pooling = f" · pooling: {loaded.pooling}" if loaded.pooling else ""
