@@ -63,8 +63,10 @@ def read_split(source: str, text_column: str = "text", pair_column: str | None =
     return read_file(source, text_column, pair_column, label_column=label_column)
 
 
-def split_off(data: TextInputs, fraction: float, seed: int = 0) -> tuple[TextInputs, TextInputs]:
-    """(train, validation): a stratified random ``fraction`` of ``data`` held out for validation."""
+def split_off(data, fraction: float, seed: int = 0):
+    """(train, validation): a stratified random ``fraction`` of ``data`` held out for validation. ``data`` is
+    any split with ``labels`` and ``subset``: rows as read (:class:`TextInputs`) or encoded (:class:`TaskData`,
+    a fold's training rows for early stopping)."""
     from sklearn.model_selection import train_test_split
 
     if not 0 < fraction < 1:
@@ -75,19 +77,6 @@ def split_off(data: TextInputs, fraction: float, seed: int = 0) -> tuple[TextInp
     except ValueError as exc:
         raise InputError(f"cannot hold out {fraction:.0%} for validation: {exc}") from None
     return data.subset(sorted(tr)), data.subset(sorted(va))
-
-
-def _stratified_split(data: TaskData, fraction: float, seed: int) -> tuple[TaskData, TaskData]:
-    """(fit, validation) rows of encoded ``data``: a stratified, seeded ``fraction`` held out."""
-    from sklearn.model_selection import train_test_split
-
-    try:
-        fit, val = train_test_split(np.arange(len(data)), test_size=fraction, random_state=seed,
-                                    stratify=data.labels)
-    except ValueError as exc:
-        raise InputError(f"cannot hold out {fraction:.0%} of a fold's training rows for early stopping: {exc}") \
-            from None
-    return data.subset(sorted(fit)), data.subset(sorted(val))
 
 
 def majority_vote(predictions: list[np.ndarray]) -> np.ndarray:
@@ -227,8 +216,7 @@ def run_options(options, out: Path, callbacks: list[Callback] = (),
     if not options.train:
         raise InputError("no training data: set train (a file, 'demo' or hf:NAME[/CONFIG]:SPLIT)")
     config = options.training()
-    read = lambda source: read_split(source, options.text_column, options.pair_column,  # noqa: E731
-                                     options.label_column)
+    read = split_reader(options)
     train_rows = read(options.train)
     val = read(options.val) if options.val else None
     if val is None and config.folds == 1:
@@ -249,14 +237,18 @@ def run_options(options, out: Path, callbacks: list[Callback] = (),
     return metrics
 
 
+def split_reader(options) -> Callable[[str], TextInputs]:
+    """Reads a data source (``train``, ``val`` or ``test``) with ``options``' columns."""
+    return lambda source: read_split(source, options.text_column, options.pair_column, options.label_column)
+
+
 def held_out_rows(options, artifacts: Path) -> tuple[TextInputs, str]:
     """The rows a finished run was evaluated on and never trained on: its test file, else its validation file,
     else the validation rows it held out of its training file (the ids in ``predictions.csv``). Returns the
     rows and a sentence saying which they are. A k-fold run has none (every row trained some fold)."""
     if options.folds > 1:
         raise InputError("a k-fold run trained on every row (each in some fold): it has no held-out rows")
-    read = lambda source: read_split(source, options.text_column, options.pair_column,  # noqa: E731
-                                     options.label_column)
+    read = split_reader(options)
     if options.test:
         rows = read(options.test)
         return rows, f"the {len(rows):,} test rows of {options.test}"
@@ -293,7 +285,7 @@ def _cross_validate(encoder, tokenizer, labels, data: TaskData, test: TaskData |
         log(f"fold {k + 1}/{config.folds}")
         encoder.load_state_dict(initial)  # every fold starts from the pre-trained weights
         fold_config = config.replace(seed=config.seed + k)
-        fit, watch = (_stratified_split(data.subset(tr), config.val_fraction, config.seed + k)
+        fit, watch = (split_off(data.subset(tr), config.val_fraction, config.seed + k)
                       if config.early_stopping else (data.subset(tr), data.subset(va)))
         fold_out = out / "folds" / str(k)
         model, state = _one_run(encoder, tokenizer, len(labels), fit, watch, fold_config, device, fold_out, callbacks)

@@ -67,7 +67,7 @@ def model_defaults(model: str) -> dict:
 
 def _hidden_size(model: str) -> int | None:
     config = model_config(model)
-    return None if config is None else getattr(config, "hidden_size", None) or getattr(config, "dim", None)
+    return None if config is None else config.hidden_size  # DistilBERT's dim too (a config alias)
 
 
 @functools.lru_cache(maxsize=64)
@@ -174,7 +174,7 @@ class FinetuneOptions(FinetuneConfig):
         return FinetuneConfig.from_dict(self.to_dict())
 
     def spec(self):
-        from models.loading import ModelSpec
+        from models.spec import ModelSpec
 
         return ModelSpec(self.model, revision=self.revision, device=self.device, dtype=self.dtype,
                          allow_pickle=self.allow_pickle)

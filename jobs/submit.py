@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analysis.finetune import read_split
+from analysis.finetune import split_reader
 from analysis.heads import build_head
 from analysis.inputs import InputError
 from analysis.options import resolve
@@ -34,8 +34,7 @@ def validate(config: dict) -> tuple[dict, str]:
             raise InputError("no training data: set train (a file, 'demo' or hf:NAME[/CONFIG]:SPLIT)")
         spec = options.spec().resolved()
         model_config, _ = _config_and_family(spec)
-        read = lambda source: read_split(source, options.text_column, options.pair_column,  # noqa: E731
-                                         options.label_column)
+        read = split_reader(options)
         train = read(options.train)
         others = [read(s) for s in (options.val, options.test) if s]
         label_ids(train.labels, *(o.labels for o in others))

@@ -267,8 +267,8 @@ def load_model(spec: ModelSpec) -> LoadedModel:
                              f"{', '.join(missing_encoder[:4])}{' ...' if len(missing_encoder) > 4 else ''}")
     architecture = (config.architectures or [""])[0]
     task = next((suffix[3:] for suffix in TASK_SUFFIXES if architecture.endswith(suffix)), None)
-    labels = ([str(config.id2label[i]) for i in sorted(config.id2label)] if task == "SequenceClassification"
-              or task == "TokenClassification" else None)
+    labels = ([str(config.id2label[i]) for i in sorted(config.id2label)] if task in
+              ("SequenceClassification", "TokenClassification") else None)
     mlm_head = None if any(k.startswith(_head_prefixes(family)) for k in missing) else "own"
     if spec.head_from:
         borrow_head(model, tokenizer, family, spec)
@@ -306,8 +306,8 @@ def borrow_head(model, tokenizer, family: str, spec: ModelSpec) -> None:
         raise ModelLoadError(f"--head-from '{spec.head_from}' has no MLM head of its own to lend")
     ours, theirs = model.config, donor.model.config
     differences = [f"{what} {a} vs {b}" for what, a, b in (
-        ("family", family, donor.anatomy.family), ("hidden size", ours.hidden_size if family != "distilbert" else
-         ours.dim, donor.anatomy.hidden_size), ("vocabulary", ours.vocab_size, theirs.vocab_size)) if a != b]
+        ("family", family, donor.anatomy.family), ("hidden size", ours.hidden_size, theirs.hidden_size),
+        ("vocabulary", ours.vocab_size, theirs.vocab_size)) if a != b]
     if not differences and tokenizer.get_vocab() != donor.tokenizer.get_vocab():
         differences.append("tokenizer vocabularies (same size, different tokens)")
     if differences:
