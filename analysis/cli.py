@@ -19,9 +19,11 @@ from analysis.cli_base import (
     Parser,
     StageBars,
     UserError,
+    launched,
     model_options,
     positive_int,
     prepare_out,
+    processes_note,
     spec_from_args,
     versions,
     write_json,
@@ -36,6 +38,7 @@ from analysis.inputs import InputError
 from analysis.options import ATLAS_METHODS as METHODS
 from analysis.options import ATLAS_POOLINGS as POOLINGS
 from analysis.options import COLOR_BY
+from analysis.parallel import is_main_process
 from models.spec import DTYPE_NAMES, ModelLoadError
 
 SAVE_DTYPES = ["source", *(d for d in DTYPE_NAMES if d != "auto")]
@@ -79,27 +82,32 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
     if args.out is None:
         raise UserError("--out DIR is required: the probe writes layers.csv, decoded.csv, tokens.parquet, run.json")
+    ranks, spec = launched(args)
     inputs = read_file(args.input, args.column, args.pair_column)
-    for note in inputs.notes():
+    for note in inputs.notes() if ranks.is_main else ():
         print(f"note: {note}", file=sys.stderr)
     try:
         config = ProbeConfig(mode=args.mode, include_special=args.include_special, top_k=args.top_k,
                              batch_size=args.batch_size, max_length=args.max_length, seed=args.seed)
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    loaded = load_model(spec_from_args(args))
+    loaded = load_model(spec)
     require_mlm_head(loaded)
+    if not ranks.is_main:  # a helper process: its share of the batches, merged and written by the main process
+        probe(loaded, inputs, config, ranks=ranks)
+        return 0
     out = prepare_out(args.out)
-    with tqdm(total=len(inputs), desc="probing", unit="text", file=sys.stderr) as bar:
+    with tqdm(total=len(inputs), desc="probing" + processes_note(ranks), unit="text", file=sys.stderr) as bar:
         result = probe(loaded, inputs, config, sink=TokenSink(loaded.tokenizer, config.top_k, out / "tokens.parquet"),
-                       progress=lambda done, total: bar.update(done - bar.n))
+                       progress=lambda done, total: bar.update(done - bar.n), ranks=ranks)
     if result.truncated:
         print(f"note: {result.truncated} text(s) longer than {result.max_length} tokens were cut", file=sys.stderr)
     result.layers.to_csv(out / "layers.csv", index=False)
     result.decoded.to_csv(out / "decoded.csv", index=False)
     write_json(out, "run.json", {**result.run_info(), "input": str(args.input), "column": args.column,
                                  "pair_column": args.pair_column, "model_spec": loaded.spec.to_dict(),
-                                 "load_seconds": round(loaded.load_seconds, 3), "versions": versions()})
+                                 "processes": ranks.count, "load_seconds": round(loaded.load_seconds, 3),
+                                 "versions": versions()})
     print(result.layers.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
     print(f"wrote {out}/layers.csv, decoded.csv, tokens.parquet, run.json", file=sys.stderr)
     return 0
@@ -144,24 +152,29 @@ def cmd_atlas(args: argparse.Namespace) -> int:
         name, _, subset = args.hf_dataset.partition("/")
         data = from_hub_dataset(name, subset or None, args.split, args.text_column, args.pair_column,
                                 args.label_column)
-    for note in data.notes():
+    ranks, spec = launched(args)
+    for note in data.notes() if ranks.is_main else ():
         print(f"note: {note}", file=sys.stderr)
     if args.sample:
-        if args.sample < len(data):
+        if args.sample < len(data) and ranks.is_main:
             print(f"note: using a random sample of {args.sample:,} of {len(data):,} rows (seed {args.seed})",
                   file=sys.stderr)
         data = data.sample(args.sample, args.seed)
-    loaded = load_model(spec_from_args(args))
+    loaded = load_model(spec)
+    if not ranks.is_main:  # a helper process: its share of the extraction; the main process does the rest
+        atlas(loaded, data, config, ranks=ranks)
+        return 0
     out = prepare_out(args.out)
-    with StageBars() as progress:
-        result = atlas(loaded, data, config, progress=progress)
+    with StageBars(processes_note(ranks)) as progress:
+        result = atlas(loaded, data, config, progress=progress, ranks=ranks)
     result.coords.to_csv(out / "coords.csv", index=False)
     result.separability.to_csv(out / "separability.csv", index=False)
     result.cka_frame().to_csv(out / "cka.csv")
     source = str(args.data) if args.data is not None else f"hf:{args.hf_dataset}:{args.split}"
     write_json(out, "run.json", {**result.info, "data": source, "text_column": args.text_column,
                                  "pair_column": args.pair_column, "label_column": args.label_column,
-                                 "model_spec": loaded.spec.to_dict(), "versions": versions()})
+                                 "model_spec": loaded.spec.to_dict(), "processes": ranks.count,
+                                 "versions": versions()})
     print(result.separability.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
     print(f"wrote {out}/coords.csv, separability.csv, cka.csv, run.json", file=sys.stderr)
     return 0
@@ -265,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (ModelLoadError, UserError, InputError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        if is_main_process():  # under a launcher every process meets the same bad input: say it once
+            print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

@@ -63,9 +63,18 @@ def model_options() -> argparse.ArgumentParser:
     return p
 
 
-def spec_from_args(args: argparse.Namespace) -> ModelSpec:
-    return ModelSpec(args.model, revision=args.revision, device=args.device, dtype=args.dtype,
+def spec_from_args(args: argparse.Namespace, device: str | None = None) -> ModelSpec:
+    return ModelSpec(args.model, revision=args.revision, device=device or args.device, dtype=args.dtype,
                      allow_pickle=args.allow_pickle, head_from=getattr(args, "head_from", None))
+
+
+def launched(args: argparse.Namespace):
+    """``(ranks, spec)``: this process's place under ``accelerate launch`` / ``torchrun`` (one process otherwise)
+    and the model on this process's device (:mod:`analysis.parallel`)."""
+    from analysis.parallel import ranks_for
+
+    ranks = ranks_for(args.device)
+    return ranks, spec_from_args(args, ranks.device_for(args.device))
 
 
 def prepare_out(out: Path) -> Path:
@@ -85,19 +94,25 @@ def write_json(out: Path | None, filename: str, payload: dict) -> Path | None:
     return path
 
 
+def processes_note(ranks) -> str:
+    """`` (N processes)`` for a progress bar's name when the run is shared by several processes; its count is
+    the whole run's."""
+    return f" ({ranks.count} processes)" if ranks.count > 1 else ""
+
+
 # --- sub-commands -------------------------------------------------------------------------------------------
 
 
 class StageBars:
     """A ``(stage, done, total)`` progress callback drawing one tqdm bar per stage on stderr."""
 
-    def __init__(self):
-        self.bar, self.stage = None, None
+    def __init__(self, note: str = ""):
+        self.bar, self.stage, self.note = None, None, note
 
     def __call__(self, stage: str, done: int, total: int) -> None:
         if stage != self.stage:
             self.close()
-            self.stage, self.bar = stage, tqdm(total=total, desc=stage, file=sys.stderr, leave=False)
+            self.stage, self.bar = stage, tqdm(total=total, desc=stage + self.note, file=sys.stderr, leave=False)
         self.bar.update(done - self.bar.n)
 
     def close(self) -> None:

@@ -39,6 +39,7 @@ from analysis.activations import (
 )
 from analysis.inputs import InputError, TextInputs
 from analysis.options import ATLAS_METHODS, ATLAS_POOLINGS, COLOR_BY
+from analysis.parallel import ONE, Ranks
 from analysis.scores import wilson_interval
 from analysis.store import ArrayStore, key_of
 from models.loading import LoadedModel
@@ -130,8 +131,11 @@ def check_labels(labels: tuple[str, ...] | None, folds: int) -> dict[str, int]:
 
 @torch.inference_mode()
 def extract(loaded: LoadedModel, inputs: TextInputs, pooling: str = "cls", max_length: int | None = None,
-            batch_size: int = 32, progress: Progress | None = None) -> np.ndarray:
+            batch_size: int = 32, progress: Progress | None = None, ranks: Ranks = ONE) -> np.ndarray | None:
     """``(L + 1, n, hidden)`` float32: every hidden state's sentence vector per text, in input order.
+
+    Under a launcher (``ranks``) each process pools its share of the batches and the main process, which alone
+    gets the array (others get None) and reports progress, puts them in place (:mod:`analysis.parallel`).
 
     ``pooling``: ``cls`` (the first token), ``mean`` (over counted, non-special tokens) or ``model``: a sentence
     encoder's own pooling, exactly as sentence-transformers computes it (its mean and max run over every token
@@ -144,7 +148,8 @@ def extract(loaded: LoadedModel, inputs: TextInputs, pooling: str = "cls", max_l
     tokenizer = loaded.tokenizer
     max_length = min(max_length or 10**9, max_input_length(loaded))
     encoded = encode(tokenizer, inputs, max_length)
-    out = np.empty((loaded.num_layers + 1, len(encoded), loaded.anatomy.hidden_size), np.float32)
+    if ranks.is_main:
+        out = np.empty((loaded.num_layers + 1, len(encoded), loaded.anatomy.hidden_size), np.float32)
     special_ids = list(tokenizer.all_special_ids)
     done = 0
 
@@ -162,30 +167,37 @@ def extract(loaded: LoadedModel, inputs: TextInputs, pooling: str = "cls", max_l
             pooled = (states * weights[None, :, :, None]).sum(2) / weights.sum(1).clamp(min=1)[None, :, None]
         return idx, pooled.float().cpu().numpy()
 
-    for idx in bucket_indices(encoded, batch_size, loaded):
-        for part, pooled in halving_on_oom(run, idx):
+    plan = ranks.broadcast(list(bucket_indices(encoded, batch_size, loaded)) if ranks.is_main else None)
+    for idx in ranks.steps(plan):
+        gathered = ranks.gather(list(halving_on_oom(run, idx)) if idx is not None else [])
+        if not ranks.is_main:
+            continue
+        for part, pooled in (p for rank_parts in gathered for p in rank_parts):
             out[:, part] = pooled
             done += len(part)
         if progress:
             progress("extracting", done, len(encoded))
-    return out
+    return out if ranks.is_main else None
 
 
 def representations(loaded: LoadedModel, inputs: TextInputs, pooling: str = "cls", max_length: int | None = None,
                     batch_size: int = 32, progress: Progress | None = None,
-                    store: ArrayStore | None = None) -> tuple[np.ndarray, bool]:
+                    store: ArrayStore | None = None, ranks: Ranks = ONE) -> tuple[np.ndarray | None, bool]:
     """:func:`extract`, read from the disk cache when this model, data, pooling and max length were seen
-    before. Returns ``(array, cache_hit)``. Labels and batch size do not change the vectors, so not the key."""
+    before. Returns ``(array, cache_hit)``. Labels and batch size do not change the vectors, so not the key.
+    Under a launcher the processes share the extraction; the main process reads and writes the cache and alone
+    gets the array."""
     store = store or ArrayStore()
     data = dataclasses.replace(inputs, labels=None, row_ids=None, skipped_empty=0, dropped_over_limit=0)
     key = key_of(model=loaded.fingerprint, data=data.content_hash(),
                  pooling=f"model:{loaded.pooling}" if pooling == "model" else pooling,
                  max_length=min(max_length or 10**9, max_input_length(loaded)))
-    cached = store.get("representations", key)
-    if cached is not None and cached.shape[:2] == (loaded.num_layers + 1, len(inputs)):
+    cached = store.get("representations", key) if ranks.is_main else None
+    if ranks.broadcast(cached is not None and cached.shape[:2] == (loaded.num_layers + 1, len(inputs))):
         return cached, True
-    reps = extract(loaded, inputs, pooling, max_length, batch_size, progress)
-    store.put("representations", key, reps)
+    reps = extract(loaded, inputs, pooling, max_length, batch_size, progress, ranks)
+    if ranks.is_main:
+        store.put("representations", key, reps)
     return reps, False
 
 
@@ -408,8 +420,11 @@ def matches(prediction: str, label: str, names: list[str] | None) -> bool:
 
 
 def atlas(loaded: LoadedModel, inputs: TextInputs, config: AtlasConfig = AtlasConfig(),
-          progress: Progress | None = None, store: ArrayStore | None = None) -> AtlasResult:
-    """Representations (cached), projections of the chosen layers, separability of every layer and CKA."""
+          progress: Progress | None = None, store: ArrayStore | None = None,
+          ranks: Ranks = ONE) -> AtlasResult | None:
+    """Representations (cached), projections of the chosen layers, separability of every layer and CKA.
+    Under a launcher the processes share the extraction; the main process does the rest and alone gets the
+    result (others get None)."""
     start = time.perf_counter()
     if len(inputs) > max_rows():
         raise InputError(f"{len(inputs):,} rows are more than the atlas' limit of {max_rows():,}: take a random "
@@ -417,7 +432,10 @@ def atlas(loaded: LoadedModel, inputs: TextInputs, config: AtlasConfig = AtlasCo
     counts = check_labels(inputs.labels, config.folds)
     n_states = loaded.num_layers + 1
     layers = parse_layers(config.layers, n_states)
-    reps, hit = representations(loaded, inputs, config.pooling, config.max_length, config.batch_size, progress, store)
+    reps, hit = representations(loaded, inputs, config.pooling, config.max_length, config.batch_size, progress, store,
+                                ranks)
+    if not ranks.is_main:
+        return None
     labels = np.asarray(inputs.labels)
 
     rows = []

@@ -28,7 +28,6 @@ import pandas as pd
 import torch
 
 from analysis.activations import (
-    Batch,
     bucket_indices,
     counted_mask,
     encode,
@@ -39,6 +38,7 @@ from analysis.activations import (
 )
 from analysis.inputs import InputError, TextInputs
 from analysis.memory import release_freed_memory
+from analysis.parallel import ONE, Ranks
 from analysis.rowstats import row_stats
 from analysis.token_sink import TokenSink
 from models.loading import LoadedModel
@@ -171,8 +171,12 @@ def require_mlm_head(loaded: LoadedModel) -> None:
 
 def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig = ProbeConfig(),
           sink: TokenSink | None = None, progress: Callable[[int, int], None] | None = None,
-          should_stop: Callable[[], bool] | None = None) -> ProbeResult:
-    """Run the reconstruction probe on ``inputs``. Per-token rows go to ``sink`` (in memory by default)."""
+          should_stop: Callable[[], bool] | None = None, ranks: Ranks = ONE) -> ProbeResult | None:
+    """Run the reconstruction probe on ``inputs``. Per-token rows go to ``sink`` (in memory by default).
+
+    Under a launcher (``ranks``, :mod:`analysis.parallel`) each process probes its share of the batches and the
+    main process merges them in plan order: it alone gets the result (others get None), calls ``progress`` (for
+    the whole run) and ``should_stop``, and writes to ``sink``. The rows and numbers equal one process's."""
     require_mlm_head(loaded)
     start = time.perf_counter()
     release_freed_memory()
@@ -180,7 +184,8 @@ def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig = ProbeCo
     n_states = anatomy.num_layers + 1
     max_length = min(config.max_length or 10**9, max_input_length(loaded))
     encoded = encode(tokenizer, inputs, max_length)
-    sink = sink or TokenSink(tokenizer, config.top_k)
+    if ranks.is_main:
+        sink = sink or TokenSink(tokenizer, config.top_k)
     rows_per_chunk = max(1, config.logits_budget_bytes // (4 * anatomy.vocab_size))
     special_ids = list(tokenizer.all_special_ids)
     n = len(encoded)
@@ -189,7 +194,7 @@ def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig = ProbeCo
     predicted: dict[int, np.ndarray] = {}  # text id -> (L + 1, counted) predicted ids
     done = 0
 
-    def run(idx: list[int]) -> int:
+    def run(idx: list[int]) -> dict:
         batch = make_batch(encoded, idx, tokenizer.pad_token_id, loaded.spec.device)
         counted = counted_mask(batch, special_ids, config.include_special)
         if config.mode == "unmasked":
@@ -213,42 +218,30 @@ def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig = ProbeCo
             scores = score_rows(anatomy.head, stacked.flatten(0, 1), targets.repeat(n_states), config.top_k,
                                 rows_per_chunk)
             per_pass.append((where.cpu(), targets.cpu(), scores))
-        record(batch, per_pass)
-        return len(idx)
+        return summarise(batch.indices, per_pass, n_states)
 
-    def record(batch: Batch, per_pass) -> None:
-        for text_id in batch.indices:  # texts with no counted position keep these
-            predicted[text_id] = np.zeros((n_states, 0), dtype=np.int64)
-        if not per_pass:
-            return
-        where = torch.cat([w for w, _, _ in per_pass])
-        targets = torch.cat([t for _, t, _ in per_pass])
-        k = len(where)
-        # put every text's positions in reading order, then each score as (L + 1, k)
-        order = torch.argsort(where[:, 0] * (where[:, 1].max() + 1) + where[:, 1])
-        where, targets = where[order], targets[order]
-        pred, prob, rank, top_ids, top_probs = (
-            torch.cat([getattr(s, f.name).cpu().unflatten(0, (n_states, len(w))) for w, _, s in per_pass], dim=1)
-            [:, order] for f in dataclasses.fields(Scores))
-        hit = (pred == targets[None, :]).numpy()
-        text_ids = np.asarray(batch.indices)[where[:, 0].numpy()]
-        for row, text_id in enumerate(batch.indices):
-            cols = (where[:, 0] == row).numpy()
-            counted_n[text_id] = cols.sum()
-            correct[text_id] = hit[:, cols].sum(axis=1)
-            predicted[text_id] = pred[:, cols].numpy()
-        sink.add(text_ids=np.tile(text_ids, n_states), layers=np.repeat(np.arange(n_states), k),
-                 positions=np.tile(where[:, 1].numpy(), n_states), targets=np.tile(targets.numpy(), n_states),
-                 preds=pred.flatten().numpy(), probs=prob.flatten().numpy(), ranks=rank.flatten().numpy(),
-                 top_ids=top_ids.flatten(0, 1).numpy(), top_probs=top_probs.flatten(0, 1).numpy())
+    def record(part: dict) -> None:
+        for text_id, counted, right, pred in zip(part["text_ids"], part["counted"], part["correct"],
+                                                 part["predicted"], strict=True):
+            counted_n[text_id], correct[text_id], predicted[text_id] = counted, right, pred
+        if part["rows"] is not None:
+            sink.add(**part["rows"])
 
-    for batch_idx in bucket_indices(encoded, config.batch_size, loaded):
-        if should_stop is not None and should_stop():
+    plan = ranks.broadcast(list(bucket_indices(encoded, config.batch_size, loaded)) if ranks.is_main else None)
+    for batch_idx in ranks.steps(plan):
+        if ranks.broadcast(ranks.is_main and should_stop is not None and should_stop()):
             raise Stopped(f"stopped after {done} of {n} texts")
-        for handled in halving_on_oom(run, batch_idx):
-            done += handled
+        parts = list(halving_on_oom(run, batch_idx)) if batch_idx is not None else []
+        gathered = ranks.gather(parts)
+        if not ranks.is_main:
+            continue
+        for part in (p for rank_parts in gathered for p in rank_parts):
+            record(part)
+            done += len(part["text_ids"])
         if progress is not None:
             progress(done, n)
+    if not ranks.is_main:
+        return None
 
     layers = layer_table(correct, counted_n)
     decoded = decoded_table(tokenizer, predicted, n_states)
@@ -259,6 +252,44 @@ def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig = ProbeCo
                        sentence_accuracy=sentence, tokens=tokens, n_texts=n, truncated=encoded.truncated,
                        max_length=max_length, seconds=time.perf_counter() - start,
                        layer_names=anatomy.layer_names())
+
+
+def summarise(text_ids: list[int], per_pass: list, n_states: int) -> dict:
+    """One batch's results as plain arrays (they travel between processes): per text its counted positions,
+    correct predictions per layer and predicted ids ``(L + 1, counted)``; and the per-token ``rows`` for the
+    sink, text by text (each text's layers, each layer's positions), so a batch split in halves on
+    out-of-memory gives the same rows in the same order."""
+    m = len(text_ids)
+    part = {"text_ids": list(text_ids), "counted": np.zeros(m, np.int64),
+            "correct": np.zeros((m, n_states), np.int64),
+            "predicted": [np.zeros((n_states, 0), np.int64) for _ in range(m)], "rows": None}
+    if not per_pass:
+        return part
+    where = torch.cat([w for w, _, _ in per_pass])
+    targets = torch.cat([t for _, t, _ in per_pass])
+    k = len(where)
+    # every text's positions in reading order, then each score as (L + 1, k)
+    order = torch.argsort(where[:, 0] * (where[:, 1].max() + 1) + where[:, 1])
+    where, targets = where[order], targets[order]
+    pred, prob, rank, top_ids, top_probs = (
+        torch.cat([getattr(s, f.name).cpu().unflatten(0, (n_states, len(w))) for w, _, s in per_pass], dim=1)
+        [:, order].numpy() for f in dataclasses.fields(Scores))
+    targets, rows = targets.numpy(), where[:, 0].numpy()
+    hit = pred == targets[None, :]
+    for row in range(m):
+        cols = rows == row
+        part["counted"][row] = cols.sum()
+        part["correct"][row] = hit[:, cols].sum(axis=1)
+        part["predicted"][row] = pred[:, cols]
+    layer = np.repeat(np.arange(n_states), k)
+    column = np.tile(np.arange(k), n_states)
+    flat = np.lexsort((column, layer, rows[column]))  # text, then layer, then position
+    part["rows"] = {"text_ids": np.asarray(text_ids)[rows[column]][flat], "layers": layer[flat],
+                    "positions": where[:, 1].numpy()[column][flat], "targets": targets[column][flat],
+                    "preds": pred.reshape(-1)[flat], "probs": prob.reshape(-1)[flat],
+                    "ranks": rank.reshape(-1)[flat], "top_ids": top_ids.reshape(n_states * k, -1)[flat],
+                    "top_probs": top_probs.reshape(n_states * k, -1)[flat]}
+    return part
 
 
 # The layer table's headers as the pages show them (name, help); the CSV keeps the short column names.

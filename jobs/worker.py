@@ -23,6 +23,7 @@ import threading
 import time
 from pathlib import Path
 
+from analysis.parallel import launch_command
 from jobs.store import JobStore
 
 log = logging.getLogger("layerlens.worker")
@@ -40,7 +41,7 @@ def job_command(job, root: Path) -> list[str]:
     processes = int(job.config.get("num_processes", 1) or 1)
     entry = ["-m", "jobs.run", str(job.id), "--root", str(root)]
     if processes > 1:
-        return [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(processes), *entry]
+        return launch_command(processes, *entry)
     return [sys.executable, *entry]
 
 
