@@ -60,6 +60,7 @@ def finetune_options(args: argparse.Namespace):
 def cmd_finetune(args: argparse.Namespace, callbacks: list = ()) -> int:
     """Fine-tune a classifier head (and the encoder) on labelled data."""
     from analysis.finetune import run_options
+    from analysis.parallel import is_main_process
 
     if args.out is None:
         raise UserError("--out DIR is required: fine-tuning writes metrics.json, predictions.csv, checkpoint/, ...")
@@ -67,6 +68,9 @@ def cmd_finetune(args: argparse.Namespace, callbacks: list = ()) -> int:
     if not options.train:
         raise UserError("--train is required (a file, 'demo', or hf:NAME[/CONFIG]:SPLIT)")
     out = prepare_out(args.out)
+    if not is_main_process():  # under a launcher: train and evaluate with the others; the main process reports
+        run_options(options, out)
+        return 0
     with tqdm(desc="fine-tuning", unit="step", file=sys.stderr) as bar:
         def note(line: str) -> None:  # on stderr, above the bar; stdout keeps only the result line
             bar.write(line, file=sys.stderr)

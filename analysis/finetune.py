@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -27,6 +28,7 @@ import torch
 
 from analysis.activations import position_limit
 from analysis.inputs import DEMO_LABELLED, InputError, TextInputs
+from analysis.parallel import Ranks, ranks_for
 from analysis.taskdata import TaskData, label_ids, prepare
 from analysis.training import (
     Callback,
@@ -164,14 +166,19 @@ def run_finetune(spec: ModelSpec, splits: Splits, config: FinetuneConfig, out: P
     labels = label_ids(splits.train.labels, splits.val.labels if splits.val else None,
                        splits.test.labels if splits.test else None)
     names = list(labels)
-    spec = spec.resolved()
+    ranks = ranks_for(spec.device)
+    spec = dataclasses.replace(spec, device=ranks.device_for(spec.device)).resolved()
     device = spec.device
     out.mkdir(parents=True, exist_ok=True)
     if config.further_pretrain_steps:
         texts = splits.train.texts + (splits.train.pairs or ())
-        spec = dataclasses.replace(spec, name=str(further_pretrain(
-            spec, texts, config.further_pretrain_steps, out / "further_pretrained", config.batch_size,
-            config.max_length, seed=config.seed, log=log)), revision=None)
+        further = out / "further_pretrained"
+        if ranks.is_main:  # one process trains and saves it; the others then load it
+            further_pretrain(spec, texts, config.further_pretrain_steps, further, config.batch_size,
+                             config.max_length, seed=config.seed, log=log)
+        ranks.barrier()
+        spec = dataclasses.replace(spec, name=str(further), revision=None)
+    seed_everything(config.seed)  # parts the checkpoint lacks (a masked LM's pooler) start from the run's seed
     encoder, tokenizer = load_encoder(spec)
     log(f"encoder: {spec.name} ({encoder.config.model_type}, {encoder.config.num_hidden_layers} layers, float32 "
         f"master weights on {device}); {len(splits.train):,} training rows")
@@ -186,22 +193,25 @@ def run_finetune(spec: ModelSpec, splits: Splits, config: FinetuneConfig, out: P
         val_data = encode(splits.val)
         model, state = _one_run(encoder, tokenizer, len(labels), train_data, val_data, config, device, out, callbacks)
         target, name = (test_data, "test") if test_data is not None else (val_data, "validation")
-        ev = evaluate(model, target, config.batch_size, tokenizer.pad_token_id, device)
+        ev = evaluate(model, target, config.batch_size, tokenizer.pad_token_id, device, ranks=ranks)
         result.update(evaluated_on=name, history=state.history, steps=state.step, stopped=len(state.history)
-                      < config.epochs and state.step < state.total_steps)
+                      < config.epochs and state.step < state.total_steps,
+                      steps_per_process=ranks.all_gather(state.step))  # equal: see analysis.training.share
         if target.labels[0] >= 0:
             result.update(ev.metrics(target.labels, names, train_data.labels))
-        _predictions(target, ev.predictions, names).to_csv(out / "predictions.csv", index=False)
-        if ev.layer_weights is not None:
-            weights_frame(ev, target).to_csv(out / "layer_weights.csv", index=False)
-        save_checkpoint(model, tokenizer, labels, config, out / "checkpoint")
+        if ranks.is_main:
+            _predictions(target, ev.predictions, names).to_csv(out / "predictions.csv", index=False)
+            if ev.layer_weights is not None:
+                weights_frame(ev, target).to_csv(out / "layer_weights.csv", index=False)
+            save_checkpoint(model, tokenizer, labels, config, out / "checkpoint")
         # Kao et al. Fig. 2: the fine-tuned layers read by the pre-trained MLM head of the model they started from
         result["mlm_head_from"] = spec.name if has_own_mlm_head(spec) else None
     else:
         result.update(_cross_validate(encoder, tokenizer, labels, train_data, test_data, config, device, out,
-                                      callbacks, log))
+                                      callbacks, log, ranks))
     result["seconds"] = round(time.perf_counter() - start, 2)
-    (out / "metrics.json").write_text(json.dumps(result, indent=2, default=float))
+    if ranks.is_main:
+        (out / "metrics.json").write_text(json.dumps(result, indent=2, default=float))
     return result
 
 
@@ -226,8 +236,15 @@ def run_options(options, out: Path, callbacks: list[Callback] = (),
     origin = sources(options)
     log(f"learning rate {config.lr:g} ({origin.get('lr', 'LayerLens default')})")
     metrics = run_finetune(options.spec(), splits, config, out, callbacks, log)
+    ranks = ranks_for(options.spec().device)
+    if not ranks.is_main:
+        return metrics
     (out / "run.json").write_text(json.dumps({
         "options": options.to_dict(), "values_from": origin, "config": config.to_dict(),
+        # the batch size is the global batch: each of the processes takes its share of every batch (at most
+        # per_process_batch rows), and every process takes the same number of steps
+        "processes": ranks.count, "per_process_batch": math.ceil(config.batch_size / ranks.count),
+        "global_batch": config.batch_size,
         # a task model's own head (a classifier's, say) is not used: the LayerLens head above replaces it
         "replaced_task_head": task_architecture(options.spec()),
         "model_spec": options.spec().to_dict(),
@@ -269,7 +286,7 @@ def _predictions(data: TaskData, predictions: np.ndarray, names: list[str]) -> p
 
 
 def _cross_validate(encoder, tokenizer, labels, data: TaskData, test: TaskData | None, config, device, out,
-                    callbacks, log) -> dict:
+                    callbacks, log, ranks: Ranks) -> dict:
     from sklearn.model_selection import StratifiedKFold
 
     names = list(labels)
@@ -290,17 +307,20 @@ def _cross_validate(encoder, tokenizer, labels, data: TaskData, test: TaskData |
         fold_out = out / "folds" / str(k)
         model, state = _one_run(encoder, tokenizer, len(labels), fit, watch, fold_config, device, fold_out, callbacks)
         scored = data.subset(va)  # only scored: never seen by training nor by the choice of epoch
-        ev = evaluate(model, scored, config.batch_size, tokenizer.pad_token_id, device)
+        ev = evaluate(model, scored, config.batch_size, tokenizer.pad_token_id, device, ranks=ranks)
         oof[va] = ev.predictions
         m = ev.metrics(scored.labels, names, fit.labels)
-        (fold_out / "rows.json").write_text(json.dumps({
-            "trained_on": list(map(int, fit.ids)), "chose_epoch": list(map(int, watch.ids)) if config.early_stopping
-            else [], "scored": list(map(int, scored.ids))}))
+        if ranks.is_main:
+            fold_out.mkdir(parents=True, exist_ok=True)
+            (fold_out / "rows.json").write_text(json.dumps({
+                "trained_on": list(map(int, fit.ids)), "chose_epoch": list(map(int, watch.ids))
+                if config.early_stopping else [], "scored": list(map(int, scored.ids))}))
         folds.append({"fold": k, "accuracy": m["accuracy"], "macro_f1": m["macro_f1"], "history": state.history,
                       "trained_rows": len(fit), "epoch_rows": len(watch) if config.early_stopping else 0,
                       "scored_rows": len(scored)})
         if test is not None:
-            test_votes.append(evaluate(model, test, config.batch_size, tokenizer.pad_token_id, device).predictions)
+            test_votes.append(evaluate(model, test, config.batch_size, tokenizer.pad_token_id, device,
+                                       ranks=ranks).predictions)
     acc, f1 = np.array([f["accuracy"] for f in folds]), np.array([f["macro_f1"] for f in folds])
     chosen = (f"validation loss on {config.val_fraction:.0%} of the training rows of each fold (stratified, seed "
               f"{config.seed} + fold); the held-out fold is only scored" if config.early_stopping else
@@ -315,12 +335,13 @@ def _cross_validate(encoder, tokenizer, labels, data: TaskData, test: TaskData |
                   accuracy_interval=pooled["accuracy_interval"])
     if test is not None:
         vote = majority_vote(test_votes)
-        _predictions(test, vote, names).to_csv(out / "predictions.csv", index=False)
+        if ranks.is_main:
+            _predictions(test, vote, names).to_csv(out / "predictions.csv", index=False)
         if test.labels[0] >= 0:
             ens = classification_metrics(vote, test.labels, names, data.labels)
             result["ensemble_test"] = {k: ens[k] for k in ("accuracy", "accuracy_interval", "macro_f1", "baseline",
                                                            "one_class", "confusion_matrix")}
-    else:
+    elif ranks.is_main:
         _predictions(data, oof, names).to_csv(out / "predictions.csv", index=False)
     return result
 

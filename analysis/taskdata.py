@@ -141,14 +141,20 @@ def batches(data: TaskData, batch_size: int, pad_id: int, shuffle: bool, seed: i
     ``positions`` (indices into ``data``), in the order of :func:`batch_order`."""
     lengths = [len(ids) for ids in data.input_ids]
     for idx in batch_order(lengths, batch_size, shuffle, seed, by_length):
-        width = max(len(data.input_ids[i]) for i in idx)
-        ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
-        types = torch.zeros((len(idx), width), dtype=torch.long)
-        mask = torch.zeros((len(idx), width), dtype=torch.long)
-        for row, i in enumerate(idx):
-            n = len(data.input_ids[i])
-            ids[row, :n] = torch.tensor(data.input_ids[i])
-            types[row, :n] = torch.tensor(data.token_type_ids[i])
-            mask[row, :n] = 1
-        yield {"input_ids": ids, "token_type_ids": types, "attention_mask": mask,
-               "labels": torch.tensor([data.labels[i] for i in idx]), "positions": torch.tensor(idx)}
+        yield padded(data, idx, pad_id)
+
+
+def padded(data: TaskData, idx: list[int], pad_id: int) -> dict:
+    """Rows ``idx`` of ``data`` padded to the longest of them: ``input_ids``, ``token_type_ids``,
+    ``attention_mask``, ``labels`` and ``positions``."""
+    width = max(len(data.input_ids[i]) for i in idx)
+    ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
+    types = torch.zeros((len(idx), width), dtype=torch.long)
+    mask = torch.zeros((len(idx), width), dtype=torch.long)
+    for row, i in enumerate(idx):
+        n = len(data.input_ids[i])
+        ids[row, :n] = torch.tensor(data.input_ids[i])
+        types[row, :n] = torch.tensor(data.token_type_ids[i])
+        mask[row, :n] = 1
+    return {"input_ids": ids, "token_type_ids": types, "attention_mask": mask,
+            "labels": torch.tensor([data.labels[i] for i in idx]), "positions": torch.tensor(idx)}

@@ -8,8 +8,11 @@
   the pooler sit on top (``lr``). ALBERT's one shared layer is used at every depth and gets the top rate.
 - Early stopping on validation loss, keeping the best epoch's weights; k-fold cross-validation (mean and std)
   with a majority-vote ensemble of the fold models on the test set (GRUBERT).
-- Accelerate runs the same loop on CPU, one GPU (bfloat16 autocast where supported) or several GPUs/nodes
-  under ``accelerate launch``.
+- Accelerate runs the same loop on CPU, one GPU (bfloat16 autocast where supported) or several processes
+  under ``accelerate launch`` (:func:`share`): the batch size is the *global* batch; every process takes its
+  rows of each global batch (so every process takes the same number of steps, whatever the number of batches)
+  and the loss is scaled so that DDP's average of the gradients is the gradient of the global batch's mean
+  loss, as in one process. Evaluation is shared between the processes and gathered.
 - Shaped like the HF Trainer without its weight: a :class:`TrainState` (step, epoch, history) and a
   :class:`TrainControl` (``should_stop``) are passed to callbacks after every step and epoch.
 """
@@ -32,8 +35,9 @@ from torch import nn
 
 from analysis.heads import HeadOutput, build_head, trainable_parameters
 from analysis.options import FinetuneConfig
+from analysis.parallel import ONE, Ranks, ranks_for
 from analysis.scores import classification_metrics
-from analysis.taskdata import TaskData, batches
+from analysis.taskdata import TaskData, batch_order, batches, padded
 
 log = logging.getLogger(__name__)
 
@@ -131,30 +135,69 @@ class Evaluation:
 
 @torch.no_grad()
 def evaluate(model: Classifier, data: TaskData, batch_size: int, pad_id: int, device, keep_vectors: bool = False,
-             autocast: bool = False) -> Evaluation:
+             autocast: bool = False, ranks: Ranks = ONE) -> Evaluation:
+    """Loss, predictions, layer weights (and [CLS] vectors) on ``data``. Under a launcher each process evaluates
+    every N-th batch and every process gets the whole result (the same numbers: early stopping decides alike)."""
     model.eval()
     n = len(data)
-    preds = np.zeros(n, dtype=np.int64)
-    weights, vectors, total, counted, weight_layers = None, None, 0.0, 0, None
-    for batch in batches(data, batch_size * 2, pad_id, shuffle=False, by_length=True):
+    lengths = [len(ids) for ids in data.input_ids]
+    parts = []
+    for idx in ranks.steps(batch_order(lengths, batch_size * 2, shuffle=False, by_length=True)):
+        if idx is None:
+            continue
+        batch = padded(data, idx, pad_id)
         pos = batch.pop("positions").numpy()
         labels = batch.pop("labels").to(device)
         with torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16, enabled=autocast):
             out, cls = model(**{k: v.to(device) for k, v in batch.items()}, return_states=True)
-        logits = out.logits.float()
-        preds[pos] = logits.argmax(-1).cpu().numpy()
-        if (labels >= 0).any():
-            total += nn.functional.cross_entropy(logits[labels >= 0], labels[labels >= 0], reduction="sum").item()
-            counted += int((labels >= 0).sum())
-        if out.layer_weights is not None:
+        logits, known = out.logits.float(), labels >= 0
+        loss = nn.functional.cross_entropy(logits[known], labels[known], reduction="sum").item() if known.any() else 0
+        parts.append((pos, logits.argmax(-1).cpu().numpy(), loss, int(known.sum()), out.layers,
+                      out.layer_weights.float().cpu().numpy() if out.layer_weights is not None else None,
+                      cls.float().cpu().numpy().astype(np.float16) if keep_vectors else None))
+    parts = [part for rank_parts in ranks.all_gather(parts) for part in rank_parts]
+    preds = np.zeros(n, dtype=np.int64)
+    weights = vectors = weight_layers = None
+    for pos, pred, _, _, layers, w, cls in parts:
+        preds[pos] = pred
+        if w is not None:
             if weights is None:
-                weights, weight_layers = np.zeros((n, out.layer_weights.shape[1]), np.float32), out.layers
-            weights[pos] = out.layer_weights.float().cpu().numpy()
-        if keep_vectors:
+                weights, weight_layers = np.zeros((n, w.shape[1]), np.float32), layers
+            weights[pos] = w
+        if cls is not None:
             if vectors is None:
                 vectors = np.zeros((cls.shape[0], n, cls.shape[-1]), np.float16)
-            vectors[:, pos] = cls.float().cpu().numpy()
+            vectors[:, pos] = cls
+    total, counted = sum(part[2] for part in parts), sum(part[3] for part in parts)
     return Evaluation(total / max(counted, 1), preds, weights, weight_layers, vectors)
+
+
+def freeze_unused(model: Classifier, batch: dict, device) -> list[str]:
+    """Freeze the parameters the head never reaches (the pooler, the layers above the one a head reads): one
+    process gives them no gradient and AdamW leaves them alone, but DDP would all-reduce zeros into them and
+    weight decay would then move them. Found by one backward pass in eval mode (no dropout, no random numbers
+    drawn). Returns their names."""
+    batch = {k: v.to(device) for k, v in batch.items() if k not in ("labels", "positions")}
+    model.eval()
+    model.zero_grad(set_to_none=True)
+    model(**batch).logits.float().sum().backward()
+    unused = [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    for name, p in model.named_parameters():
+        if name in unused:
+            p.requires_grad_(False)
+    model.zero_grad(set_to_none=True)
+    return unused
+
+
+def share(batch: dict, ranks: Ranks) -> tuple[dict, torch.Tensor]:
+    """This process's rows of a global batch (contiguous, sizes differing by at most one) and each row's
+    weight in the loss. A process left without a row (a last batch smaller than the number of processes) gets
+    the batch's first row again with weight 0: it takes the step like the others and adds nothing."""
+    rows = np.array_split(np.arange(len(batch["labels"])), ranks.count)[ranks.index]
+    weight = torch.ones(len(rows))
+    if len(rows) == 0:
+        rows, weight = np.zeros(1, dtype=np.int64), torch.zeros(1)
+    return {k: v[torch.from_numpy(rows)] for k, v in batch.items()}, weight
 
 
 def seed_everything(seed: int) -> None:
@@ -171,14 +214,21 @@ def train(model: Classifier, train_data: TaskData, val_data: TaskData, config: F
     """Fine-tune ``model`` in place; returns it (the best epoch's weights with early stopping) and the state.
     With ``out``, per-epoch layer weights and validation [CLS] vectors go to ``out/epochs/<e>/``."""
     from accelerate import Accelerator
+    from accelerate.utils import DistributedDataParallelKwargs
     from torch.optim.lr_scheduler import LambdaLR
     from transformers import get_linear_schedule_with_warmup
 
     seed_everything(config.seed)
     model = model.float()  # float32 master weights whatever the checkpoint's dtype; bf16 only as autocast
     autocast = device.startswith("cuda") and torch.cuda.is_bf16_supported()
-    accelerator = Accelerator(cpu=device == "cpu", mixed_precision="bf16" if autocast else "no")
-    steps_per_epoch = math.ceil(math.ceil(len(train_data) / config.batch_size) / accelerator.num_processes)
+    ranks = ranks_for(device)
+    handlers = []
+    if ranks.count > 1:
+        freeze_unused(model, padded(train_data, list(range(min(2, len(train_data)))), pad_id), device)
+        handlers = [DistributedDataParallelKwargs(find_unused_parameters=True)]  # in case a head skips a part
+    accelerator = Accelerator(cpu=ranks.device_for(device) == "cpu", mixed_precision="bf16" if autocast else "no",
+                              kwargs_handlers=handlers)
+    steps_per_epoch = math.ceil(len(train_data) / config.batch_size)  # global batches: each one step in every process
     total = min(config.max_steps or 10**12, steps_per_epoch * config.epochs)
     optimizer = torch.optim.AdamW(parameter_groups(model, config), lr=config.lr, fused=True)  # one kernel, CPU too
     if config.schedule == "linear":
@@ -195,14 +245,16 @@ def train(model: Classifier, train_data: TaskData, val_data: TaskData, config: F
         losses = []
         epoch_batches = batches(train_data, config.batch_size, pad_id, shuffle=True, seed=config.seed + epoch,
                                 by_length=config.group_by_length)
-        for n, batch in enumerate(epoch_batches):
-            if n % accelerator.num_processes != accelerator.process_index:
-                continue  # under `accelerate launch`, each process takes every n-th batch
+        for global_batch in epoch_batches:
+            # every process takes its rows of the same global batch; DDP averages the processes' gradients, so
+            # each one's loss is its rows' summed loss x processes / global rows: the mean over the global batch
+            batch, weight = share(global_batch, ranks)
             batch.pop("positions")
             labels = batch.pop("labels").to(accelerator.device)
             with accelerator.autocast():
                 output: HeadOutput = model(**{k: v.to(accelerator.device) for k, v in batch.items()})
-                loss = nn.functional.cross_entropy(output.logits.float(), labels)
+                rows_loss = nn.functional.cross_entropy(output.logits.float(), labels, reduction="none")
+                loss = (rows_loss * weight.to(rows_loss.device)).sum() * ranks.count / len(global_batch["labels"])
             accelerator.backward(loss)
             if config.max_grad_norm:
                 accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
@@ -210,7 +262,7 @@ def train(model: Classifier, train_data: TaskData, val_data: TaskData, config: F
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             state.step += 1
-            state.last_loss = loss.item()
+            state.last_loss = accelerator.reduce(loss.detach(), "mean").item()  # the global batch's mean loss
             state.lr = max(scheduler.get_last_lr())
             losses.append(state.last_loss)
             for cb in callbacks:
@@ -219,7 +271,7 @@ def train(model: Classifier, train_data: TaskData, val_data: TaskData, config: F
                 break
         unwrapped = accelerator.unwrap_model(model)
         ev = evaluate(unwrapped, val_data, config.batch_size, pad_id, accelerator.device,
-                      keep_vectors=config.save_vectors and out is not None, autocast=autocast)
+                      keep_vectors=config.save_vectors and out is not None, autocast=autocast, ranks=ranks)
         metrics = ev.metrics(val_data.labels, [str(i) for i in range(unwrapped.num_labels)])
         state.history.append({"epoch": epoch, "step": state.step, "train_loss": float(np.mean(losses or [np.nan])),
                               "val_loss": ev.loss, "val_accuracy": metrics["accuracy"],

@@ -14,14 +14,17 @@ import time
 import traceback
 from pathlib import Path
 
+from analysis.parallel import is_main_process
 from jobs.store import JobStore
 
 LOG_EVERY = 10.0  # seconds between progress lines within an epoch
 
 
 def say(line: str) -> None:
-    """One plain line in the job's log (no progress bars, no escape codes), with the time."""
-    print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
+    """One plain line in the job's log (no progress bars, no escape codes), with the time; from the main
+    process only when the job runs in several."""
+    if is_main_process():
+        print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
 
 
 def quiet_libraries() -> None:
@@ -41,7 +44,7 @@ def main() -> int:
     a = p.parse_args()
     store = JobStore(a.root)
     job = store.get(a.job_id)
-    main_process = os.environ.get("RANK", "0") == "0"
+    main_process = is_main_process()
     from analysis.finetune import run_options
     from analysis.inputs import InputError
     from analysis.options import resolve

@@ -70,3 +70,71 @@ def test_a_bad_input_is_said_once(tmp_path, processes):
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode != 0
     assert done.stderr.count("missing.txt") == 1, done.stderr[-2000:]
+
+
+def test_share_splits_a_global_batch_and_pads_an_empty_share_with_weight_zero():
+    import torch
+
+    from analysis.training import share
+
+    batch = {"labels": torch.arange(5), "input_ids": torch.arange(10).view(5, 2)}
+    parts = [share(batch, Ranks(r, 2)) for r in range(2)]
+    assert [p["labels"].tolist() for p, _ in parts] == [[0, 1, 2], [3, 4]]
+    assert all(w.tolist() == [1.0] * len(p["labels"]) for p, w in parts)
+    one = {"labels": torch.tensor([7]), "input_ids": torch.tensor([[1, 2]])}
+    (first, w0), (second, w1) = share(one, Ranks(0, 2)), share(one, Ranks(1, 2))
+    assert first["labels"].tolist() == [7] and w0.tolist() == [1.0]
+    assert second["labels"].tolist() == [7] and w1.tolist() == [0.0]  # takes the step, adds nothing
+
+
+def test_two_process_fine_tune_equals_one_process_with_the_same_global_batch(tmp_path):
+    """33 training rows in global batches of 8: 5 batches a epoch (odd), the last one a single row, so the second
+    process gets a zero-weight copy of it. Dropout is 0 in model and head, so the runs differ only by float
+    summation order (the gradient all-reduce adds two partial sums)."""
+    import numpy as np
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForMaskedLM, BertConfig
+
+    from tests.conftest import tiny_tokenizer
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=99, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                        attention_probs_dropout_prob=0.0)
+    model_dir = tmp_path / "tiny"
+    AutoModelForMaskedLM.from_config(config).save_pretrained(model_dir)
+    tiny_tokenizer().save_pretrained(model_dir)
+    rng = np.random.default_rng(0)
+    words = ["good", "bad", "film", "movie", "fun", "dull", "very", "not"]
+
+    def write(name, n):
+        rows = [(" ".join(rng.choice(words, rng.integers(2, 9))), int(rng.integers(0, 2))) for _ in range(n)]
+        (tmp_path / name).write_text("text,label\n" + "".join(f"{t},{y}\n" for t, y in rows))
+        return tmp_path / name
+
+    train, val = write("train.csv", 33), write("val.csv", 11)
+    args = ["finetune", "--model", model_dir, "--train", train, "--val", val, "--head", "attention",
+            "--batch-size", "8", "--epochs", "2", "--dropout", "0", "--lr", "1e-3", "--device", "cpu"]
+    for n in (1, 2):
+        run_cli([*args, "--out", tmp_path / f"out{n}"], n, tmp_path / f"home{n}")
+    one, two = tmp_path / "out1", tmp_path / "out2"
+    m1, m2 = (json.loads((d / "metrics.json").read_text()) for d in (one, two))
+    assert m1["steps"] == m2["steps"] == 10
+    assert m1["steps_per_process"] == [10] and m2["steps_per_process"] == [10, 10]
+    r2 = json.loads((two / "run.json").read_text())
+    assert (r2["processes"], r2["per_process_batch"], r2["global_batch"]) == (2, 4, 8)
+    for h1, h2 in zip(m1["history"], m2["history"], strict=True):
+        assert h1["val_loss"] == pytest.approx(h2["val_loss"], abs=1e-5)
+        assert h1["train_loss"] == pytest.approx(h2["train_loss"], abs=1e-5)
+    w1, w2 = (load_file(d / "checkpoint" / "encoder" / "model.safetensors") for d in (one, two))
+    moved = 0
+    for name, value in w1.items():
+        torch.testing.assert_close(value, w2[name], atol=1e-5, rtol=1e-4, msg=name)
+    start = AutoModelForMaskedLM.from_pretrained(model_dir).base_model.state_dict()
+    moved = sum(not torch.equal(start[k], w1[k]) for k in w1 if k in start)
+    assert moved > len(w1) // 2  # the encoder really trained
+    h1, h2 = (load_file(d / "checkpoint" / "head.safetensors") for d in (one, two))
+    for name in h1:
+        torch.testing.assert_close(h1[name], h2[name], atol=1e-5, rtol=1e-4, msg=name)
+    assert (one / "predictions.csv").read_text() == (two / "predictions.csv").read_text()
