@@ -67,6 +67,9 @@ def cmd_finetune(args: argparse.Namespace, callbacks: list = ()) -> int:
     options = finetune_options(args)
     if not options.train:
         raise UserError("--train is required (a file, 'demo', or hf:NAME[/CONFIG]:SPLIT)")
+    if options.backend != "local":
+        raise UserError(f"backend {options.backend} is where a job runs: queue it with `python -m analysis jobs "
+                        "submit --config FILE` (finetune runs here, now)")
     out = prepare_out(args.out)
     if not is_main_process():  # under a launcher: train and evaluate with the others; the main process reports
         run_options(options, out)
@@ -104,6 +107,9 @@ def add_jobs_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     s = sub.add_parser("submit", help="queue a fine-tuning job (prints its id last) and start a worker if needed")
     s.add_argument("--config", type=Path, required=True, help="the options file finetune --config takes")
+    s.add_argument("--grid", nargs="+", metavar="KEY=V1,V2", help="a sweep: one job per combination, e.g. --grid "
+                   "head=cls,attention,lstm lr=2e-5,5e-5 (6 jobs in one group)")
+    s.add_argument("--group", help="the sweep's name (default: 'sweep <time>: <keys>')")
     s.add_argument("--name", default="", help="a name for the job list")
     s.add_argument("--no-worker", action="store_true", help="only queue it (a worker started later runs it)")
     ls = sub.add_parser("list", help="the jobs, newest first")
@@ -119,20 +125,30 @@ def add_jobs_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_jobs(args: argparse.Namespace) -> int:
     """Background fine-tuning jobs: submit, list, show, cancel, logs (state under LAYERLENS_HOME)."""
+    from jobs import backends
     from jobs.store import JobStore
 
     store = JobStore()
     if args.action == "submit":
-        from jobs.submit import SubmitError, submit  # loads data and model configs: the only heavy action
+        from jobs.submit import SubmitError, submit, submit_sweep  # loads data and model configs: the heavy action
 
         config = read_config_file(args.config)
         try:
-            job_id = submit(config, store, args.name, start_worker=not args.no_worker)
-        except SubmitError as exc:
+            if args.grid:
+                from analysis.options import grid
+
+                group, ids = submit_sweep(config, grid(args.grid), store, args.group, not args.no_worker)
+                print(f"queued {len(ids)} jobs in group '{group}':", file=sys.stderr)
+            else:
+                ids = [submit(config, store, args.name, start_worker=not args.no_worker, group=args.group)]
+        except (SubmitError, InputError) as exc:
             raise UserError(f"not queued: {exc}") from None
-        print(f"queued job {job_id}: {store.get(job_id).name}", file=sys.stderr)
-        print(job_id)  # alone on the last line of stdout, for scripts
+        for job_id in ids:
+            job = store.get(job_id)
+            print(f"queued job {job_id} ({job.where}): {job.name}", file=sys.stderr)
+            print(job_id)  # one id a line on stdout, for scripts
         return 0
+    backends.refresh(store)
     if args.action == "list":
         jobs = store.list()
         if args.json:
@@ -144,7 +160,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
             p = j.progress
             done = f"{p.get('step', 0)}/{p.get('total_steps', '?')}" if p else ""
             acc = f"acc {j.metrics['accuracy']:.4f}" if j.metrics and "accuracy" in j.metrics else ""
-            print(f"{j.id:>5}  {j.status:<9}  {done:>11}  {acc:<11}  {j.name}")
+            print(f"{j.id:>5}  {j.status:<9}  {done:>11}  {acc:<11}  {j.name}  [{j.where}]")
         return 0
     job = store.get(args.id)
     if job is None:
@@ -152,7 +168,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     if args.action == "show":
         print(json.dumps(job.to_dict(), indent=2, default=str))
     elif args.action == "cancel":
-        print(f"job {job.id}: {store.request_cancel(job.id)}"
+        print(f"job {job.id}: {backends.cancel(store, job.id)}"
               + (" (stopping)" if store.get(job.id).status == "running" else ""))
     else:
         print(job.log_path.read_text(errors="replace") if job.log_path.is_file() else "(no log yet)", end="")

@@ -144,6 +144,9 @@ class FinetuneConfig(Options):
                                         "steps on the training texts first (within-task, Sun et al. 4.2)")
 
 
+BACKENDS = ("local", "slurm")  # where a job runs (jobs.backends)
+
+
 class FinetuneOptions(FinetuneConfig):
     """Everything a fine-tuning run or job carries: the model, the data, the hyper-parameters."""
 
@@ -168,7 +171,16 @@ class FinetuneOptions(FinetuneConfig):
                                                    description="the papers' settings as defaults: "
                                                    + "; ".join(f"{k}: {preset_summary(k)}" for k in PRESETS))
     num_processes: int = Field(1, ge=1, le=64, title="processes", description="jobs: processes under accelerate "
-                               "launch")
+                               "launch; the batch size stays the global batch")
+    backend: Literal[BACKENDS] = Field("local", title="runs on",  # type: ignore[valid-type]
+                                       description="jobs: local (this machine's worker) or slurm (one Slurm job "
+                                       "through submitit; LAYERLENS_HOME shared with the cluster)")
+    slurm_partition: str | None = Field(None, title="Slurm partition", description="jobs on slurm: the "
+                                        "partition (default: the cluster's)")
+    slurm_time: int = Field(120, ge=1, le=10080, title="Slurm time limit (min)", description="jobs on slurm: "
+                            "minutes before Slurm stops the job")
+    slurm_gpus: int = Field(1, ge=0, le=16, title="Slurm GPUs", description="jobs on slurm: GPUs per job (0: "
+                            "CPU only)")
 
     def training(self) -> FinetuneConfig:
         return FinetuneConfig.from_dict(self.to_dict())
@@ -195,6 +207,32 @@ def resolve(*given: dict) -> FinetuneOptions:
         raise InputError(f"unknown preset '{preset}' (choose from {', '.join(PRESETS)})")
     model = explicit.get("model", DEMO_NAME)
     return FinetuneOptions(**{**model_defaults(str(model)), **PRESETS.get(preset, {}), **explicit})
+
+
+def grid(items: list[str]) -> list[dict]:
+    """A sweep: ``["head=cls,attention", "lr=2e-5,5e-5"]`` -> the cross product as option dicts, the first key
+    varying slowest. Keys are option names (dashes or a plural ``s`` allowed: ``heads``, ``num-processes``);
+    values stay as typed, the schema checks them when each job is resolved."""
+    import itertools
+
+    axes: dict[str, list[str]] = {}
+    for item in items:
+        key, sep, values = item.partition("=")
+        name = key.strip().replace("-", "_")
+        fields = FinetuneOptions.model_fields
+        if name not in fields and name.endswith("s") and name[:-1] in fields:
+            name = name[:-1]
+        if not sep or not name:
+            raise InputError(f"grid item '{item}' is not KEY=VALUE[,VALUE...]")
+        if name not in FinetuneOptions.model_fields:
+            raise InputError(f"grid: unknown option '{key}' (use the option names, e.g. head, lr, layer_decay)")
+        if name in axes:
+            raise InputError(f"grid: '{name}' is given twice")
+        vals = [v.strip() for v in values.split(",") if v.strip()]
+        if not vals:
+            raise InputError(f"grid: '{key}' has no values")
+        axes[name] = vals
+    return [dict(zip(axes, combo, strict=True)) for combo in itertools.product(*axes.values())]
 
 
 def sources(options: FinetuneOptions) -> dict[str, str]:

@@ -35,9 +35,14 @@ CREATE TABLE IF NOT EXISTS jobs (
     metrics TEXT,
     error TEXT,
     pid INTEGER,
-    cancel_requested INTEGER NOT NULL DEFAULT 0
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    backend TEXT NOT NULL DEFAULT 'local',
+    backend_id TEXT,
+    grp TEXT
 );
 """
+# columns added since the first release: (name, definition), added to an older database when it is opened
+ADDED_COLUMNS = (("backend", "TEXT NOT NULL DEFAULT 'local'"), ("backend_id", "TEXT"), ("grp", "TEXT"))
 
 
 @dataclasses.dataclass
@@ -56,6 +61,18 @@ class Job:
     pid: int | None
     cancel_requested: bool
     directory: Path
+    backend: str = "local"
+    backend_id: str | None = None  # the Slurm job id (the process id with submitit's local executor)
+    group: str | None = None  # the sweep the job belongs to
+
+    @property
+    def where(self) -> str:
+        """Where the job runs, for the jobs table: ``this machine (pid 123)``, ``slurm job 4567 (gpu)``."""
+        if self.backend == "local":
+            return f"this machine (pid {self.pid})" if self.pid else "this machine"
+        partition = self.config.get("slurm_partition")
+        place = f"slurm job {self.backend_id}" if self.backend_id else "slurm (not submitted)"
+        return place + (f" ({partition})" if partition else "")
 
     @property
     def log_path(self) -> Path:
@@ -88,6 +105,10 @@ class JobStore:
         self.path = self.root / "jobs.db"
         with self._connect() as db:
             db.executescript(SCHEMA)
+            have = {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
+            for name, definition in ADDED_COLUMNS:
+                if name not in have:
+                    db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {definition}")
 
     @contextlib.contextmanager
     def _connect(self):
@@ -106,14 +127,15 @@ class JobStore:
         return Job(row["id"], row["name"], json.loads(row["config"]), row["device"], row["status"], row["created"],
                    row["started"], row["finished"], json.loads(row["progress"]),
                    json.loads(row["metrics"]) if row["metrics"] else None, row["error"], row["pid"],
-                   bool(row["cancel_requested"]), self.directory(row["id"]))
+                   bool(row["cancel_requested"]), self.directory(row["id"]), row["backend"], row["backend_id"],
+                   row["grp"])
 
     # --- queue ---------------------------------------------------------------------------------------------
 
-    def submit(self, config: dict, device: str, name: str = "") -> int:
+    def submit(self, config: dict, device: str, name: str = "", group: str | None = None) -> int:
         with self._connect() as db:
-            cur = db.execute("INSERT INTO jobs (name, config, device, created) VALUES (?, ?, ?, ?)",
-                             (name, json.dumps(config), device, time.time()))
+            cur = db.execute("INSERT INTO jobs (name, config, device, created, backend, grp) VALUES (?, ?, ?, ?, ?, ?)",
+                             (name, json.dumps(config), device, time.time(), config.get("backend", "local"), group))
             job_id = cur.lastrowid
         self.directory(job_id).mkdir(parents=True, exist_ok=True)
         return job_id
@@ -127,8 +149,8 @@ class JobStore:
                                      (device,)).fetchone()[0]
                 row = None
                 if running < limit:
-                    row = db.execute("SELECT * FROM jobs WHERE status='queued' AND device=? ORDER BY id LIMIT 1",
-                                     (device,)).fetchone()
+                    row = db.execute("SELECT * FROM jobs WHERE status='queued' AND device=? AND backend='local' "
+                                     "ORDER BY id LIMIT 1", (device,)).fetchone()
                 if row is not None:
                     db.execute("UPDATE jobs SET status='running', started=? WHERE id=?", (time.time(), row["id"]))
                 db.execute("COMMIT")
@@ -139,7 +161,8 @@ class JobStore:
 
     def queued_devices(self) -> list[str]:
         with self._connect() as db:
-            return [r[0] for r in db.execute("SELECT DISTINCT device FROM jobs WHERE status='queued'")]
+            return [r[0] for r in db.execute("SELECT DISTINCT device FROM jobs WHERE status='queued' AND "
+                                             "backend='local'")]
 
     # --- state ---------------------------------------------------------------------------------------------
 
@@ -151,6 +174,24 @@ class JobStore:
     def list(self, limit: int = 200) -> list[Job]:
         with self._connect() as db:
             rows = db.execute("SELECT * FROM jobs ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+        return [self._job(r) for r in rows]
+
+    def start(self, job_id: int, pid: int) -> bool:
+        """A job another backend started (a Slurm job): queued -> running with its process id; False when it was
+        cancelled (or started) before."""
+        with self._connect() as db:
+            cur = db.execute("UPDATE jobs SET status='running', started=?, pid=? WHERE id=? AND status='queued'",
+                             (time.time(), pid, job_id))
+            return cur.rowcount == 1
+
+    def set_backend_id(self, job_id: int, backend_id: str) -> None:
+        with self._connect() as db:
+            db.execute("UPDATE jobs SET backend_id=? WHERE id=?", (backend_id, job_id))
+
+    def unfinished(self, backend: str) -> list[Job]:
+        with self._connect() as db:
+            rows = db.execute("SELECT * FROM jobs WHERE backend=? AND status IN ('queued', 'running') ORDER BY id",
+                              (backend,)).fetchall()
         return [self._job(r) for r in rows]
 
     def set_pid(self, job_id: int, pid: int) -> None:
@@ -185,7 +226,7 @@ class JobStore:
 
     def recover(self) -> list[int]:
         """Jobs left ``running`` by a worker or server that died: marked failed (interrupted)."""
-        lost = [j.id for j in self.list(10**6) if j.status == "running" and not pid_alive(j.pid)]
+        lost = [j.id for j in self.unfinished("local") if j.status == "running" and not pid_alive(j.pid)]
         for job_id in lost:
             self.finish(job_id, "failed", "interrupted: the worker or the server stopped while the job ran")
         return lost

@@ -17,6 +17,7 @@ from analysis.heads import build_head
 from analysis.inputs import InputError
 from analysis.options import resolve
 from analysis.taskdata import label_ids
+from jobs.backends import check_available, launch
 from jobs.store import JobStore
 from jobs.worker import ensure_worker
 from models.loading import ModelLoadError, _config_and_family
@@ -41,6 +42,8 @@ def validate(config: dict) -> tuple[dict, str]:
         build_head(options.head, model_config.num_hidden_layers, model_config.hidden_size, 2,
                    pooler=object() if getattr(model_config, "model_type", "") not in ("distilbert", "electra")
                    else None)
+        if options.backend == "slurm":
+            check_available()
     except (InputError, ModelLoadError, ValueError) as exc:
         raise SubmitError(str(exc)) from None
     return options.to_dict(), spec.device
@@ -62,11 +65,37 @@ def job_name(options: dict) -> str:
                        ", ".join(preset + changed) or "defaults"])
 
 
-def submit(config: dict, store: JobStore | None = None, name: str = "", start_worker: bool = True) -> int:
-    """Validate and queue ``config``; start a worker if none runs. Returns the job id."""
+def submit(config: dict, store: JobStore | None = None, name: str = "", start_worker: bool = True,
+           group: str | None = None) -> int:
+    """Validate and queue ``config`` (in sweep ``group``); start a local worker if none runs, or send it to
+    Slurm (backend ``slurm``). Returns the job id."""
     store = store or JobStore()
     config, device = validate(config)
-    job_id = store.submit(config, device, name or job_name(config))
-    if start_worker:
+    job_id = store.submit(config, device, name or job_name(config), group)
+    if config["backend"] == "slurm":
+        try:
+            launch(store, job_id)
+        except ValueError as exc:
+            raise SubmitError(str(exc)) from None
+    elif start_worker:
         ensure_worker(store)
     return job_id
+
+
+def submit_sweep(config: dict, points: list[dict], store: JobStore | None = None, group: str | None = None,
+                 start_worker: bool = True) -> tuple[str, list[int]]:
+    """Queue one job per grid point (:func:`analysis.options.grid`) on top of ``config``, all in one ``group``
+    (default: ``sweep <time>: <keys>``). Every point is checked before any is queued. Returns the group name and
+    the job ids."""
+    import time
+
+    checked = []
+    for point in points:
+        try:
+            checked.append(validate({**config, **point}))
+        except SubmitError as exc:
+            raise SubmitError(f"{', '.join(f'{k}={v}' for k, v in point.items())}: {exc}") from None
+    store = store or JobStore()
+    group = group or f"sweep {time.strftime('%Y-%m-%d %H:%M:%S')}: {' x '.join(points[0]) if points else ''}"
+    ids = [submit(options, store, start_worker=start_worker, group=group) for options, _ in checked]
+    return group, ids

@@ -37,6 +37,26 @@ def tail(path: Path, lines: int = 15) -> str:
         return ""
 
 
+def record_exit(store: JobStore, job, code: int) -> None:
+    """How a job's process ended, in the store (it records success itself): cancelled when asked to stop,
+    else failed with the log's last lines."""
+    if job.cancel_requested:
+        store.finish(job.id, "cancelled")
+    elif code != 0:
+        store.finish(job.id, "failed", tail(job.log_path) or f"exit status {code}")
+    else:
+        store.finish(job.id, "failed", "the job process ended without recording a result")
+
+
+def start_process(job, root: Path) -> subprocess.Popen:
+    """The job's process (:func:`job_command`) in a session of its own, its output appended to the job's log."""
+    job.directory.mkdir(parents=True, exist_ok=True)
+    with open(job.log_path, "ab") as logf:
+        return subprocess.Popen(job_command(job, root), stdout=logf, stderr=subprocess.STDOUT,
+                                cwd=Path(__file__).resolve().parents[1], start_new_session=True,
+                                env={**os.environ, "TQDM_MININTERVAL": "5"})  # a readable log
+
+
 def job_command(job, root: Path) -> list[str]:
     processes = int(job.config.get("num_processes", 1) or 1)
     entry = ["-m", "jobs.run", str(job.id), "--root", str(root)]
@@ -52,11 +72,7 @@ class Worker:
         self.running: dict[int, tuple[subprocess.Popen, float | None]] = {}  # id -> (process, time SIGTERM sent)
 
     def start(self, job) -> None:
-        job.directory.mkdir(parents=True, exist_ok=True)
-        with open(job.log_path, "ab") as logf:
-            proc = subprocess.Popen(job_command(job, self.store.root), stdout=logf, stderr=subprocess.STDOUT,
-                                    cwd=Path(__file__).resolve().parents[1], start_new_session=True,
-                                    env={**os.environ, "TQDM_MININTERVAL": "5"})  # a readable log
+        proc = start_process(job, self.store.root)
         self.store.set_pid(job.id, proc.pid)
         self.running[job.id] = (proc, None)
         log.info("job %d started (pid %d)", job.id, proc.pid)
@@ -79,12 +95,7 @@ class Worker:
                     os.killpg(proc.pid, signal.SIGKILL)
                 continue
             del self.running[job_id]
-            if job.cancel_requested:
-                self.store.finish(job_id, "cancelled")
-            elif code != 0:
-                self.store.finish(job_id, "failed", tail(job.log_path) or f"exit status {code}")
-            else:
-                self.store.finish(job_id, "failed", "the job process ended without recording a result")
+            record_exit(self.store, job, code)
 
     def busy(self) -> bool:
         return bool(self.running) or bool(self.store.queued_devices())
