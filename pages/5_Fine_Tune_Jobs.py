@@ -11,12 +11,13 @@ import streamlit as st
 from analysis.finetune import majority_vote
 from analysis.heads import head_names
 from analysis.inputs import FORMATS, InputError, columns_of, safe_suffix
-from analysis.options import PRESETS, model_config, model_defaults, resolve, sources
+from analysis.options import PRESETS, grid, model_config, model_defaults, resolve, sources
 from analysis.plots import history_chart
 from analysis.scores import classification_metrics
 from analysis.store import layerlens_home
+from jobs import backends
 from jobs.store import FINISHED, JobStore
-from jobs.submit import SubmitError, submit
+from jobs.submit import SubmitError, submit, submit_sweep
 from ui.jobs import comparison_table, job_table, score_line
 from ui.options import option_input, reset_form
 from ui.results import chart
@@ -65,13 +66,14 @@ except InputError as exc:
 MAIN = ["head", "epochs", "lr", "batch_size", "layer_decay", "max_length"]
 MORE = ["truncation", "schedule", "warmup", "dropout", "weight_decay", "early_stopping", "patience", "folds",
         "val_fraction", "seed"]
+WHERE = ["backend", "num_processes", "slurm_partition", "slurm_time", "slurm_gpus"]
 st.session_state.setdefault("job_model", loaded.spec.name)  # Layer duplication may preselect its export
 st.session_state.setdefault("job_preset", "(none)")
 
 
 def reset() -> None:
     preset = st.session_state["job_preset"]
-    reset_form("job", MAIN + MORE, st.session_state["job_model"], None if preset == "(none)" else preset)
+    reset_form("job", MAIN + MORE + WHERE, st.session_state["job_model"], None if preset == "(none)" else preset)
 
 
 if "job_epochs" not in st.session_state or st.session_state.pop("job_reset", False):
@@ -98,6 +100,15 @@ if target is not None and (preset_lr := PRESETS.get(preset, {}).get("lr")) and m
 with st.expander("More options"):
     cols = st.columns(5)
     values |= {name: option_input(cols[i % 5], name, "job") for i, name in enumerate(MORE)}
+with st.expander("Where it runs: this machine or Slurm, processes"):
+    cols = st.columns(len(WHERE))
+    values |= {name: option_input(col, name, "job") for col, name in zip(cols, WHERE, strict=True)}
+    st.caption("Slurm: one Slurm job per LayerLens job (through submitit); the dashboard must run on a Slurm login "
+               "node and LAYERLENS_HOME must be on a filesystem the nodes share (README, 'Running on a cluster'). "
+               "With several processes the batch size stays the global batch.")
+sweep = st.text_input("Sweep (optional)", key="job_grid", placeholder="head=cls,attention lr=2e-5,5e-5",
+                      help="one job per combination, in one group the comparison below can pick: option=value,value "
+                      "... separated by spaces; the values replace the form's")
 config = {"model": model, "train": train, "text_column": text_col, "pair_column": pair_col, "label_column": label_col,
           "preset": None if preset == "(none)" else preset, **values}
 try:
@@ -110,10 +121,22 @@ try:
                                                       in notes.items()) + ". The README's option table lists them.")
 except InputError:
     pass  # shown when submitting
-if st.button("Submit the job", type="primary", key="job_submit", disabled=not train):
+try:
+    points = grid(sweep.split()) if sweep.strip() else []
+except InputError as exc:
+    points = None
+    st.error(str(exc))
+label = f"Submit {len(points)} jobs" if points else "Submit the job"
+if st.button(label, type="primary", key="job_submit", disabled=not train or points is None):
+    start = not os.environ.get("LAYERLENS_JOBS_NO_WORKER")
     try:
-        job_id = submit(config, store, start_worker=not os.environ.get("LAYERLENS_JOBS_NO_WORKER"))
-        st.success(f"Job {job_id} queued: it starts as soon as the device is free.")
+        if points:
+            group, ids = submit_sweep(config, points, store, start_worker=start)
+            st.success(f"{len(ids)} jobs queued in group '{group}' (jobs {ids[0]}–{ids[-1]}).")
+            job_id = ids[0]
+        else:
+            job_id = submit(config, store, start_worker=start)
+            st.success(f"Job {job_id} queued ({store.get(job_id).where}): it starts as soon as the device is free.")
         st.session_state["job_view"] = job_id  # show the new job below
     except SubmitError as exc:
         st.error(f"Not queued: {exc}")
@@ -138,6 +161,7 @@ def show_scores(job, container, matrix_container) -> None:
 
 @st.fragment(run_every=2)
 def live() -> None:
+    backends.refresh(store)  # Slurm jobs that ended without recording a result
     jobs = store.list()
     done = sum(j.status in FINISHED for j in jobs)
     if st.session_state.setdefault("jobs_done", done) != done:  # a job ended: redraw the comparison below too
@@ -161,7 +185,7 @@ def live() -> None:
     if job.progress.get("history"):
         chart(history_chart(job.progress["history"]), f"job{job.id}_curves", left, key=f"curve_{job.id}")
     if job.status not in FINISHED and right.button("Cancel", key=f"cancel_{job.id}"):
-        right.info(f"Job {job.id}: {store.request_cancel(job.id)}")
+        right.info(f"Job {job.id}: {backends.cancel(store, job.id)}")
     if job.error:
         right.error(job.error[-600:])
     if job.metrics and "accuracy" in job.metrics:
@@ -175,6 +199,12 @@ live()
 finished = [j for j in store.list() if j.status == "succeeded" and j.metrics]
 if finished:
     st.subheader("Compare finished runs")
+    groups = sorted({j.group for j in finished if j.group})
+    if groups:
+        picked_group = st.selectbox("Runs", ["all finished runs", *groups], key="job_compare_group",
+                                    format_func=lambda g: g if g == "all finished runs" else f"group: {g}")
+        if picked_group != "all finished runs":
+            finished = [j for j in finished if j.group == picked_group]
     table = comparison_table(finished)
     st.dataframe(table, hide_index=True, width="stretch")
     if table["evaluated on"].nunique() > 1:

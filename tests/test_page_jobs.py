@@ -162,3 +162,25 @@ def test_the_atlas_comparison_uses_the_jobs_held_out_rows(home, bert4, tmp_path)
     at.button(key="atlas_run").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert any(f"job #{job_id} (attention, {bert4})" in e.label for e in at.expander)
+
+
+def test_a_sweep_from_the_page_queues_its_jobs_in_one_group_and_compares_by_group(home, tiny_dirs, bert4):  # noqa: F811
+    at = run_page(JOBS, model=str(tiny_dirs["bert"]))
+    at.text_input(key="job_grid").set_value("heads=cls,attention lr=1e-4,3e-4").run()
+    assert at.button(key="job_submit").label == "Submit 4 jobs"
+    at.button(key="job_submit").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    jobs = home.list()
+    assert len(jobs) == 4 and len({j.group for j in jobs}) == 1 and "4 jobs queued in group" in at.success[0].value
+    assert set(at.dataframe[0].value["group"]) == {jobs[0].group}
+    assert set(at.dataframe[0].value["runs on"]) == {"this machine"}
+    at.text_input(key="job_grid").set_value("nope=1").run()
+    assert "unknown option 'nope'" in at.error[0].value and at.button(key="job_submit").disabled
+    # the comparison can be narrowed to one sweep
+    first, second = finished_job(home, bert4, "attention"), finished_job(home, bert4, "cls")
+    with home._connect() as db:
+        db.execute("UPDATE jobs SET grp='mine' WHERE id=?", (first,))
+    at = run_page(JOBS, model=str(bert4))
+    at.selectbox(key="job_compare_group").set_value("mine").run()
+    assert not at.exception and at.dataframe[1].value["job"].tolist() == [first]
+    assert second not in at.dataframe[1].value["job"].tolist()

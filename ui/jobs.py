@@ -25,15 +25,17 @@ def score_line(metrics: dict | None) -> str:
 
 
 def job_table(jobs) -> pd.DataFrame:
-    """One row per job: id, name, status, progress (0..1), epoch, loss, validation accuracy, the final
-    accuracy with its majority-class baseline and macro-F1, whether it predicted one class only, created."""
+    """One row per job: id, name, status, where it runs, its sweep group, progress (0..1), epoch, loss,
+    validation accuracy, the final accuracy with its majority-class baseline and macro-F1, whether it predicted
+    one class only, created."""
     rows = []
     for j in jobs:
         p = j.progress or {}
         total = p.get("total_steps") or 0
         last = (p.get("history") or [{}])[-1]
         done = 1.0 if j.status == "succeeded" else (p.get("step", 0) / total if total else 0.0)
-        rows.append({"id": j.id, "name": j.name, "status": j.status, "progress": done,
+        rows.append({"id": j.id, "name": j.name, "status": j.status, "runs on": j.where, "group": j.group or "",
+                     "progress": done,
                      "epoch": f"{p.get('epoch', '')}/{p.get('epochs', '')}" if p else "",
                      "batch loss": p.get("loss"), "val accuracy": last.get("val_accuracy"),
                      "accuracy": (j.metrics or {}).get("accuracy"),
@@ -49,7 +51,8 @@ def comparison_table(jobs) -> pd.DataFrame:
     rows = []
     for j in jobs:
         m, c = j.metrics or {}, j.config
-        rows.append({"job": j.id, "model": c.get("model", "demo"), "data": c.get("train"), "head": c.get("head"),
+        rows.append({"job": j.id, "group": j.group or "", "model": c.get("model", "demo"), "data": c.get("train"),
+                     "head": c.get("head"),
                      "lr": c.get("lr"), "epochs": c.get("epochs"), "layer decay": c.get("layer_decay"),
                      "evaluated on": m.get("evaluated_on"), "accuracy": m.get("accuracy"),
                      "majority class": (m.get("baseline") or {}).get("accuracy"), "macro_f1": m.get("macro_f1"),

@@ -32,6 +32,10 @@ def option_input(container, name: str, prefix: str, choices: list | None = None)
         if st.session_state.get(key) not in allowed:  # a preset's head this model cannot take: shown, refused at submit
             allowed.append(st.session_state.get(key))
         return container.selectbox(label, allowed, key=key, help=help_text)
+    if kind == "str":  # optional text (a Slurm partition): empty means none
+        if st.session_state.get(key) is None:
+            st.session_state[key] = ""
+        return container.text_input(label, key=key, help=help_text).strip() or None
     low, high = schema.bounds(name)
     extra = info.json_schema_extra or {}
     if kind == "int":
