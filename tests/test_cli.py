@@ -137,7 +137,7 @@ def test_every_readme_example_runs_as_written(tmp_path, monkeypatch):
         assert main(argv) == 0, line
     assert len(outs) == len([e for e in examples if "--out" in e])  # each its own folder
     assert (tmp_path / "out" / "finetune" / "metrics.json").is_file()
-    assert [j.status for j in JobStore().list()] == ["queued"]
+    assert [j.status for j in JobStore().list()] == ["queued"] * 3  # one job, then a sweep of two
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["jobs", "list"], ["jobs", "show", "1"], ["jobs", "cancel", "1"],

@@ -138,3 +138,24 @@ def test_two_process_fine_tune_equals_one_process_with_the_same_global_batch(tmp
     for name in h1:
         torch.testing.assert_close(h1[name], h2[name], atol=1e-5, rtol=1e-4, msg=name)
     assert (one / "predictions.csv").read_text() == (two / "predictions.csv").read_text()
+
+
+def test_a_job_with_two_processes_runs_the_shared_loop(tmp_path):
+    """num_processes 2: the worker starts accelerate's launcher, the two processes train together, one writes."""
+    from jobs.store import JobStore
+    from jobs.submit import submit
+    from jobs.worker import Worker
+    from tests.test_jobs import drive
+    from tests.test_training import synthetic, write_tsv
+
+    store = JobStore(tmp_path / "jobs")
+    config = {"model": "demo", "train": str(write_tsv(tmp_path / "train.tsv", synthetic(21))),
+              "val": str(write_tsv(tmp_path / "val.tsv", synthetic(9, seed=1))), "head": "attention",
+              "epochs": 1, "batch_size": 4, "num_processes": 2, "device": "cpu"}
+    job = drive(Worker(store), store, submit(config, store, start_worker=False), timeout=240)
+    assert job.status == "succeeded", job.error
+    run = json.loads((job.artifacts / "run.json").read_text())
+    assert (run["processes"], run["per_process_batch"], run["global_batch"]) == (2, 2, 4)
+    assert job.metrics["steps_per_process"] == [6, 6]  # 21 rows in global batches of 4
+    log = job.log_path.read_text()
+    assert log.count("epoch 1/1: train loss") == 1, log  # said once, by the main process
