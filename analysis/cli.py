@@ -34,6 +34,7 @@ from analysis.cli_finetune import (
     cmd_finetune,
     cmd_jobs,
 )
+from analysis.cli_lens import add_lens_arguments, cmd_lens
 from analysis.inputs import InputError
 from analysis.options import ATLAS_METHODS as METHODS
 from analysis.options import ATLAS_POOLINGS as POOLINGS
@@ -71,10 +72,15 @@ def add_probe_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-k", type=positive_int, default=5, help="predictions kept per token (default 5)")
     g.add_argument("--max-length", type=positive_int, help="cut texts to this many tokens (default: the model's limit)")
     g.add_argument("--seed", type=int, default=0, help="seed of the masked mode's random groups")
+    g.add_argument("--lens", type=Path, metavar="DIR", help="also read the layers through this tuned lens (`lens "
+                   "train`): layers.csv and decoded.csv gain a lens column (raw/tuned) and every row kl_to_final "
+                   "and agreement; the tuned per-token rows go to tokens_tuned.parquet")
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
     """Reconstruction probe: every layer through the model's own MLM head."""
+    import pandas as pd
+
     from analysis.inputs import read_file
     from analysis.reconstruction import ProbeConfig, probe, require_mlm_head
     from analysis.token_sink import TokenSink
@@ -93,23 +99,42 @@ def cmd_probe(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     loaded = load_model(spec)
     require_mlm_head(loaded)
+    readings = [("raw", None)]
+    if args.lens is not None:
+        from analysis import lens
+
+        readings.append(("tuned", lens.load(args.lens, loaded)))
     if not ranks.is_main:  # a helper process: its share of the batches, merged and written by the main process
-        probe(loaded, inputs, config, ranks=ranks)
+        for _, reading in readings:
+            probe(loaded, inputs, config, ranks=ranks, lens=reading, divergence=len(readings) > 1)
         return 0
     out = prepare_out(args.out)
-    with tqdm(total=len(inputs), desc="probing" + processes_note(ranks), unit="text", file=sys.stderr) as bar:
-        result = probe(loaded, inputs, config, sink=TokenSink(loaded.tokenizer, config.top_k, out / "tokens.parquet"),
-                       progress=lambda done, total: bar.update(done - bar.n), ranks=ranks)
+    results = {}
+    for name, reading in readings:
+        tokens = "tokens.parquet" if reading is None else f"tokens_{name}.parquet"
+        desc = ("probing" if reading is None else "probing through the tuned lens") + processes_note(ranks)
+        with tqdm(total=len(inputs), desc=desc, unit="text", file=sys.stderr) as bar:
+            results[name] = probe(loaded, inputs, config, sink=TokenSink(loaded.tokenizer, config.top_k, out / tokens),
+                                  progress=lambda done, total: bar.update(done - bar.n), ranks=ranks, lens=reading,
+                                  divergence=len(readings) > 1)
+    result = results["raw"]
     if result.truncated:
         print(f"note: {result.truncated} text(s) longer than {result.max_length} tokens were cut", file=sys.stderr)
-    result.layers.to_csv(out / "layers.csv", index=False)
-    result.decoded.to_csv(out / "decoded.csv", index=False)
+    layers, decoded = result.layers, result.decoded
+    if len(results) > 1:
+        layers, decoded = (pd.concat([getattr(r, table).assign(lens=name)[["lens", *getattr(r, table).columns]]
+                                      for name, r in results.items()], ignore_index=True)
+                           for table in ("layers", "decoded"))
+    layers.to_csv(out / "layers.csv", index=False)
+    decoded.to_csv(out / "decoded.csv", index=False)
     write_json(out, "run.json", {**result.run_info(), "input": str(args.input), "column": args.column,
                                  "pair_column": args.pair_column, "model_spec": loaded.spec.to_dict(),
+                                 "lens": str(args.lens) if args.lens else None,
                                  "processes": ranks.count, "load_seconds": round(loaded.load_seconds, 3),
                                  "versions": versions()})
-    print(result.layers.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
-    print(f"wrote {out}/layers.csv, decoded.csv, tokens.parquet, run.json", file=sys.stderr)
+    print(layers.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    print(f"wrote {out}/layers.csv, decoded.csv, tokens.parquet" + (", tokens_tuned.parquet" if args.lens else "")
+          + ", run.json", file=sys.stderr)
     return 0
 
 
@@ -247,6 +272,8 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str, Callable[[ar
     "duplicate": (cmd_duplicate, "layer duplication: a deeper model from the pre-trained layers, without training",
                   add_duplicate_arguments),
     "jobs": (cmd_jobs, "background fine-tuning jobs: submit, list, show, cancel, logs", add_jobs_arguments),
+    "lens": (cmd_lens, "tuned lens: train per-layer translators read by the MLM head (probe --lens uses them)",
+             add_lens_arguments),
 }
 
 

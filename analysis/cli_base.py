@@ -38,16 +38,17 @@ def positive_int(text: str) -> int:
 MODEL_FIELDS = ("model", "revision", "device", "dtype", "allow_pickle")
 
 
-def add_option_flag(group, name: str, suppress: bool = False) -> None:
-    """``--name`` for a field of :class:`analysis.options.FinetuneOptions`: its default (or none given unless
-    typed, with ``suppress``), its choices, its help. Values are checked by the schema, not by argparse."""
+def add_option_flag(group, name: str, suppress: bool = False, schema=None) -> None:
+    """``--name`` for a field of an options schema (default :class:`analysis.options.FinetuneOptions`): its
+    default (or none given unless typed, with ``suppress``), its choices, its help. Values are checked by the
+    schema, not by argparse."""
     from analysis import options
 
-    kind, default = options.kind(name), options.field_info(name).default
+    kind, default = options.kind(name, schema), options.field_info(name, schema).default
     extra = ({"action": argparse.BooleanOptionalAction} if kind == "bool" else
-             {"choices": options.choices(name)} if kind == "choice" else {"metavar": name.upper()})
+             {"choices": options.choices(name, schema)} if kind == "choice" else {"metavar": name.upper()})
     group.add_argument(f"--{name.replace('_', '-')}", default=argparse.SUPPRESS if suppress else default,
-                       help=options.help_text(name), **extra)
+                       help=options.help_text(name, schema).replace("%", "%%"), **extra)
 
 
 def model_options() -> argparse.ArgumentParser:

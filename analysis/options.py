@@ -15,6 +15,7 @@ argparse only covers one of them; its errors are rewritten into one readable :cl
 
 from __future__ import annotations
 
+import copy
 import functools
 import typing
 from typing import Literal
@@ -192,6 +193,52 @@ class FinetuneOptions(FinetuneConfig):
                          allow_pickle=self.allow_pickle)
 
 
+def _same(name: str):
+    """A field of :class:`FinetuneOptions` reused by another schema (one definition of the model options)."""
+    return copy.copy(FinetuneOptions.model_fields[name])
+
+
+class LensOptions(Options):
+    """Training a tuned lens (:mod:`analysis.lens`): the model, the texts, the optimiser (the reference's)."""
+
+    model: str = _same("model")
+    revision: str | None = _same("revision")
+    device: str = _same("device")
+    dtype: Dtype = _same("dtype")
+    allow_pickle: bool = _same("allow_pickle")
+    corpus: str | None = Field(None, title="texts", description="a .txt file (a text a line), .csv/.tsv/.jsonl "
+                               "(text_column), 'demo' (the bundled demo set's texts) or hf:NAME[/CONFIG]:SPLIT")
+    text_column: str = _same("text_column")
+    steps: int = Field(250, ge=1, le=10_000_000, title="steps")
+    max_tokens: int | None = Field(None, ge=1, title="token budget", description="stop after about this many "
+                                   "training tokens, if fewer steps than 'steps'")
+    batch_size: int = Field(16, ge=1, le=65536, title="texts per step")
+    max_length: int = Field(128, ge=8, le=65536, title="max tokens", description="texts are cut to this many "
+                            "tokens (or the model's limit)")
+    optimizer: Literal["sgd", "adam"] = Field("sgd", title="optimiser", description="sgd: Nesterov momentum, as "
+                                              "the tuned-lens reference; adam: amsgrad with warm-up")
+    lr_scale: float = Field(1.0, gt=0, le=100, title="learning-rate scale", description="sgd: lr = scale x "
+                            "(1 - momentum); adam: lr = scale x 1e-3")
+    momentum: float = Field(0.9, ge=0, lt=1, title="momentum", description="sgd momentum or Adam's beta1")
+    weight_decay: float = Field(1e-3, ge=0, le=1, title="weight decay")
+    max_grad_norm: float = Field(1.0, ge=0, title="gradient clipping", description="0: none")
+    mask_fraction: float = Field(0.15, gt=0, le=1, title="mask fraction", description="tokens masked as in "
+                                 "pre-training (80% mask, 10% random, 10% kept)")
+    positions: Literal["masked", "all"] = Field("masked", title="trained at", description="masked: KL at the "
+                                                "masked positions; all: at every counted position")
+    eval_texts: int = Field(128, ge=1, title="held-out texts", description="texts kept out of training to "
+                            "measure the lens")
+    save_every: int = Field(50, ge=1, title="save every", description="steps between checkpoints (stop and "
+                            "resume)")
+    seed: int = Field(0, ge=0, title="seed")
+
+    def spec(self):
+        from models.spec import ModelSpec
+
+        return ModelSpec(self.model, revision=self.revision, device=self.device, dtype=self.dtype,
+                         allow_pickle=self.allow_pickle)
+
+
 def resolve(*given: dict) -> FinetuneOptions:
     """The options from what was ``given`` (dicts, later ones winning: a config file, then flags): on top of
     the preset named in them, on top of the model's defaults, on top of the schema's. Unknown keys and bad
@@ -281,57 +328,57 @@ def describe(exc: ValidationError, schema: type[BaseModel]) -> str:
 
 # --- derived views: bounds for forms, flags, documentation ---------------------------------------------------
 
-def field_info(name: str):
-    return FinetuneOptions.model_fields[name]
+def field_info(name: str, schema: type[BaseModel] | None = None):
+    return (schema or FinetuneOptions).model_fields[name]
 
 
-def bounds(name: str) -> tuple[float | None, float | None]:
+def bounds(name: str, schema: type[BaseModel] | None = None) -> tuple[float | None, float | None]:
     """(lowest, highest) value a number option accepts, inclusive where the schema says so (None: open)."""
     low = high = None
-    for m in field_info(name).metadata:
+    for m in field_info(name, schema).metadata:
         low = getattr(m, "ge", None) if getattr(m, "ge", None) is not None else low
         high = getattr(m, "le", None) if getattr(m, "le", None) is not None else high
     return low, high
 
 
-def choices(name: str) -> tuple | None:
+def choices(name: str, schema: type[BaseModel] | None = None) -> tuple | None:
     """The allowed values of a choice option (None: not a choice)."""
-    annotation = field_info(name).annotation
+    annotation = field_info(name, schema).annotation
     for arg in (annotation, *typing.get_args(annotation)):
         if typing.get_origin(arg) is Literal:
             return typing.get_args(arg)
     return None
 
 
-def kind(name: str) -> str:
+def kind(name: str, schema: type[BaseModel] | None = None) -> str:
     """``bool``, ``int``, ``float``, ``choice`` or ``str``."""
-    if choices(name):
+    if choices(name, schema):
         return "choice"
-    annotation = field_info(name).annotation
+    annotation = field_info(name, schema).annotation
     for t in (bool, int, float):
         if annotation is t or t in typing.get_args(annotation):
             return t.__name__
     return "str"
 
 
-def help_text(name: str) -> str:
-    info = field_info(name)
+def help_text(name: str, schema: type[BaseModel] | None = None) -> str:
+    info = field_info(name, schema)
     default = info.default
     text = info.description or info.title or name
     return f"{text} (default {default})" if default not in (None, "") else text
 
 
-def accepts(name: str) -> str:
+def accepts(name: str, schema: type[BaseModel] | None = None) -> str:
     """What an option accepts, in words: ``float > 0 and ≤ 1``, ``head, tail, head+tail``."""
-    if choices(name):
-        return ", ".join(map(str, choices(name)))
+    if choices(name, schema):
+        return ", ".join(map(str, choices(name, schema)))
     low = high = ""
-    for m in field_info(name).metadata:
+    for m in field_info(name, schema).metadata:
         low = f"≥ {m.ge}" if getattr(m, "ge", None) is not None else f"> {m.gt}" if getattr(m, "gt", None) is not None \
             else low
         high = f"≤ {m.le}" if getattr(m, "le", None) is not None else f"< {m.lt}" if getattr(m, "lt", None) \
             is not None else high
-    return f"{kind(name)} {' and '.join(b for b in (low, high) if b)}".strip()
+    return f"{kind(name, schema)} {' and '.join(b for b in (low, high) if b)}".strip()
 
 
 def markdown_table(schema: type[BaseModel] = FinetuneOptions) -> str:
@@ -339,7 +386,8 @@ def markdown_table(schema: type[BaseModel] = FinetuneOptions) -> str:
     rows = ["| option (`--flag` / config key) | default | accepts | meaning |", "|---|---|---|---|"]
     for name, info in schema.model_fields.items():
         meaning = (info.description or info.title or "").replace("|", "\\|")
-        rows.append(f"| `--{name.replace('_', '-')}` / `{name}` | {info.default} | {accepts(name)} | {meaning} |")
+        flag = f"`--{name.replace('_', '-')}` / `{name}`"
+        rows.append(f"| {flag} | {info.default} | {accepts(name, schema)} | {meaning} |")
     return "\n".join(rows)
 
 

@@ -45,6 +45,7 @@ from models.loading import LoadedModel
 
 MODES = ("unmasked", "masked")
 LAYER_COLUMNS = ["layer", "tokens", "correct", "accuracy", "sentence_mean", "ci_low", "ci_high"]
+DIVERGENCE_COLUMNS = ["kl_to_final", "agreement"]  # with a lens (or divergence=True)
 
 
 class Stopped(Exception):
@@ -101,7 +102,7 @@ class ProbeResult:
     layer_names: list[str]
 
     def __post_init__(self):
-        assert list(self.layers.columns) == LAYER_COLUMNS
+        assert list(self.layers.columns)[:len(LAYER_COLUMNS)] == LAYER_COLUMNS
         assert self.sentence_accuracy.shape == (self.n_texts, len(self.layers))
 
     def run_info(self) -> dict:
@@ -135,6 +136,24 @@ def score_rows(head: Callable, hidden: torch.Tensor, targets: torch.Tensor, top_
         parts.append(Scores(*row_stats(logits, targets[start:start + rows_per_chunk], top_k)))
     return Scores(*(torch.cat([getattr(p, f.name) for p in parts]) if parts else torch.empty(0)
                     for f in dataclasses.fields(Scores)))
+
+
+@torch.inference_mode()
+def layer_divergence(head: Callable, stacked: torch.Tensor, rows_per_chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(kl, agree)``, each ``(L + 1, n)``: per layer and position, KL(final layer's distribution || this
+    layer's) in nats and whether this layer's top prediction is the final layer's. ``stacked`` is
+    ``(L + 1, n, hidden)`` (already through a lens, if any); peak memory is two ``(chunk, vocab)`` blocks."""
+    layers, n = stacked.shape[:2]
+    kl, agree = torch.zeros(layers, n), torch.zeros(layers, n, dtype=torch.long)
+    for start in range(0, n, max(1, rows_per_chunk)):
+        chunk = slice(start, start + max(1, rows_per_chunk))
+        final = torch.log_softmax(head(stacked[-1, chunk]).float(), dim=-1)
+        top = final.argmax(-1)
+        for layer in range(layers):
+            logp = torch.log_softmax(head(stacked[layer, chunk]).float(), dim=-1)
+            kl[layer, chunk] = (final.exp() * (final - logp)).sum(-1).clamp(min=0).cpu()
+            agree[layer, chunk] = (logp.argmax(-1) == top).long().cpu()
+    return kl, agree
 
 
 def mask_groups(counted: torch.Tensor, text_ids: list[int], fraction: float, seed: int) -> torch.Tensor:
@@ -171,8 +190,13 @@ def require_mlm_head(loaded: LoadedModel) -> None:
 
 def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig = ProbeConfig(),
           sink: TokenSink | None = None, progress: Callable[[int, int], None] | None = None,
-          should_stop: Callable[[], bool] | None = None, ranks: Ranks = ONE) -> ProbeResult | None:
+          should_stop: Callable[[], bool] | None = None, ranks: Ranks = ONE, lens=None,
+          divergence: bool = False) -> ProbeResult | None:
     """Run the reconstruction probe on ``inputs``. Per-token rows go to ``sink`` (in memory by default).
+
+    ``lens`` (:class:`analysis.lens.TunedLens`) reads hidden state ``l < L`` as ``head(h + A_l h + b_l)`` instead
+    of ``head(h)``; ``divergence`` (on with a lens) adds each layer's mean KL to the final layer's distribution
+    and its top-1 agreement with the final layer to the layer table (``kl_to_final``, ``agreement``).
 
     Under a launcher (``ranks``, :mod:`analysis.parallel`) each process probes its share of the batches and the
     main process merges them in plan order: it alone gets the result (others get None), calls ``progress`` (for
@@ -192,6 +216,8 @@ def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig = ProbeCo
     correct = np.zeros((n, n_states), dtype=np.int64)
     counted_n = np.zeros(n, dtype=np.int64)
     predicted: dict[int, np.ndarray] = {}  # text id -> (L + 1, counted) predicted ids
+    divergence = divergence or lens is not None
+    kl_sum, agree_n = np.zeros((n, n_states)), np.zeros((n, n_states), dtype=np.int64)
     done = 0
 
     def run(idx: list[int]) -> dict:
@@ -214,16 +240,21 @@ def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig = ProbeCo
             if len(where) == 0:
                 continue
             stacked = torch.stack([s[selected] for s in states])  # (L + 1, n, hidden)
+            if lens is not None:
+                stacked = lens.translate(stacked)
             targets = batch.input_ids[selected]
             scores = score_rows(anatomy.head, stacked.flatten(0, 1), targets.repeat(n_states), config.top_k,
                                 rows_per_chunk)
-            per_pass.append((where.cpu(), targets.cpu(), scores))
+            apart = layer_divergence(anatomy.head, stacked, rows_per_chunk) if divergence else None
+            per_pass.append((where.cpu(), targets.cpu(), scores, apart))
         return summarise(batch.indices, per_pass, n_states)
 
     def record(part: dict) -> None:
-        for text_id, counted, right, pred in zip(part["text_ids"], part["counted"], part["correct"],
-                                                 part["predicted"], strict=True):
+        for row, (text_id, counted, right, pred) in enumerate(zip(part["text_ids"], part["counted"], part["correct"],
+                                                                  part["predicted"], strict=True)):
             counted_n[text_id], correct[text_id], predicted[text_id] = counted, right, pred
+            if divergence:
+                kl_sum[text_id], agree_n[text_id] = part["kl"][row], part["agree"][row]
         if part["rows"] is not None:
             sink.add(**part["rows"])
 
@@ -243,7 +274,7 @@ def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig = ProbeCo
     if not ranks.is_main:
         return None
 
-    layers = layer_table(correct, counted_n)
+    layers = layer_table(correct, counted_n, divergence=(kl_sum, agree_n) if divergence else None)
     decoded = decoded_table(tokenizer, predicted, n_states)
     with np.errstate(invalid="ignore", divide="ignore"):
         sentence = np.where(counted_n[:, None] > 0, correct / counted_n[:, None], np.nan)
@@ -265,15 +296,18 @@ def summarise(text_ids: list[int], per_pass: list, n_states: int) -> dict:
             "predicted": [np.zeros((n_states, 0), np.int64) for _ in range(m)], "rows": None}
     if not per_pass:
         return part
-    where = torch.cat([w for w, _, _ in per_pass])
-    targets = torch.cat([t for _, t, _ in per_pass])
+    where = torch.cat([w for w, _, _, _ in per_pass])
+    targets = torch.cat([t for _, t, _, _ in per_pass])
     k = len(where)
     # every text's positions in reading order, then each score as (L + 1, k)
     order = torch.argsort(where[:, 0] * (where[:, 1].max() + 1) + where[:, 1])
     where, targets = where[order], targets[order]
     pred, prob, rank, top_ids, top_probs = (
-        torch.cat([getattr(s, f.name).cpu().unflatten(0, (n_states, len(w))) for w, _, s in per_pass], dim=1)
+        torch.cat([getattr(s, f.name).cpu().unflatten(0, (n_states, len(w))) for w, _, s, _ in per_pass], dim=1)
         [:, order].numpy() for f in dataclasses.fields(Scores))
+    if per_pass[0][3] is not None:  # KL to the final layer and agreement with it, (L + 1, k) each
+        kl, agree = (torch.cat([d[i] for _, _, _, d in per_pass], dim=1)[:, order].numpy() for i in (0, 1))
+        part["kl"], part["agree"] = np.zeros((m, n_states)), np.zeros((m, n_states), np.int64)
     targets, rows = targets.numpy(), where[:, 0].numpy()
     hit = pred == targets[None, :]
     for row in range(m):
@@ -281,6 +315,8 @@ def summarise(text_ids: list[int], per_pass: list, n_states: int) -> dict:
         part["counted"][row] = cols.sum()
         part["correct"][row] = hit[:, cols].sum(axis=1)
         part["predicted"][row] = pred[:, cols]
+        if "kl" in part:
+            part["kl"][row], part["agree"][row] = kl[:, cols].sum(axis=1), agree[:, cols].sum(axis=1)
     layer = np.repeat(np.arange(n_states), k)
     column = np.tile(np.arange(k), n_states)
     flat = np.lexsort((column, layer, rows[column]))  # text, then layer, then position
@@ -327,9 +363,12 @@ def bootstrap_interval(values: np.ndarray, resamples: int = BOOTSTRAP_RESAMPLES,
     return low, high
 
 
-def layer_table(correct: np.ndarray, counted: np.ndarray, seed: int = 0) -> pd.DataFrame:
+def layer_table(correct: np.ndarray, counted: np.ndarray, seed: int = 0,
+                divergence: tuple[np.ndarray, np.ndarray] | None = None) -> pd.DataFrame:
     """Per layer: tokens, correct, micro accuracy, sentence mean and its :data:`INTERVAL` (``ci_low``,
-    ``ci_high``; blank with fewer than two sentences). ``correct`` ``(texts, layers)``, ``counted`` ``(texts,)``."""
+    ``ci_high``; blank with fewer than two sentences). ``correct`` ``(texts, layers)``, ``counted`` ``(texts,)``.
+    ``divergence``: per text and layer the summed KL to the final layer and the count of top-1 agreements,
+    giving the columns :data:`DIVERGENCE_COLUMNS` (means over all counted tokens)."""
     has = counted > 0
     acc = correct[has] / counted[has][:, None]
     low, high = bootstrap_interval(acc, seed=seed)
@@ -341,7 +380,12 @@ def layer_table(correct: np.ndarray, counted: np.ndarray, seed: int = 0) -> pd.D
                      "accuracy": right / tokens if tokens else math.nan,
                      "sentence_mean": float(acc[:, layer].mean()) if len(acc) else math.nan,
                      "ci_low": float(low[layer]), "ci_high": float(high[layer])})
-    return pd.DataFrame(rows, columns=LAYER_COLUMNS)
+    frame = pd.DataFrame(rows, columns=LAYER_COLUMNS)
+    if divergence is not None:
+        kl, agree = divergence
+        frame["kl_to_final"] = kl.sum(axis=0) / tokens if tokens else math.nan
+        frame["agreement"] = agree.sum(axis=0) / tokens if tokens else math.nan
+    return frame
 
 
 def decoded_table(tokenizer, predicted: dict[int, np.ndarray], n_states: int) -> pd.DataFrame:

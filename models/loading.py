@@ -54,17 +54,23 @@ class LoadedModel:
         return self.anatomy.num_layers
 
     @functools.cached_property
-    def fingerprint(self) -> str:
-        """What identifies these exact weights, for caching results on disk: for a local directory (and the
-        demo) a SHA-256 of its weight, config and tokenizer files; for a hub model its id and the commit it
-        resolved to (else the revision asked for). The dtype is part of it (bf16 states differ from fp32)."""
+    def weights_id(self) -> str:
+        """What identifies these weights whatever the dtype they run in: for a local directory (and the demo) a
+        SHA-256 of its weight, config and tokenizer files; for a hub model its id and the commit it resolved to
+        (else the revision asked for); and a borrowed MLM head. A tuned lens belongs to this."""
         path = Path(self.spec.source).expanduser()
         if path.is_dir():
             where = "sha256:" + directory_digest(path)
         else:
             commit = getattr(self.model.config, "_commit_hash", None)
             where = f"{self.spec.name}@{commit or self.spec.revision or 'main'}"
-        return f"{where}/{self.spec.dtype}" + (f"/head:{self.spec.head_from}" if self.spec.head_from else "")
+        return where + (f"/head:{self.spec.head_from}" if self.spec.head_from else "")
+
+    @property
+    def fingerprint(self) -> str:
+        """:attr:`weights_id` and the dtype (bf16 states differ from fp32), for caching results on disk."""
+        where, _, head = self.weights_id.partition("/head:")
+        return f"{where}/{self.spec.dtype}" + (f"/head:{head}" if head else "")
 
     def summary(self) -> dict:
         """Plain facts about the model, for the sidebar, the CLI and ``info.json``."""

@@ -1,0 +1,376 @@
+"""Tuned lens for masked language models: one trained affine translator per layer next to the raw reconstruction
+probe (Belrose et al. 2023, "Eliciting latent predictions from transformers with the tuned lens", adapted from
+decoders to encoders).
+
+Reading a layer with the model's own MLM head (Kao et al.; :mod:`analysis.reconstruction`) is the encoder's
+logit lens. The tuned lens reads hidden state ``l`` (0..L-1) as ``head(h + A_l h + b_l)``; the last layer is read
+by the head directly. ``A_l`` and ``b_l`` start at zero, so an untrained lens *is* the raw probe. The model and
+its head (its own pre-trained MLM head, or the ``--head-from`` one) are frozen.
+
+Training, as the decoder recipe with what an encoder needs:
+- inputs masked as in pre-training (each counted token chosen with probability ``mask_fraction``; of those 80%
+  become the mask token, 10% a random token, 10% stay), drawn from a generator seeded by (seed, step), so a
+  resumed run sees the same batches;
+- loss: KL(final-layer distribution || lens distribution) at the **masked** positions (``positions: all``: at
+  every counted position), summed over layers. At unmasked positions the final layer mostly copies its input
+  (Kao's reconstruction effect), so a lens trained there learns to copy; both are reported on held-out texts;
+- SGD with Nesterov momentum 0.9, the learning rate ``lr_scale * (1 - momentum)`` (PyTorch's momentum scales
+  steps by 1 / (1 - momentum)), weight decay 1e-3, linear decay to 0, gradient clipping at 1.0 over all
+  translators; Adam (amsgrad, lr 1e-3 x scale, linear warm-up over min(1000, steps / 5)) as an option;
+- the encoder runs once per batch without a graph; each layer's translator, head and loss are then
+  back-propagated one layer at a time, so training memory does not grow with the number of layers.
+Deviations from the reference: no per-step re-centring of the translators (``normalize_``), which only matters
+for its LASSO variant; text files and hub datasets rather than pre-chunked token blocks (an encoder's inputs are
+sentences, padded per batch).
+
+Artifacts (a directory): ``config.json`` (the model, its weights id, family, layers, hidden size, head),
+``translators.safetensors``, ``training.json`` (options, loss curve, held-out KL and top-1 agreement per layer
+before and after, raw vs tuned), and ``optimizer.safetensors`` + ``state.json`` to resume. Loading a lens for
+another model is an error.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from analysis.inputs import InputError
+from models.loading import LoadedModel
+
+FORMAT = 1
+CONFIG, WEIGHTS, TRAINING = "config.json", "translators.safetensors", "training.json"
+
+
+class TunedLens(nn.Module):
+    """Translators for hidden states ``0..num_layers - 1`` (float32); :meth:`forward` maps a layer's states."""
+
+    def __init__(self, num_layers: int, hidden_size: int):
+        super().__init__()
+        self.num_layers, self.hidden_size = num_layers, hidden_size
+        self.translators = nn.ModuleList(nn.Linear(hidden_size, hidden_size) for _ in range(num_layers))
+        for t in self.translators:
+            nn.init.zeros_(t.weight)
+            nn.init.zeros_(t.bias)
+
+    def forward(self, h: torch.Tensor, layer: int) -> torch.Tensor:
+        """``h + A h + b`` for layer ``layer`` in float32, returned in ``h``'s dtype; the last layer as it is."""
+        if layer == self.num_layers:
+            return h
+        x = h.float()
+        return (x + self.translators[layer](x)).to(h.dtype)
+
+    def translate(self, stacked: torch.Tensor) -> torch.Tensor:
+        """``(L + 1, ..., hidden)``: every layer's states through its translator."""
+        with torch.no_grad():
+            return torch.stack([self(stacked[i], i) for i in range(stacked.shape[0])])
+
+
+def identity(loaded: LoadedModel) -> dict:
+    """What a lens is trained for: the model's weights (any dtype) with its head, family and shape."""
+    return {"model": loaded.spec.name, "weights_id": loaded.weights_id, "family": loaded.anatomy.family,
+            "num_layers": loaded.num_layers, "hidden_size": loaded.anatomy.hidden_size,
+            "mlm_head": loaded.mlm_head}
+
+
+def save(lens: TunedLens, loaded: LoadedModel, directory: Path, training: dict | None = None) -> Path:
+    from safetensors.torch import save_file
+
+    directory.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.detach().cpu().contiguous() for k, v in lens.state_dict().items()}, directory / WEIGHTS)
+    (directory / CONFIG).write_text(json.dumps({"format": FORMAT, **identity(loaded)}, indent=2) + "\n")
+    if training is not None:
+        (directory / TRAINING).write_text(json.dumps(training, indent=2, default=float) + "\n")
+    return directory
+
+
+def read_config(directory: Path) -> dict:
+    path = Path(directory) / CONFIG
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError):
+        raise InputError(f"{directory} is not a tuned lens (no readable {CONFIG}; `python -m analysis lens train` "
+                         "writes one)") from None
+    if not isinstance(config, dict) or config.get("format") != FORMAT or "weights_id" not in config:
+        raise InputError(f"{path} is not a tuned lens config this version reads")
+    return config
+
+
+def load(directory: Path, loaded: LoadedModel) -> TunedLens:
+    """The lens in ``directory``; an :class:`InputError` when it was trained for other weights."""
+    from safetensors.torch import load_file
+
+    config = read_config(directory)
+    mine = identity(loaded)
+    if config["weights_id"] != mine["weights_id"]:
+        raise InputError(f"the lens in {directory} was trained for '{config['model']}' ({config['weights_id']}), "
+                         f"not for '{mine['model']}' ({mine['weights_id']}): train one for this model with "
+                         "`python -m analysis lens train`")
+    lens = TunedLens(config["num_layers"], config["hidden_size"])
+    lens.load_state_dict(load_file(Path(directory) / WEIGHTS))
+    return lens.to(loaded.spec.device)
+
+
+def find(loaded: LoadedModel, roots: list[Path]) -> list[Path]:
+    """The lens directories under ``roots`` (searched two levels deep) trained for ``loaded``'s weights."""
+    found = []
+    for root in roots:
+        for config in sorted([*Path(root).glob(f"*/{CONFIG}"), *Path(root).glob(f"*/*/{CONFIG}")]):
+            try:
+                mine = read_config(config.parent)["weights_id"] == loaded.weights_id
+            except InputError:
+                continue
+            if mine and (config.parent / WEIGHTS).is_file():
+                found.append(config.parent)
+    return found
+
+
+# --- training ---------------------------------------------------------------------------------------------
+
+def mask_like_pretraining(ids: torch.Tensor, counted: torch.Tensor, fraction: float, mask_id: int, vocab: int,
+                          generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT's masking: each counted position is selected with probability ``fraction``; a selected one becomes
+    ``mask_id`` (80%), a random token (10%) or stays (10%). Returns ``(masked ids, selected)``. Written out
+    rather than transformers' collator so that every step's masks come from a generator seeded by the step
+    (resume sees the same inputs)."""
+    draw = torch.rand(ids.shape, generator=generator)
+    selected = (draw < fraction) & counted
+    how = torch.rand(ids.shape, generator=generator)
+    random_ids = torch.randint(vocab, ids.shape, generator=generator)
+    out = torch.where(selected & (how < 0.8), torch.full_like(ids, mask_id), ids)
+    out = torch.where(selected & (how >= 0.8) & (how < 0.9), random_ids, out)
+    return out, selected
+
+
+def kl_to_final(final_logp: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """Per row KL(final || lens) in nats, from the final layer's log-probabilities and the lens's logits."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return (final_logp.exp() * (final_logp - logp)).sum(-1)
+
+
+def make_optimizer(lens: TunedLens, options, steps: int):
+    from transformers import get_linear_schedule_with_warmup
+
+    params = list(lens.parameters())
+    if options.optimizer == "sgd":
+        opt = torch.optim.SGD(params, lr=options.lr_scale * (1 - options.momentum), momentum=options.momentum,
+                              nesterov=True, weight_decay=options.weight_decay)
+        warmup = 0
+    else:
+        opt = torch.optim.Adam(params, lr=options.lr_scale * 1e-3, betas=(options.momentum, 0.999), amsgrad=True,
+                               weight_decay=options.weight_decay)
+        warmup = min(1000, steps // 5)
+    return opt, get_linear_schedule_with_warmup(opt, warmup, steps)
+
+
+class Batches:
+    """Tokenised texts and the batch of every step: a seeded permutation per pass over the texts."""
+
+    def __init__(self, loaded: LoadedModel, texts: list[str], batch_size: int, max_length: int, seed: int):
+        from analysis.activations import max_input_length
+
+        tok = loaded.tokenizer
+        limit = min(max_length, max_input_length(loaded))
+        self.ids = tok(list(texts), truncation=True, max_length=limit, add_special_tokens=True)["input_ids"]
+        self.batch_size, self.seed, self.loaded = min(batch_size, len(self.ids)), seed, loaded
+        self.special = torch.tensor(list(tok.all_special_ids))
+
+    def rows(self, step: int) -> list[int]:
+        per_pass = len(self.ids) // self.batch_size
+        n, k = divmod(step, per_pass)
+        order = np.random.default_rng([self.seed, n]).permutation(len(self.ids))
+        return order[k * self.batch_size:(k + 1) * self.batch_size].tolist()
+
+    def batch(self, rows: list[int]):
+        from analysis.activations import Batch
+
+        width = max(len(self.ids[i]) for i in rows)
+        pad = self.loaded.tokenizer.pad_token_id or 0
+        ids = torch.full((len(rows), width), pad, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for r, i in enumerate(rows):
+            ids[r, :len(self.ids[i])] = torch.tensor(self.ids[i])
+            mask[r, :len(self.ids[i])] = 1
+        device = self.loaded.spec.device
+        types = torch.zeros_like(ids) if "token_type_ids" in self.loaded.tokenizer.model_input_names else None
+        batch = Batch(rows, ids.to(device), mask.to(device), types.to(device) if types is not None else None)
+        counted = mask.bool() & ~torch.isin(ids, self.special)
+        return batch, counted
+
+
+def layer_losses(loaded: LoadedModel, lens: TunedLens, batch, counted: torch.Tensor, options, step: int,
+                 backward: bool) -> tuple[list[float], int]:
+    """One batch: mask it (seeded by step), run the encoder once without a graph, then per layer the KL of the
+    lens at the chosen positions (back-propagated one layer at a time with ``backward``). Returns each layer's
+    mean KL (L values, the last layer is the reference) and the number of positions."""
+    from analysis.activations import hidden_states
+
+    gen = torch.Generator().manual_seed(options.seed * 1_000_003 + step)
+    masked, selected = mask_like_pretraining(batch.input_ids.cpu(), counted, options.mask_fraction,
+                                             loaded.tokenizer.mask_token_id, loaded.anatomy.vocab_size, gen)
+    where = (selected if options.positions == "masked" else counted).to(batch.input_ids.device)
+    if not where.any():
+        return [math.nan] * loaded.num_layers, 0
+    with torch.no_grad():
+        states = hidden_states(loaded, batch, masked.to(batch.input_ids.device))
+        final_logp = torch.log_softmax(loaded.anatomy.head(states[-1][where]).float(), dim=-1)
+    losses = []
+    for layer in range(loaded.num_layers):
+        h = states[layer][where].detach()
+        with torch.set_grad_enabled(backward):
+            loss = kl_to_final(final_logp, loaded.anatomy.head(lens(h, layer))).mean()
+            if backward:
+                loss.backward()  # this layer's graph only: freed before the next layer's is built
+        losses.append(loss.item())
+    return losses, int(where.sum())
+
+
+@torch.no_grad()
+def evaluate(loaded: LoadedModel, lens: TunedLens | None, batches: Batches, options, rows: list[int]) -> dict:
+    """Held-out KL to the final layer and top-1 agreement with it, per hidden state 0..L, at masked and at
+    unmasked positions (masks seeded as in training), for the lens (or the raw head with None)."""
+    from analysis.activations import hidden_states
+
+    n_states = loaded.num_layers + 1
+    sums = {kind: np.zeros((2, n_states)) for kind in ("masked", "unmasked")}
+    counts = {"masked": 0, "unmasked": 0}
+    for start in range(0, len(rows), batches.batch_size):
+        part = rows[start:start + batches.batch_size]
+        batch, counted = batches.batch(part)
+        gen = torch.Generator().manual_seed(options.seed * 1_000_003 + 10**9 + start)
+        masked, selected = mask_like_pretraining(batch.input_ids.cpu(), counted, options.mask_fraction,
+                                                 loaded.tokenizer.mask_token_id, loaded.anatomy.vocab_size, gen)
+        states = hidden_states(loaded, batch, masked.to(batch.input_ids.device))
+        for kind, where in (("masked", selected), ("unmasked", counted & ~selected)):
+            where = where.to(batch.input_ids.device)
+            if not where.any():
+                continue
+            final_logits = loaded.anatomy.head(states[-1][where])
+            final_logp, final_top = torch.log_softmax(final_logits.float(), -1), final_logits.argmax(-1)
+            for layer in range(n_states):
+                h = states[layer][where]
+                logits = loaded.anatomy.head(lens(h, layer) if lens is not None else h)
+                sums[kind][0, layer] += kl_to_final(final_logp, logits).sum().item()
+                sums[kind][1, layer] += (logits.argmax(-1) == final_top).sum().item()
+            counts[kind] += int(where.sum())
+    return {kind: {"positions": counts[kind], "kl": (sums[kind][0] / max(counts[kind], 1)).tolist(),
+                   "agreement": (sums[kind][1] / max(counts[kind], 1)).tolist()} for kind in sums}
+
+
+def train(loaded: LoadedModel, texts: list[str], options, out: Path, progress: Callable | None = None,
+          should_stop: Callable[[], bool] | None = None, log: Callable[[str], None] = lambda s: None) -> dict:
+    """Train a lens for ``loaded`` on ``texts`` (:class:`analysis.options.LensOptions`), saving to ``out`` every
+    ``save_every`` steps and at the end; resumes from ``out`` when it holds a lens of this model and options.
+    ``progress(step, total, losses)`` after every step. Returns ``training.json``'s dict."""
+    from safetensors.torch import load_file, save_file
+
+    from analysis.reconstruction import require_mlm_head
+
+    require_mlm_head(loaded)
+    if len(texts) < options.eval_texts + 1:
+        raise InputError(f"{len(texts)} texts: the lens needs more than eval_texts={options.eval_texts} (held out to "
+                         "measure it) plus some to train on")
+    torch.manual_seed(options.seed)
+    order = np.random.default_rng(options.seed).permutation(len(texts))
+    held, train_rows = order[:options.eval_texts], order[options.eval_texts:]
+    train_batches = Batches(loaded, [texts[i] for i in train_rows], options.batch_size, options.max_length,
+                            options.seed)
+    eval_batches = Batches(loaded, [texts[i] for i in held], options.batch_size, options.max_length, options.seed)
+    tokens_per_step = np.mean([len(ids) for ids in train_batches.ids]) * train_batches.batch_size
+    steps = options.steps if not options.max_tokens else min(options.steps, max(1, int(options.max_tokens //
+                                                                                         tokens_per_step)))
+    lens = TunedLens(loaded.num_layers, loaded.anatomy.hidden_size).to(loaded.spec.device)
+    opt, scheduler = make_optimizer(lens, options, steps)
+    state_path, opt_path = out / "state.json", out / "optimizer.safetensors"
+    start_step, curve = 0, []
+    if state_path.is_file():
+        state = json.loads(state_path.read_text())
+        if state.get("options") != options.to_dict() or read_config(out)["weights_id"] != loaded.weights_id:
+            raise InputError(f"{out} holds a lens trained with other options or for another model: choose a new "
+                             "--out, or the same options to resume")
+        lens.load_state_dict(load_file(out / WEIGHTS))
+        saved = load_file(opt_path)
+        opt.load_state_dict(_optimizer_state(opt, saved, state["optimizer"]))
+        for _ in range(state["step"]):
+            scheduler.step()
+        start_step, curve = state["step"], state["curve"]
+        log(f"resuming from step {start_step} of {steps}")
+    eval_rows = list(range(len(eval_batches.ids)))
+    before = evaluate(loaded, None, eval_batches, options, eval_rows)
+    started = time.perf_counter()
+
+    def checkpoint(step: int) -> None:
+        tensors, meta = _flat_optimizer_state(opt)
+        save(lens, loaded, out)
+        save_file(tensors, opt_path)
+        state_path.write_text(json.dumps({"step": step, "options": options.to_dict(), "curve": curve,
+                                          "optimizer": meta}) + "\n")
+
+    step = start_step
+    for step in range(start_step, steps):
+        if should_stop is not None and should_stop():
+            checkpoint(step)
+            log(f"stopped at step {step} of {steps}; run again with the same options and --out to resume")
+            break
+        batch, counted = train_batches.batch(train_batches.rows(step))
+        losses, positions = layer_losses(loaded, lens, batch, counted, options, step, backward=True)
+        if positions:
+            if options.max_grad_norm:
+                nn.utils.clip_grad_norm_(lens.parameters(), options.max_grad_norm)
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+        scheduler.step()
+        curve.append({"step": step + 1, "loss": float(np.nansum(losses)), "per_layer": losses})
+        if progress is not None:
+            progress(step + 1, steps, losses)
+        if (step + 1) % options.save_every == 0 and step + 1 < steps:
+            checkpoint(step + 1)
+    else:
+        step = steps
+    after = evaluate(loaded, lens, eval_batches, options, eval_rows)
+    training = {"options": options.to_dict(), "steps": step, "total_steps": steps, "texts": len(train_rows),
+                "held_out_texts": len(held), "tokens_per_step": float(tokens_per_step),
+                "seconds": round(time.perf_counter() - started, 2), "curve": curve,
+                "held_out": {"raw": before, "tuned": after}, "parameters": sum(p.numel() for p in lens.parameters())}
+    checkpoint(step)
+    (out / TRAINING).write_text(json.dumps(training, indent=2, default=float) + "\n")
+    return training
+
+
+def _flat_optimizer_state(opt: torch.optim.Optimizer) -> tuple[dict, dict]:
+    """The optimizer's per-parameter tensors as a flat dict for safetensors, and its scalars as JSON."""
+    sd = opt.state_dict()
+    tensors, scalars = {}, {"param_groups": sd["param_groups"], "scalars": {}}
+    for index, values in sd["state"].items():
+        for name, value in values.items():
+            if torch.is_tensor(value) and value.dim() > 0:
+                tensors[f"{index}.{name}"] = value.detach().cpu().contiguous()
+            else:
+                scalars["scalars"][f"{index}.{name}"] = float(value)
+    return tensors, scalars
+
+
+def _optimizer_state(opt: torch.optim.Optimizer, tensors: dict, meta: dict) -> dict:
+    state: dict = {}
+    for key, value in tensors.items():
+        index, name = key.split(".", 1)
+        state.setdefault(int(index), {})[name] = value
+    for key, value in meta["scalars"].items():
+        index, name = key.split(".", 1)
+        state.setdefault(int(index), {})[name] = torch.tensor(value)
+    return {"state": state, "param_groups": meta["param_groups"]}
+
+
+def read_corpus(options) -> list[str]:
+    """The texts of ``options.corpus`` (the forms of a fine-tuning split: a file, ``demo``, ``hf:NAME:SPLIT``)."""
+    from analysis.finetune import read_split
+
+    if not options.corpus:
+        raise InputError("no texts: set corpus (a .txt file, 'demo' or hf:NAME[/CONFIG]:SPLIT)")
+    return list(read_split(options.corpus, options.text_column, None, None).texts)
