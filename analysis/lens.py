@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -297,8 +298,10 @@ def train(loaded: LoadedModel, texts: list[str], options, out: Path, progress: C
         lens.load_state_dict(load_file(out / WEIGHTS))
         saved = load_file(opt_path)
         opt.load_state_dict(_optimizer_state(opt, saved, state["optimizer"]))
-        for _ in range(state["step"]):
-            scheduler.step()
+        with warnings.catch_warnings():  # fast-forwarding the schedule to the saved step, before any opt.step()
+            warnings.simplefilter("ignore", UserWarning)
+            for _ in range(state["step"]):
+                scheduler.step()
         start_step, curve = state["step"], state["curve"]
         log(f"resuming from step {start_step} of {steps}")
     eval_rows = list(range(len(eval_batches.ids)))

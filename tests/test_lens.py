@@ -1,0 +1,165 @@
+"""The tuned lens (analysis.lens) on tiny models: untrained = raw probe, training lowers held-out KL per layer,
+every family trains and reloads, a lens for other weights is refused, memory is one layer's graph."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from analysis import lens as L
+from analysis.inputs import InputError, TextInputs
+from analysis.options import LensOptions
+from analysis.reconstruction import ProbeConfig, probe
+from models.loading import ModelSpec, load_model
+from tests.conftest import TINY_CONFIGS, save_tiny
+
+WORDS = ["the", "a", "film", "is", "good", "bad", "not", "very", "movie", "and", "it", "was", "i", "liked", "hated",
+         "fun", "dull", "."]
+
+
+def corpus(n: int, seed: int = 0) -> list[str]:
+    rng = np.random.default_rng(seed)
+    return [" ".join(rng.choice(WORDS, rng.integers(4, 12))) for _ in range(n)]
+
+
+def options(**changes) -> LensOptions:
+    base = {"model": "x", "steps": 8, "batch_size": 8, "eval_texts": 16, "save_every": 4, "max_length": 32}
+    return LensOptions(**{**base, **changes})
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory):
+    return load_model(ModelSpec(str(save_tiny("bert", tmp_path_factory.mktemp("lens") / "bert")), device="cpu"))
+
+
+def test_an_untrained_lens_is_exactly_the_raw_probe(bert):
+    inputs = TextInputs(tuple(corpus(12)))
+    for mode in ("unmasked", "masked"):
+        config = ProbeConfig(mode=mode, batch_size=5)
+        raw = probe(bert, inputs, config, divergence=True)
+        zero = probe(bert, inputs, config, lens=L.TunedLens(bert.num_layers, bert.anatomy.hidden_size))
+        pd.testing.assert_frame_equal(raw.layers, zero.layers)
+        pd.testing.assert_frame_equal(raw.tokens, zero.tokens)
+        assert (raw.layers["kl_to_final"].iloc[-1], raw.layers["agreement"].iloc[-1]) == (0.0, 1.0)
+
+
+def test_divergence_columns_are_the_plain_computation(bert):
+    texts = corpus(6, seed=3)
+    result = probe(bert, TextInputs(tuple(texts)), ProbeConfig(), divergence=True)
+    enc = bert.tokenizer(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        states = bert.model.base_model(**enc, output_hidden_states=True).hidden_states
+    counted = enc["attention_mask"].bool() & ~torch.isin(enc["input_ids"], torch.tensor(bert.tokenizer.all_special_ids))
+    final = torch.log_softmax(bert.model(**enc).logits[counted], -1)
+    for layer, h in enumerate(states):
+        logp = torch.log_softmax(bert.anatomy.head(h[counted]), -1)
+        kl = torch.nn.functional.kl_div(logp, final, log_target=True, reduction="none").sum(-1).mean()
+        agree = (logp.argmax(-1) == final.argmax(-1)).float().mean()
+        assert result.layers["kl_to_final"][layer] == pytest.approx(kl.item(), abs=1e-5)
+        assert result.layers["agreement"][layer] == pytest.approx(agree.item())
+
+
+def test_training_lowers_held_out_kl_for_every_layer_and_keeps_the_last(bert, tmp_path):
+    training = L.train(bert, corpus(120), options(steps=30), tmp_path / "lens")
+    raw, tuned = training["held_out"]["raw"]["masked"], training["held_out"]["tuned"]["masked"]
+    assert all(t < r for r, t in zip(raw["kl"][:-1], tuned["kl"][:-1], strict=True)), (raw["kl"], tuned["kl"])
+    assert raw["kl"][-1] == tuned["kl"][-1] == 0.0
+    lens = L.load(tmp_path / "lens", bert)
+    inputs = TextInputs(tuple(corpus(10, seed=5)))
+    a, b = probe(bert, inputs, ProbeConfig(), divergence=True), probe(bert, inputs, ProbeConfig(), lens=lens)
+    last = bert.num_layers
+    pd.testing.assert_series_equal(a.layers.iloc[last], b.layers.iloc[last])  # the final layer is read alike
+    assert not a.layers.iloc[0].equals(b.layers.iloc[0])
+    saved = json.loads((tmp_path / "lens" / "training.json").read_text())
+    assert saved["steps"] == 30 and len(saved["curve"]) == 30 and saved["options"]["optimizer"] == "sgd"
+
+
+@pytest.mark.parametrize("family", sorted(TINY_CONFIGS))
+def test_every_family_trains_and_reloads(family, tmp_path):
+    loaded = load_model(ModelSpec(str(save_tiny(family, tmp_path / family, copy_steps=5)), device="cpu"))
+    L.train(loaded, corpus(40), options(steps=3), tmp_path / "lens")
+    lens = L.load(tmp_path / "lens", loaded)
+    trained = torch.stack([t.weight for t in lens.translators])
+    assert trained.abs().sum() > 0 and len(lens.translators) == loaded.num_layers
+    assert L.find(loaded, [tmp_path]) == [tmp_path / "lens"]
+
+
+def test_a_lens_for_other_weights_is_refused(bert, tmp_path):
+    L.train(bert, corpus(40), options(steps=2), tmp_path / "lens")
+    other = load_model(ModelSpec(str(save_tiny("bert", tmp_path / "other", seed=1)), device="cpu"))
+    with pytest.raises(InputError, match="trained for"):
+        L.load(tmp_path / "lens", other)
+    assert L.find(other, [tmp_path]) == []
+    with pytest.raises(InputError, match="not a tuned lens"):
+        L.load(tmp_path, bert)
+
+
+def test_stop_and_resume_give_the_uninterrupted_run(bert, tmp_path):
+    texts = corpus(80)
+    L.train(bert, texts, options(steps=8), tmp_path / "whole")
+    calls = iter(range(100))
+    L.train(bert, texts, options(steps=8), tmp_path / "parts", should_stop=lambda: next(calls) >= 5)
+    assert json.loads((tmp_path / "parts" / "state.json").read_text())["step"] == 5
+    L.train(bert, texts, options(steps=8), tmp_path / "parts")
+    a, b = L.load(tmp_path / "whole", bert), L.load(tmp_path / "parts", bert)
+    for x, y in zip(a.parameters(), b.parameters(), strict=True):
+        torch.testing.assert_close(x, y)
+    with pytest.raises(InputError, match="other options"):
+        L.train(bert, texts, options(steps=9), tmp_path / "parts")
+
+
+def peak_saved_bytes(layers: int, directory) -> int:
+    """The most bytes of activations the autograd graph holds at once during one training step of a lens on a
+    tiny BERT with ``layers`` layers (a backward frees its graph's saved tensors)."""
+    from transformers import AutoModelForMaskedLM, BertConfig
+
+    from tests.conftest import tiny_tokenizer
+
+    config = BertConfig(vocab_size=99, hidden_size=16, num_hidden_layers=layers, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=64)
+    AutoModelForMaskedLM.from_config(config).save_pretrained(directory)
+    tiny_tokenizer().save_pretrained(directory)
+    loaded = load_model(ModelSpec(str(directory), device="cpu"))
+    batch, counted = L.Batches(loaded, corpus(16), 16, 32, 0).batch(list(range(16)))
+    live, peak = [0], [0]
+
+    def pack(t):
+        live[0] += t.numel() * t.element_size()
+        peak[0] = max(peak[0], live[0])
+        return t
+
+    original = torch.Tensor.backward
+
+    def backward(self, *a, **k):
+        original(self, *a, **k)
+        live[0] = 0
+
+    torch.Tensor.backward = backward
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            L.layer_losses(loaded, L.TunedLens(layers, 16), batch, counted, options(positions="all"), 0, backward=True)
+    finally:
+        torch.Tensor.backward = original
+    return peak[0]
+
+
+def test_training_memory_is_one_layers_graph(tmp_path):
+    """Saved activations of the autograd graph at any moment of a step: the same with 2 and with 8 layers."""
+    two, eight = peak_saved_bytes(2, tmp_path / "2"), peak_saved_bytes(8, tmp_path / "8")
+    assert two > 0 and eight == two, (two, eight)
+
+
+def test_masking_follows_pretraining():
+    ids = torch.full((200, 100), 7)
+    counted = torch.ones_like(ids, dtype=torch.bool)
+    counted[:, :2] = False
+    masked, selected = L.mask_like_pretraining(ids, counted, 0.15, 4, 50, torch.Generator().manual_seed(0))
+    assert not selected[:, :2].any() and abs(selected.float().mean().item() / 0.98 - 0.15) < 0.01
+    chosen = masked[selected]
+    assert abs((chosen == 4).float().mean().item() - 0.8) < 0.02
+    assert abs((chosen == 7).float().mean().item() - (0.1 + 0.1 / 50)) < 0.02  # kept, or drawn as itself
+    assert torch.equal(masked[~selected], ids[~selected])
