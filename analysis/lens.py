@@ -44,6 +44,7 @@ from torch import nn
 
 from analysis.inputs import InputError
 from models.loading import LoadedModel
+from models.spec import DEMO_DIR
 
 FORMAT = 1
 CONFIG, WEIGHTS, TRAINING = "config.json", "translators.safetensors", "training.json"
@@ -118,10 +119,27 @@ def load(directory: Path, loaded: LoadedModel) -> TunedLens:
     return lens.to(loaded.spec.device)
 
 
-def find(loaded: LoadedModel, roots: list[Path]) -> list[Path]:
-    """The lens directories under ``roots`` (searched two levels deep) trained for ``loaded``'s weights."""
+def search_roots() -> list[Path]:
+    """Where lenses are looked for: beside the demo model (its bundled lens), ``LAYERLENS_HOME/lenses`` and the
+    artifacts of lens jobs (``LAYERLENS_HOME/jobs/<id>/artifacts``)."""
+    from analysis.store import layerlens_home
+
+    return [DEMO_DIR, layerlens_home() / "lenses", layerlens_home() / "jobs"]
+
+
+def label(directory: Path) -> str:
+    """How pages name a lens: ``demo lens``, ``job #4``, or its folder's name."""
+    directory = Path(directory)
+    if directory.name == "artifacts" and directory.parent.name.isdigit():
+        return f"job #{directory.parent.name}"
+    return "bundled lens" if directory.parent == DEMO_DIR else directory.name
+
+
+def find(loaded: LoadedModel, roots: list[Path] | None = None) -> list[Path]:
+    """The lens directories under ``roots`` (default :func:`search_roots`; searched two levels deep) trained for
+    ``loaded``'s weights."""
     found = []
-    for root in roots:
+    for root in roots if roots is not None else search_roots():
         for config in sorted([*Path(root).glob(f"*/{CONFIG}"), *Path(root).glob(f"*/*/{CONFIG}")]):
             try:
                 mine = read_config(config.parent)["weights_id"] == loaded.weights_id

@@ -52,6 +52,30 @@ def accuracy_curve(runs: dict[str, pd.DataFrame], layer_names: dict[str, list[st
     return fig
 
 
+def divergence_curves(runs: dict[str, pd.DataFrame], layer_names: dict[str, list[str]] | None = None) -> go.Figure:
+    """Per layer, KL to the final layer's distribution (nats, left) and top-1 agreement with the final layer
+    (right, 0..1) for each run that has them (``kl_to_final``, ``agreement``: the raw head and a tuned lens)."""
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("KL to the final layer (nats; 0 = reads as the final layer)",
+                                                        "top-1 agreement with the final layer"))
+    for i, (label, layers) in enumerate(runs.items()):
+        if "kl_to_final" not in layers:
+            continue
+        colour = COLOURS[i % len(COLOURS)]
+        names = np.c_[(layer_names or {}).get(label) or layers["layer"].astype(str).tolist()]
+        for col, column in ((1, "kl_to_final"), (2, "agreement")):
+            fig.add_trace(go.Scatter(x=layers["layer"], y=layers[column], mode="lines+markers", name=label,
+                                     line={"color": colour}, legendgroup=label, showlegend=col == 1,
+                                     customdata=names, hovertemplate=f"%{{customdata[0]}}: {column.replace('_', ' ')} "
+                                     "%{y:.3f}<extra>" + label + "</extra>"), row=1, col=col)
+    fig.update_yaxes(rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(range=[0, 1.02], row=1, col=2)
+    fig.update_xaxes(title="layer (0 = embeddings)", dtick=1)
+    fig.update_layout(height=340, legend={"orientation": "h", "y": -0.25}, margin={"t": 40, "b": 10})
+    return fig
+
+
 def token_heatmap(tokens: pd.DataFrame, layer_names: list[str], title: str = "") -> go.Figure:
     """Layer x token heat map for one text: colour = probability of the input token; hover = top-k.
 

@@ -337,6 +337,9 @@ LAYER_HEADERS = {
                "that all score the same give a zero-width interval): read it as a resampling range, not a "
                "guarantee"),
     "ci_high": ("95% CI high (bootstrap)", "see 95% CI low"),
+    "kl_to_final": ("KL to final", "mean over counted tokens of KL(final layer's distribution || this layer's), "
+                    "in nats: 0 when the layer reads as the final layer"),
+    "agreement": ("agreement with final", "share of counted tokens whose top prediction is the final layer's"),
 }
 BOOTSTRAP_RESAMPLES = 2000
 INTERVAL = "95% percentile bootstrap over sentences (2000 resamples, seed 0)"

@@ -20,15 +20,11 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.parallel import launch_command
-
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("LAYERLENS_SHARED_DATA", ROOT.parent / "shared" / "data"))
+from benchmarks import ROOT, data_file
 
 
 def texts(n: int) -> list[str]:
-    source = SHARED / "sst2" / "dev.tsv"
-    if not source.is_file():
-        source = ROOT / "tests" / "data" / "sst2_dev_200.tsv"
+    source = data_file("sst2/dev.tsv", "sst2_dev_200.tsv")
     rows = pd.read_csv(source, sep="\t", quoting=3)["sentence" if "sentence" in open(source).readline() else "text"]
     rows = rows.astype(str).tolist()
     return (rows * (n // len(rows) + 1))[:n]

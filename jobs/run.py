@@ -37,6 +37,41 @@ def quiet_libraries() -> None:
     transformers.logging.disable_progress_bar()
 
 
+def train_lens(store: JobStore, job, out: Path) -> dict:
+    """A tuned-lens job: :func:`analysis.lens.train` with its progress in the store. SIGTERM (Cancel) stops it
+    after the current step with a checkpoint in the artifacts (the same options and folder resume it)."""
+    import signal
+
+    from analysis import lens
+    from analysis.options import LensOptions
+    from models.loading import load_model
+
+    options = LensOptions(**{k: v for k, v in job.config.items() if k != "kind"})
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    loaded = load_model(options.spec())
+    texts = lens.read_corpus(options)
+    say(f"model: {loaded.spec.name} ({loaded.num_layers} layers) on {loaded.spec.device}; {len(texts):,} texts")
+    last, said = [0.0], [time.time()]
+
+    def progress(step, total, losses):
+        now = time.time()
+        if now - said[0] >= LOG_EVERY or step == total:
+            said[0] = now
+            say(f"step {step}/{total}: KL summed over layers {sum(losses):.4f}")
+        if now - last[0] >= 1.0 or step == total:
+            last[0] = now
+            store.update_progress(job.id, {"step": step, "total_steps": total, "loss": sum(losses)})
+
+    training = lens.train(loaded, texts, options, out, progress, should_stop=lambda: bool(stop), log=say)
+    if stop:
+        raise SystemExit(1)  # the worker records the cancel
+    held = training["held_out"]
+    say("held-out KL to the final layer (masked positions), raw -> tuned: " + ", ".join(
+        f"{r:.3f}->{t:.3f}" for r, t in zip(held["raw"]["masked"]["kl"], held["tuned"]["masked"]["kl"], strict=True)))
+    return {"kind": "lens", "steps": training["steps"], "held_out": held, "seconds": training["seconds"]}
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("job_id", type=int)
@@ -73,11 +108,14 @@ def main() -> int:
                                        "history": state.history})
 
     try:
-        options = resolve(job.config)
         out = job.directory / "artifacts"
         out.mkdir(parents=True, exist_ok=True)
         say(f"job {job.id}: {job.name}")
-        metrics = run_options(options, out, [progress], log=say)
+        if job.config.get("kind") == "lens":
+            metrics = train_lens(store, job, out)
+        else:
+            options = resolve(job.config)
+            metrics = run_options(options, out, [progress], log=say)
     except (InputError, ModelLoadError, ValueError) as exc:
         print(f"error: {exc}", flush=True)
         return 1

@@ -85,7 +85,8 @@ class Job:
     @property
     def label(self) -> str:
         """How pages name the job's fine-tuned model: ``job #3 (attention, demo)``."""
-        return f"job #{self.id} ({self.config.get('head', 'cls')}, {self.config.get('model', 'demo')})"
+        what = "tuned lens" if self.config.get("kind") == "lens" else self.config.get("head", "cls")
+        return f"job #{self.id} ({what}, {self.config.get('model', 'demo')})"
 
     def to_dict(self) -> dict:
         out = dataclasses.asdict(self)

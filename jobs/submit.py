@@ -27,8 +27,37 @@ class SubmitError(ValueError):
     """The job was not queued; the message says why."""
 
 
+KINDS = ("finetune", "lens")  # what a job does: fine-tune a head, or train a tuned lens (analysis.lens)
+
+
+def validate_lens(config: dict) -> tuple[dict, str]:
+    """A tuned-lens job: its options (:class:`analysis.options.LensOptions`), the texts, the model's MLM head."""
+    from analysis.lens import read_corpus
+    from analysis.options import LensOptions
+    from models.loading import has_own_mlm_head
+
+    try:
+        options = LensOptions(**{k: v for k, v in config.items() if k != "kind"})
+        texts = read_corpus(options)
+        if len(texts) <= options.eval_texts:
+            raise InputError(f"{len(texts)} texts: a lens needs more than eval_texts={options.eval_texts}")
+        spec = options.spec().resolved()
+        _config_and_family(spec)
+        if not has_own_mlm_head(spec):
+            raise InputError(f"'{spec.name}' has no MLM head of its own: a tuned lens is read through one")
+    except (InputError, ModelLoadError, ValueError) as exc:
+        raise SubmitError(str(exc)) from None
+    return {"kind": "lens", **options.to_dict()}, spec.device
+
+
 def validate(config: dict) -> tuple[dict, str]:
     """(the job's resolved options, every field, the device the job will run on) or :class:`SubmitError`."""
+    kind = config.get("kind", "finetune")
+    if kind not in KINDS:
+        raise SubmitError(f"unknown job kind '{kind}' (choose from {', '.join(KINDS)})")
+    if kind == "lens":
+        return validate_lens(config)
+    config = {k: v for k, v in config.items() if k != "kind"}
     try:
         options = resolve(config)
         if not options.train:
@@ -54,6 +83,11 @@ def job_name(options: dict) -> str:
     options that differ from what the model and the preset give by default."""
     from analysis.options import FinetuneConfig, defaults_for
 
+    if options.get("kind") == "lens":
+        corpus = str(options.get("corpus") or "")
+        return " · ".join(["tuned lens", Path(str(options.get("model", "demo"))).name,
+                           "demo set" if corpus == "demo" else corpus[3:] if corpus.startswith("hf:") else
+                           Path(corpus).name, f"{options.get('steps')} steps"])
     defaults = defaults_for(options.get("model", "demo"), options.get("preset"))
     data = options.get("train") or ""
     data = "demo set" if data == "demo" else Path(data).name if not data.startswith("hf:") else data[3:]
@@ -72,7 +106,7 @@ def submit(config: dict, store: JobStore | None = None, name: str = "", start_wo
     store = store or JobStore()
     config, device = validate(config)
     job_id = store.submit(config, device, name or job_name(config), group)
-    if config["backend"] == "slurm":
+    if config.get("backend") == "slurm":
         try:
             launch(store, job_id)
         except ValueError as exc:

@@ -310,6 +310,33 @@ def _continued(info: dict) -> str:
             "`training_info.json` holds both runs.\n")
 
 
+def lens_section(out: Path) -> str:
+    """The model card's section on the tuned lens shipped in ``out/lens`` (``python -m analysis lens train``),
+    from its ``training.json``; empty without one."""
+    path = out / "lens" / "training.json"
+    if not path.is_file():
+        return ""
+    t = json.loads(path.read_text())
+    o, held = t["options"], t["held_out"]
+    size = sum(f.stat().st_size for f in (out / "lens").iterdir() if f.is_file())
+    rows = "\n".join(f"| {i} | {r:.3f} | {u:.3f} | {a:.3f} | {b:.3f} |" for i, (r, u, a, b) in enumerate(zip(
+        held["raw"]["masked"]["kl"], held["tuned"]["masked"]["kl"], held["raw"]["masked"]["agreement"],
+        held["tuned"]["masked"]["agreement"], strict=True)))
+    return f"""
+## Tuned lens (`lens/`)
+A tuned lens for this model (LayerLens' `analysis.lens`: one affine translator per layer, read by this model's MLM
+head), so the probe's tuned-lens view works offline: {t['parameters']:,} parameters, {size / 2**20:.2f} MB on disk
+(`config.json`, `translators.safetensors`, `training.json`). Trained {t['steps']:,} steps of {o['batch_size']} texts
+(up to {o['max_length']} tokens) from the corpus above, KL at masked positions, SGD with Nesterov momentum, in
+{t['seconds']:.0f} s on CPU. Held-out ({t['held_out_texts']} texts, masked positions): KL to the final layer's
+distribution (nats) and top-1 agreement with the final layer, raw head vs tuned lens:
+
+| hidden state | KL raw | KL tuned | agreement raw | agreement tuned |
+|---|---|---|---|---|
+{rows}
+"""
+
+
 def write_model_card(out: Path, info: dict) -> None:
     """``out/README.md``: what the model is and how well it does, from the measured ``info``."""
     c, m = info["config"], info["metrics"]
@@ -362,7 +389,7 @@ python -m models.pretrain --corpus ../shared/data/english_corpus/train.txt.gz \\
 hash order, so a fresh tokenizer can differ in a few rare subwords. With it, weights are identical for the same
 seed and thread count. `training_info.json` holds the exact settings and measurements.
 """
-    (out / "README.md").write_text(text)
+    (out / "README.md").write_text(text + lens_section(out))
 
 
 def main(argv: list[str] | None = None) -> int:

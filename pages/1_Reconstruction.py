@@ -2,12 +2,15 @@
 
 import streamlit as st
 
-from analysis.plots import accuracy_curve, mismatch_html, token_heatmap
+from analysis import lens
+from analysis.inputs import InputError
+from analysis.plots import accuracy_curve, divergence_curves, mismatch_html, token_heatmap
 from analysis.reconstruction import LAYER_HEADERS, ProbeConfig, probe
 from models.loading import ModelSpec
 from ui.inputs import EXAMPLES, text_inputs
+from ui.jobs import lens_job_form
 from ui.results import chart, for_each_model, result_key, shared_result, table, wait_for_run
-from ui.sidebar import model_cache, start_page
+from ui.sidebar import available_lenses, model_cache, start_page
 
 loaded = start_page("Reconstruction probing", (
     "Every layer's hidden states go through the model's **pre-trained MLM head** (its own, or one lent in the "
@@ -17,28 +20,54 @@ loaded = start_page("Reconstruction probing", (
     "each layer's real masked-LM accuracy. Special tokens ([CLS], [SEP], …) are not counted unless you ask."))
 
 inputs = text_inputs("probe", EXAMPLES)
-c1, c2, c3, c4 = st.columns([2, 2, 1, 3])
+lenses = available_lenses(loaded)
+c1, c2, c3, c4, c5 = st.columns([2, 2, 1, 3, 2])
 mode = c1.radio("Mode", ["unmasked", "masked"], horizontal=True, key="probe_mode")
 include_special = c2.checkbox("Count special tokens", key="probe_special")
 top_k = c3.number_input("Top-k", 1, 20, 5, key="probe_topk")
 compare = c4.text_input("Compare with (optional)", key="probe_compare", placeholder="hub id or local directory",
                         help="A second model probed on the same texts, e.g. a fine-tuned checkpoint.").strip()
+lens_dir = c5.selectbox("Tuned lens", [None, *lenses], format_func=lambda d: "(none)" if d is None else lens.label(d),
+                        key="probe_lens", help="Also read the layers through a tuned lens trained for this model "
+                        "(a translator per layer, then the same head; `python -m analysis lens train` or a lens job) "
+                        "and show each layer's KL to the final layer and agreement with it, raw and tuned."
+                        if lenses else "No tuned lens for this model yet: train one with `python -m analysis lens "
+                        "train` or on the Fine-tuning jobs page (job kind: tuned lens).")
 config = ProbeConfig(mode=mode, include_special=include_special, top_k=int(top_k))
 
 
-def run(spec: ModelSpec, label: str):
-    """The probe of ``spec`` on the inputs, shared across sessions."""
-    key = result_key(spec.resolved().to_dict(), inputs.texts, inputs.pairs, config.to_dict())
-    return shared_result(key, f"Probing {label}", lambda report: probe(
-        model_cache().get(spec), inputs, config,  # the sidebar's model is a cache hit
-        progress=lambda done, n: report(done / n, f"{label}: {done}/{n} texts")))
+def run(spec: ModelSpec, label: str, through=None):
+    """The probe of ``spec`` on the inputs (through the lens in directory ``through``), shared across sessions.
+    With a lens chosen, the raw reading also measures KL to the final layer and agreement."""
+    key = result_key(spec.resolved().to_dict(), inputs.texts, inputs.pairs, config.to_dict(), str(lens_dir),
+                     str(through))
 
+    def compute(report):
+        model = model_cache().get(spec)  # the sidebar's model is a cache hit
+        reading = lens.load(through, model) if through is not None else None
+        return probe(model, inputs, config, lens=reading, divergence=lens_dir is not None,
+                     progress=lambda done, n: report(done / n, f"{label}: {done}/{n} texts"))
+    return shared_result(key, f"Probing {label}", compute)
+
+
+with st.expander("Train a tuned lens for this model (a background job)"):
+    st.caption("A tuned lens learns one affine translator per layer so that the MLM head reads each layer as the "
+               "final layer's distribution (KL at masked positions; Belrose et al. 2023, for encoders). The demo "
+               "model ships one; docs/tuned_lens.md says what it shows and how to train one for bert-base.")
+    lens_job_form(loaded.spec.name)
 
 wait_for_run("probe_request", inputs is not None and st.button("Run the probe", type="primary", key="probe_run"),
-             (inputs, config, compare), "Set the texts and options, then run the probe. Results are shared and "
-             "cached per model, texts and options.")
+             (inputs, config, compare, lens_dir), "Set the texts and options, then run the probe. Results are shared "
+             "and cached per model, texts and options.")
 results = for_each_model("The probe", "probe_request", loaded, compare, run)
 main = results[loaded.spec.name]
+if lens_dir is not None:
+    tuned_label = f"{loaded.spec.name} · tuned lens ({lens.label(lens_dir)})"
+    try:
+        results = {loaded.spec.name: main, tuned_label: run(loaded.spec, tuned_label, lens_dir),
+                   **{k: v for k, v in results.items() if k != loaded.spec.name}}
+    except InputError as exc:
+        st.error(str(exc))
 if main.truncated:
     st.warning(f"{main.truncated} text(s) longer than {main.max_length} tokens were cut to fit the model.")
 st.caption(f"{main.n_texts} texts · {int(main.layers['tokens'].iloc[0]):,} counted tokens · {main.seconds:.2f} s"
@@ -51,6 +80,11 @@ if st.checkbox("Zoom the accuracy axis to the data", key="probe_zoom", help="The
                "it starts)."):
     fig.update_yaxes(range=None, autorange=True)
 chart(fig, "reconstruction_accuracy")
+if lens_dir is not None:
+    st.markdown("**Raw head and tuned lens**: how far each layer's reading is from the final layer's distribution. "
+                "A tuned lens translates each layer before the head, so its curves say what a layer knows once "
+                "its basis drift is undone; the last layer is read alike by both.")
+    chart(divergence_curves(results, {k: r.layer_names for k, r in results.items()}), "reconstruction_lens")
 for i, (label, r) in enumerate(results.items()):
     with st.expander(f"Table: {label}", expanded=i == 0):
         table(r.layers, LAYER_HEADERS)

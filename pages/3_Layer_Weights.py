@@ -21,7 +21,7 @@ loaded = start_page("Layer weights", (
     "weight each layer's [CLS] gets, per example, per class and across epochs; and the validation set's "
     "[CLS] vectors of the last layers after the first and the last epoch (PCA, as in Song et al. Fig. 2)."))
 store = JobStore()
-jobs = [j for j in store.list() if j.status == "succeeded"]
+jobs = [j for j in store.list() if j.status == "succeeded" and j.config.get("kind", "finetune") == "finetune"]
 if not jobs:
     st.info("No finished job yet: start one on the **Fine-tuning jobs** page (head *attention* or *scalar-mix* "
             "for layer weights).")

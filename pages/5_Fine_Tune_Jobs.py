@@ -196,7 +196,7 @@ def live() -> None:
 
 live()
 
-finished = [j for j in store.list() if j.status == "succeeded" and j.metrics]
+finished = [j for j in store.list() if j.status == "succeeded" and j.metrics and "accuracy" in j.metrics]
 if finished:
     st.subheader("Compare finished runs")
     groups = sorted({j.group for j in finished if j.group})

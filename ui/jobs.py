@@ -58,3 +58,40 @@ def comparison_table(jobs) -> pd.DataFrame:
                      "majority class": (m.get("baseline") or {}).get("accuracy"), "macro_f1": m.get("macro_f1"),
                      "one class": bool(m.get("one_class"))})
     return pd.DataFrame(rows)
+
+
+LENS_FORM = ["steps", "batch_size", "max_length", "optimizer", "lr_scale", "positions", "eval_texts"]
+
+
+def lens_job_form(model: str) -> None:
+    """Queue a tuned-lens training job for ``model`` (the Reconstruction page's expander): the texts, the main
+    options from :class:`analysis.options.LensOptions`, Submit. It then runs like every job (jobs page)."""
+    import os
+
+    import streamlit as st
+
+    from analysis.options import LensOptions
+    from jobs.submit import SubmitError, submit
+    from ui.options import option_input
+
+    source = st.radio("Texts", ["Demo set's texts", "A file on the server", "Hugging Face dataset"], horizontal=True,
+                      key="lens_source")
+    corpus, column = "demo", "text"
+    if source != "Demo set's texts":
+        hub = source == "Hugging Face dataset"
+        c1, c2 = st.columns([3, 1])
+        corpus = c1.text_input("Dataset" if hub else "Path", "hf:wikitext/wikitext-2-raw-v1:train" if hub else "",
+                               key="lens_corpus", help="hf:NAME[/CONFIG]:SPLIT" if hub else "a .txt file (a text a "
+                               "line) or .csv/.tsv/.jsonl with a text column")
+        column = c2.text_input("Text column", "text", key="lens_column")
+    cols = st.columns(len(LENS_FORM))
+    values = {name: option_input(col, name, "lens", options_schema=LensOptions)
+              for col, name in zip(cols, LENS_FORM, strict=True)}
+    if st.button("Train the lens as a job", key="lens_submit", disabled=not corpus):
+        config = {"kind": "lens", "model": model, "corpus": corpus, "text_column": column, **values}
+        try:
+            job_id = submit(config, start_worker=not os.environ.get("LAYERLENS_JOBS_NO_WORKER"))
+            st.success(f"Job {job_id} queued: follow it (progress, Cancel, log) on the Fine-tuning jobs page. When it "
+                       "has finished, the lens is offered under 'Tuned lens' above.")
+        except SubmitError as exc:
+            st.error(f"Not queued: {exc}")

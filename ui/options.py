@@ -19,16 +19,18 @@ def reset_form(prefix: str, names: list[str], model: str, preset: str | None) ->
         st.session_state[widget_key(prefix, name)] = values[name]
 
 
-def option_input(container, name: str, prefix: str, choices: list | None = None):
-    """The widget for option ``name`` (its value lives in ``st.session_state``, set by :func:`reset_form`)."""
-    info, key = schema.field_info(name), widget_key(prefix, name)
+def option_input(container, name: str, prefix: str, choices: list | None = None, options_schema=None):
+    """The widget for option ``name`` of ``options_schema`` (default the fine-tuning options); its value lives
+    in ``st.session_state`` (set by :func:`reset_form`, else the field's default)."""
+    info, key = schema.field_info(name, options_schema), widget_key(prefix, name)
+    st.session_state.setdefault(key, info.default)
     label = info.title[0].upper() + info.title[1:]
-    help_text = f"{schema.help_text(name)}; accepts {schema.accepts(name)}"
-    kind = schema.kind(name)
+    help_text = f"{schema.help_text(name, options_schema)}; accepts {schema.accepts(name, options_schema)}"
+    kind = schema.kind(name, options_schema)
     if kind == "bool":
         return container.checkbox(label, key=key, help=help_text)
     if kind == "choice" or choices is not None:
-        allowed = list(choices if choices is not None else schema.choices(name))
+        allowed = list(choices if choices is not None else schema.choices(name, options_schema))
         if st.session_state.get(key) not in allowed:  # a preset's head this model cannot take: shown, refused at submit
             allowed.append(st.session_state.get(key))
         return container.selectbox(label, allowed, key=key, help=help_text)
@@ -36,7 +38,7 @@ def option_input(container, name: str, prefix: str, choices: list | None = None)
         if st.session_state.get(key) is None:
             st.session_state[key] = ""
         return container.text_input(label, key=key, help=help_text).strip() or None
-    low, high = schema.bounds(name)
+    low, high = schema.bounds(name, options_schema)
     extra = info.json_schema_extra or {}
     if kind == "int":
         return int(container.number_input(label, min_value=low, max_value=high, step=1, key=key, help=help_text))

@@ -8,6 +8,7 @@ from pathlib import Path
 import streamlit as st
 import torch
 
+from analysis.lens import label as lens_label
 from models.cache import ModelCache, shared_cache
 from models.loading import DEMO_NAME, SUGGESTED_MODELS, LoadedModel, ModelLoadError, ModelSpec
 from ui.results import CHART_FORMAT, stopped_note
@@ -148,7 +149,16 @@ def has_line(loaded: LoadedModel) -> str:
     task = f" · task head: {loaded.task}" + (f" ({', '.join(loaded.labels)})" if loaded.labels else "") \
         if loaded.task else ""
     pooling = f" · pooling: {loaded.pooling}" if loaded.pooling else ""
-    return f"encoder · MLM head: {head}{task}{pooling}"
+    lenses = available_lenses(loaded)
+    tuned = f" · tuned lenses: {', '.join(map(lens_label, lenses))}" if lenses else ""
+    return f"encoder · MLM head: {head}{task}{pooling}{tuned}"
+
+
+def available_lenses(loaded: LoadedModel) -> list:
+    """The tuned lenses trained for this model's weights (bundled, under LAYERLENS_HOME/lenses, lens jobs)."""
+    from analysis.lens import find
+
+    return find(loaded) if loaded.mlm_head else []
 
 
 def sidebar() -> LoadedModel | None:
