@@ -135,6 +135,14 @@ def label(directory: Path) -> str:
     return "bundled lens" if directory.parent == DEMO_DIR else directory.name
 
 
+def training_positions(directory: Path) -> str | None:
+    """Where the lens in ``directory`` was trained (``masked`` or ``all``), from its ``training.json``."""
+    try:
+        return json.loads((Path(directory) / TRAINING).read_text())["options"]["positions"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def find(loaded: LoadedModel, roots: list[Path] | None = None) -> list[Path]:
     """The lens directories under ``roots`` (default :func:`search_roots`; searched two levels deep) trained for
     ``loaded``'s weights."""

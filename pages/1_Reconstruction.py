@@ -84,7 +84,13 @@ if lens_dir is not None:
     st.markdown("**Raw head and tuned lens**: how far each layer's reading is from the final layer's distribution. "
                 "A tuned lens translates each layer before the head, so its curves say what a layer knows once "
                 "its basis drift is undone; the last layer is read alike by both.")
-    chart(divergence_curves(results, {k: r.layer_names for k, r in results.items()}), "reconstruction_lens")
+    trained_at = lens.training_positions(lens_dir)
+    if mode == "unmasked" and trained_at == "masked":
+        st.info("This lens was trained to match the final layer at **masked** positions, where the model has to "
+                "predict. Unmasked, the final layer mostly copies its input (Kao et al.), and a lens reading can sit "
+                "further from it than the raw head's: choose Mode **masked** to see what the lens was trained for.")
+    chart(divergence_curves({k: r.layers for k, r in results.items()}, {k: r.layer_names for k, r in results.items()}),
+          "reconstruction_lens")
 for i, (label, r) in enumerate(results.items()):
     with st.expander(f"Table: {label}", expanded=i == 0):
         table(r.layers, LAYER_HEADERS)

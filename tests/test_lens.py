@@ -163,3 +163,43 @@ def test_masking_follows_pretraining():
     assert abs((chosen == 4).float().mean().item() - 0.8) < 0.02
     assert abs((chosen == 7).float().mean().item() - (0.1 + 0.1 / 50)) < 0.02  # kept, or drawn as itself
     assert torch.equal(masked[~selected], ids[~selected])
+
+
+def test_a_lens_job_runs_through_the_store_and_is_found_for_the_model(tmp_path, monkeypatch):
+    from jobs.store import JobStore
+    from jobs.submit import SubmitError, submit
+    from jobs.worker import Worker
+    from tests.test_jobs import drive
+
+    monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path))
+    directory = save_tiny("bert", tmp_path / "bert")
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(corpus(60)) + "\n")
+    store = JobStore(tmp_path / "jobs")
+    config = {"kind": "lens", "model": str(directory), "corpus": str(texts), "steps": 4, "batch_size": 8,
+              "eval_texts": 16, "device": "cpu"}
+    job = drive(Worker(store), store, submit(config, store, start_worker=False))
+    assert job.status == "succeeded", job.error
+    assert job.name.startswith("tuned lens · bert · texts.txt") and "tuned lens" in job.label
+    assert job.progress["step"] == 4 and job.metrics["kind"] == "lens"
+    assert "held-out KL to the final layer" in job.log_path.read_text()
+    loaded = load_model(ModelSpec(str(directory), device="cpu"))
+    assert L.find(loaded) == [job.artifacts] and L.label(job.artifacts) == f"job #{job.id}"
+    for bad, message in (({"steps": 0}, "steps"), ({"corpus": str(tmp_path / "none.txt")}, "none.txt"),
+                         ({"eval_texts": 500}, "more than eval_texts"), ({"kind": "nope"}, "unknown job kind")):
+        with pytest.raises(SubmitError, match=message):
+            submit({**config, **bad}, store, start_worker=False)
+
+
+def test_the_demo_model_ships_a_lens_of_its_own():
+    from models.spec import DEMO_DIR
+
+    demo = load_model(ModelSpec("demo", device="cpu"))
+    assert L.find(demo) == [DEMO_DIR / "lens"] and L.label(DEMO_DIR / "lens") == "bundled lens"
+    lens = L.load(DEMO_DIR / "lens", demo)
+    assert sum(f.stat().st_size for f in (DEMO_DIR / "lens").iterdir()) < 2 * 2**20
+    held = json.loads((DEMO_DIR / "lens" / "training.json").read_text())["held_out"]
+    assert all(t < r for r, t in zip(held["raw"]["masked"]["kl"][:-1], held["tuned"]["masked"]["kl"][:-1],
+                                     strict=True))
+    assert any(t.weight.abs().sum() > 0 for t in lens.translators)
+    assert "## Tuned lens" in (DEMO_DIR / "README.md").read_text()

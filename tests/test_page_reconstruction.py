@@ -50,3 +50,39 @@ def test_empty_text_is_a_message(tiny_dirs):
     at.text_area(key="probe_text").set_value("   \n").run()
     assert not at.exception
     assert "no text given" in at.error[0].value
+
+
+def test_a_tuned_lens_overlays_raw_and_tuned_readings(tmp_path, monkeypatch):
+    """The demo model's bundled lens: raw and tuned tables are the engine's, the divergence chart is shown, the
+    per-token view can show either."""
+    from analysis import lens
+    from models.spec import DEMO_DIR
+
+    monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path))
+    at = run_page(PAGE, model="demo")
+    assert at.selectbox(key="probe_lens").options[1:] == ["bundled lens"]
+    at.selectbox(key="probe_lens").set_value(DEMO_DIR / "lens").run()
+    at.text_area(key="probe_text").set_value("the film is good .\nit was a dull movie .").run()
+    at.button(key="probe_run").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    demo = load_model(ModelSpec("demo", device="cpu"))
+    inputs = TextInputs(("the film is good .", "it was a dull movie ."))
+    raw = probe(demo, inputs, ProbeConfig(), divergence=True).layers
+    tuned = probe(demo, inputs, ProbeConfig(), lens=lens.load(DEMO_DIR / "lens", demo)).layers
+    for shown, expected in zip(at.dataframe[:2], (raw, tuned), strict=True):
+        pd.testing.assert_frame_equal(shown.value.reset_index(drop=True), expected, check_dtype=False)
+    assert len(at.get("plotly_chart")) == 3  # accuracy, raw vs tuned divergence, token heat map
+    assert at.radio(key="probe_view").options == ["demo", "demo · tuned lens (bundled lens)"]
+
+
+def test_a_lens_job_is_queued_from_the_page(tmp_path, monkeypatch):
+    from jobs.store import JobStore
+
+    monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path))
+    monkeypatch.setenv("LAYERLENS_JOBS_NO_WORKER", "1")
+    at = run_page(PAGE, model="demo")
+    at.number_input(key="lens_steps").set_value(20).run()
+    at.button(key="lens_submit").click().run()
+    assert not at.exception and "queued" in at.success[0].value
+    job = JobStore(tmp_path / "jobs").list()[0]
+    assert (job.config["kind"], job.config["steps"], job.config["corpus"], job.status) == ("lens", 20, "demo", "queued")
