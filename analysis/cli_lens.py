@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import json
+import signal
 import sys
 from pathlib import Path
 
@@ -57,14 +57,18 @@ def cmd_lens(args: argparse.Namespace) -> int:
     options = lens_options(args)
     texts = lens.read_corpus(options)
     loaded = load_model(options.spec())
+    stop = []
+    signal.signal(signal.SIGINT, lambda *_: stop.append(True))  # Ctrl-C: checkpoint after this step, then exit
     with tqdm(desc="training the lens", unit="step", file=sys.stderr) as bar:
         def progress(step, total, losses):
             bar.total = total
             bar.update(step - bar.n)
             bar.set_postfix(kl=f"{sum(losses):.3f}")
 
-        training = lens.train(loaded, texts, options, args.out, progress=progress,
+        training = lens.train(loaded, texts, options, args.out, progress=progress, should_stop=lambda: bool(stop),
                               log=lambda line: bar.write(line, file=sys.stderr))
+    if stop:
+        return 130
     held = training["held_out"]
     print("layer  held-out KL to final (masked)  raw -> tuned   top-1 agreement  raw -> tuned")
     for layer, (kr, kt, ar, at) in enumerate(zip(held["raw"]["masked"]["kl"], held["tuned"]["masked"]["kl"],
@@ -72,5 +76,4 @@ def cmd_lens(args: argparse.Namespace) -> int:
                                                  held["tuned"]["masked"]["agreement"], strict=True)):
         print(f"{layer:>5}  {kr:>22.4f} -> {kt:<10.4f}  {ar:>15.4f} -> {at:.4f}")
     print(f"wrote {args.out}/config.json, translators.safetensors, training.json", file=sys.stderr)
-    json.dumps(training)  # (training.json is written by the library)
     return 0

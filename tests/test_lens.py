@@ -203,3 +203,31 @@ def test_the_demo_model_ships_a_lens_of_its_own():
                                      strict=True))
     assert any(t.weight.abs().sum() > 0 for t in lens.translators)
     assert "## Tuned lens" in (DEMO_DIR / "README.md").read_text()
+
+
+def test_ctrl_c_checkpoints_and_the_same_command_resumes(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(corpus(200)) + "\n")
+    directory = save_tiny("bert", tmp_path / "bert", copy_steps=0)
+    cmd = [sys.executable, "-m", "analysis", "lens", "train", "--model", str(directory), "--corpus", str(texts),
+           "--steps", "100000", "--batch-size", "4", "--eval-texts", "16", "--out", str(tmp_path / "lens")]
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.time() + 120
+    while not (tmp_path / "lens").is_dir() and time.time() < deadline:  # it has started training
+        time.sleep(0.2)
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    step = json.loads((tmp_path / "lens" / "state.json").read_text())["step"]
+    assert step > 0 and "resume" in err
+    assert "Traceback" not in err
