@@ -2,11 +2,13 @@
 
     python -m jobs.worker [--idle-exit 300]
 
-It marks jobs orphaned by a dead worker as failed, then loops: claim queued jobs (at most
+It marks jobs orphaned by a dead worker as failed, then loops: watch running jobs whose worker died while their
+process lives on (adopted by process id: cancel reaches them, their end is recorded), claim queued jobs (at most
 ``LAYERLENS_JOBS_PER_DEVICE``, default 1, running per device), start each as its own process (``python -m
 jobs.run ID``, or ``accelerate launch -m jobs.run ID`` when the job asks for several processes), stop those
 whose cancel was requested (SIGTERM, SIGKILL after 5 s) and record how each ended. The job process records
-success itself; a non-zero exit without a recorded status becomes ``failed`` with the log's last lines. The
+success itself; a non-zero exit without a recorded status becomes ``failed`` with the signal or exit status and
+the log's last lines. The
 worker exits after ``--idle-exit`` seconds with nothing queued or running.
 """
 
@@ -24,7 +26,7 @@ import time
 from pathlib import Path
 
 from analysis.parallel import launch_command
-from jobs.store import JobStore
+from jobs.store import JobStore, pid_alive
 
 log = logging.getLogger("layerlens.worker")
 POLL_S = 0.5
@@ -37,15 +39,43 @@ def tail(path: Path, lines: int = 15) -> str:
         return ""
 
 
-def record_exit(store: JobStore, job, code: int) -> None:
+UNKNOWN = object()  # the exit status of a process this worker did not start (it cannot wait for it)
+
+
+def exit_reason(code) -> str:
+    """``killed by SIGKILL (exit status -9)``, ``exit status 1``, or why the status is not known."""
+    if code is UNKNOWN:
+        return ("the job's process ended; its exit status is unknown (an earlier worker, since stopped, started "
+                "it)")
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name} (exit status {code})"
+        except ValueError:
+            return f"killed by signal {-code} (exit status {code})"
+    return f"exit status {code}"
+
+
+def record_exit(store: JobStore, job, code) -> None:
     """How a job's process ended, in the store (it records success itself): cancelled when asked to stop,
-    else failed with the log's last lines."""
+    else failed with why (the signal that killed it, its exit status) and the log's last lines."""
     if job.cancel_requested:
         store.finish(job.id, "cancelled")
-    elif code != 0:
-        store.finish(job.id, "failed", tail(job.log_path) or f"exit status {code}")
+    elif code is UNKNOWN or code != 0:
+        logs = tail(job.log_path)
+        store.finish(job.id, "failed", exit_reason(code) + (f"; the log ends:\n{logs}" if logs else ""))
     else:
         store.finish(job.id, "failed", "the job process ended without recording a result")
+
+
+class Adopted:
+    """A running job's process that this worker did not start (its worker was killed): watched by its process
+    id, stopped through its process group; its exit status cannot be known."""
+
+    def __init__(self, pid: int | None):
+        self.pid = pid or 0
+
+    def poll(self):
+        return None if pid_alive(self.pid) else UNKNOWN
 
 
 def start_process(job, root: Path) -> subprocess.Popen:
@@ -55,6 +85,14 @@ def start_process(job, root: Path) -> subprocess.Popen:
         return subprocess.Popen(job_command(job, root), stdout=logf, stderr=subprocess.STDOUT,
                                 cwd=Path(__file__).resolve().parents[1], start_new_session=True,
                                 env={**os.environ, "TQDM_MININTERVAL": "5"})  # a readable log
+
+
+def kill_group(pid: int, sig: int) -> None:
+    """Signal a job's process group (it runs in a session of its own); nothing if it has just ended."""
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def job_command(job, root: Path) -> list[str]:
@@ -77,7 +115,17 @@ class Worker:
         self.running[job.id] = (proc, None)
         log.info("job %d started (pid %d)", job.id, proc.pid)
 
+    def adopt(self) -> None:
+        """Watch the running local jobs no process of this worker runs (their worker died): a dead one is
+        recorded at the next poll, a cancel reaches a live one. Runs at every poll, so no job stays
+        ``running`` with a dead process and no queue waits forever behind one."""
+        for job in self.store.unfinished("local"):
+            if job.status == "running" and job.id not in self.running:
+                self.running[job.id] = (Adopted(job.pid), None)
+                log.info("watching job %d (pid %s), started by an earlier worker", job.id, job.pid)
+
     def step(self) -> None:
+        self.adopt()
         for device in self.store.queued_devices():
             while (job := self.store.claim(device, self.per_device)) is not None:
                 try:
@@ -89,10 +137,10 @@ class Worker:
             job = self.store.get(job_id)
             if code is None:
                 if job.cancel_requested and term_sent is None:
-                    os.killpg(proc.pid, signal.SIGTERM)
+                    kill_group(proc.pid, signal.SIGTERM)
                     self.running[job_id] = (proc, time.time())
                 elif term_sent is not None and time.time() - term_sent > 5:
-                    os.killpg(proc.pid, signal.SIGKILL)
+                    kill_group(proc.pid, signal.SIGKILL)
                 continue
             del self.running[job_id]
             record_exit(self.store, job, code)

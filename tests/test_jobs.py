@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -191,3 +192,50 @@ def test_a_worker_that_exits_is_reaped(setup):
     assert proc.returncode == 0
     status = Path(f"/proc/{proc.pid}/status")
     assert not status.exists() or "zombie" not in status.read_text()
+
+
+def test_a_killed_worker_never_blocks_the_queue(setup):
+    """Issue 20.1 as found: SIGKILL the worker while a job runs, submit another (a new worker starts while the
+    old job's process lives), then the old job's process dies. The new worker watches it, records it failed,
+    and the next job runs."""
+    from jobs.worker import ensure_worker
+
+    store, config = setup
+    first = submit({**config, "epochs": 100_000}, store, start_worker=False)
+    worker = ensure_worker(store, idle_exit=60)
+    wait(store, first, ("running",), timeout=60)
+    deadline = time.time() + 60
+    while not store.get(first).progress and time.time() < deadline:
+        time.sleep(0.2)
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.wait(timeout=10)
+    second = submit(config, store)  # a new worker: the old job's process is still alive and holds the device
+    time.sleep(2)
+    assert store.get(first).status == "running" and store.get(second).status == "queued"
+    os.killpg(store.get(first).pid, signal.SIGKILL)
+    assert "exit status is unknown" in wait(store, first, timeout=30).error
+    assert wait(store, second, timeout=120).status == "succeeded"
+
+
+def test_cancel_reaches_a_job_whose_worker_died(setup):
+    store, config = setup
+    job_id = submit(config, store, start_worker=False)
+    store.claim("cpu", 1)
+    orphan = subprocess.Popen(["sleep", "600"], start_new_session=True)  # the job's process, its worker gone
+    store.set_pid(job_id, orphan.pid)
+    worker = Worker(store)
+    worker.step()
+    assert store.get(job_id).status == "running" and job_id in worker.running
+    store.request_cancel(job_id)
+    job = drive(worker, store, job_id, timeout=15)
+    assert job.status == "cancelled" and orphan.poll() == -signal.SIGTERM
+
+
+def test_a_job_killed_by_a_signal_says_so(setup):
+    store, config = setup
+    job_id = submit({**config, "epochs": 100_000}, store, start_worker=False)
+    worker = Worker(store)
+    drive(worker, store, job_id, until=("running",), timeout=30)
+    os.killpg(store.get(job_id).pid, signal.SIGKILL)
+    job = drive(worker, store, job_id, timeout=30)
+    assert job.status == "failed" and job.error.startswith("killed by SIGKILL (exit status -9)")
