@@ -121,14 +121,23 @@ def _rows(text: str, fmt: str, name: str) -> tuple[list[dict], list[str]]:
     delimiter = "\t" if fmt == "tsv" else ","
     quoting = csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL
     reader = csv.reader(io.StringIO(text), delimiter=delimiter, quoting=quoting)
+    header, rows = None, []
     try:
-        table = [r for r in reader if r]
+        for r in reader:
+            if not r:
+                continue
+            if header is None:
+                header = [h.strip() for h in r]
+            elif len(r) != len(header):  # a field too many shifts the others: text would become label
+                inside = ("quote texts that hold a comma" if fmt == "csv" else
+                          "TSV is read with quoting off, so a text cannot hold a tab")
+                raise InputError(f"{name}, line {reader.line_num}: {len(r)} fields, but the header has {len(header)} "
+                                 f"({inside})")
+            else:
+                rows.append(dict(zip(header, r, strict=True)))
     except csv.Error as exc:
         raise InputError(f"{name}: not a valid {fmt.upper()} file ({exc})") from None
-    if not table:
-        return [], []
-    header = [h.strip() for h in table[0]]
-    return [dict(zip(header, r, strict=False)) for r in table[1:]], header
+    return rows, header or []
 
 
 def columns_of(data: bytes, name: str) -> list[str]:

@@ -84,3 +84,19 @@ def test_a_missing_column_lists_the_columns(tmp_path):
     path.write_text("id,sentence,source\n1,good,imdb\n")
     with pytest.raises(InputError, match=r"no column 'text' \(columns found: id, sentence, source\)"):
         read_file(path)
+
+
+@pytest.mark.parametrize("name, content, line, fields", [
+    ("rows.tsv", "text\tlabel\ngood film\tpos\nbad\tfilm\tneg\n", 3, 3),  # a tab inside the text: an extra field
+    ("rows.tsv", "text\tlabel\ngood film\tpos\nshort row\n", 3, 1),
+    ("rows.csv", "text,label\ngood film,pos\nbad, really bad,neg\n", 3, 3),
+    ("rows.csv", 'text,label\n"multi\nline",pos\nx\n', 4, 1),  # the csv module's own line count
+])
+def test_a_row_with_the_wrong_number_of_fields_is_an_error_not_data(name, content, line, fields):
+    with pytest.raises(InputError, match=rf"{name}, line {line}: {fields} fields, but the header has 2"):
+        parse(content.encode(), name, label_column="label")
+
+
+def test_quoted_commas_stay_in_their_field():
+    data = parse(b'text,label\n"bad, really bad",neg\n', "rows.csv", label_column="label")
+    assert data.texts == ("bad, really bad",) and data.labels == ("neg",)
