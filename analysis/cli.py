@@ -35,7 +35,7 @@ from analysis.cli_finetune import (
     cmd_jobs,
 )
 from analysis.cli_lens import add_lens_arguments, cmd_lens
-from analysis.inputs import InputError
+from analysis.inputs import PROBE_ROW_LIMIT, InputError, check_row_limit
 from analysis.options import ATLAS_METHODS as METHODS
 from analysis.options import ATLAS_POOLINGS as POOLINGS
 from analysis.options import COLOR_BY
@@ -72,6 +72,8 @@ def add_probe_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-k", type=positive_int, default=5, help="predictions kept per token (default 5)")
     g.add_argument("--max-length", type=positive_int, help="cut texts to this many tokens (default: the model's limit)")
     g.add_argument("--seed", type=int, default=0, help="seed of the masked mode's random groups")
+    g.add_argument("--max-rows", type=positive_int, default=PROBE_ROW_LIMIT, help="refuse inputs with more texts "
+                   f"than this (default {PROBE_ROW_LIMIT:,}, the pages' limit)")
     g.add_argument("--lens", type=Path, metavar="DIR", help="also read the layers through this tuned lens (`lens "
                    "train`): layers.csv and decoded.csv gain a lens column (raw/tuned) and every row kl_to_final "
                    "and agreement; the tuned per-token rows go to tokens_tuned.parquet")
@@ -89,7 +91,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     if args.out is None:
         raise UserError("--out DIR is required: the probe writes layers.csv, decoded.csv, tokens.parquet, run.json")
     ranks, spec = launched(args)
-    inputs = read_file(args.input, args.column, args.pair_column)
+    inputs = check_row_limit(read_file(args.input, args.column, args.pair_column), args.max_rows, "probe's")
     for note in inputs.notes() if ranks.is_main else ():
         print(f"note: {note}", file=sys.stderr)
     try:
@@ -159,12 +161,14 @@ def add_atlas_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--folds", type=positive_int, default=5, help="folds of the linear probe (default 5)")
     g.add_argument("--seed", type=int, default=0, help="seed of the folds, the projection and any sample")
     g.add_argument("--sample", type=positive_int, help="use a random sample of this many rows")
+    g.add_argument("--max-rows", type=positive_int, help="refuse more rows than this (default: the pages' limit, "
+                   "LAYERLENS_ATLAS_MAX_ROWS or 20,000)")
 
 
 def cmd_atlas(args: argparse.Namespace) -> int:
     """Layer atlas: per-layer sentence vectors in 2-D, separability per layer, layer x layer CKA."""
     from analysis.inputs import from_hub_dataset, read_file
-    from analysis.projection import AtlasConfig, atlas
+    from analysis.projection import AtlasConfig, atlas, max_rows
     from models.loading import load_model
 
     if args.out is None:
@@ -185,13 +189,14 @@ def cmd_atlas(args: argparse.Namespace) -> int:
             print(f"note: using a random sample of {args.sample:,} of {len(data):,} rows (seed {args.seed})",
                   file=sys.stderr)
         data = data.sample(args.sample, args.seed)
+    check_row_limit(data, args.max_rows or max_rows(), "atlas'", "--sample N or --max-rows")
     loaded = load_model(spec)
     if not ranks.is_main:  # a helper process: its share of the extraction; the main process does the rest
-        atlas(loaded, data, config, ranks=ranks)
+        atlas(loaded, data, config, ranks=ranks, row_limit=args.max_rows)
         return 0
     out = prepare_out(args.out)
     with StageBars(processes_note(ranks)) as progress:
-        result = atlas(loaded, data, config, progress=progress, ranks=ranks)
+        result = atlas(loaded, data, config, progress=progress, ranks=ranks, row_limit=args.max_rows)
     result.coords.to_csv(out / "coords.csv", index=False)
     result.separability.to_csv(out / "separability.csv", index=False)
     result.cka_frame().to_csv(out / "cka.csv")
@@ -222,28 +227,30 @@ def add_duplicate_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_duplicate(args: argparse.Namespace) -> int:
     """Layer duplication: export a deeper model (and probe it) without training."""
-    from analysis.duplication import duplicate_first, export, parse_plan, preview, sweep
+    from analysis.duplication import check_depth, duplicate_first, export, parse_plan, preview, sweep
     from analysis.inputs import read_file
     from analysis.reconstruction import probe
-    from models.loading import load_model
+    from models.loading import _config_and_family, load_model
 
     if args.out is None:
         raise UserError("--out DIR is required: the deeper model is saved there")
     if args.sweep and args.preview_input is None:
         raise UserError("--sweep needs --preview-input (the texts to probe)")
     inputs = read_file(args.preview_input, args.column) if args.preview_input else None
-    loaded = load_model(spec_from_args(args))
-    albert = loaded.anatomy.family == "albert"
+    spec = spec_from_args(args)
+    config, family = _config_and_family(spec)  # the plan is checked before the weights are loaded
+    albert, layers = family == "albert", config.num_hidden_layers
     if args.depth is not None:
         if not albert:
             raise UserError("--depth is for ALBERT (one shared layer); use --duplicate-first or --plan")
-        plan = [0] * args.depth
+        plan = [0] * check_depth(args.depth, layers)
     elif args.plan is not None:
         if albert:
             raise UserError("ALBERT shares one layer across depth: give --depth N instead of a plan")
-        plan = parse_plan(args.plan, loaded.num_layers)
+        plan = parse_plan(args.plan, layers)
     else:
-        plan = duplicate_first(loaded.num_layers, args.duplicate_first or 0)
+        plan = duplicate_first(layers, args.duplicate_first or 0)
+    loaded = load_model(spec)
     out = prepare_out(args.out)
     export(loaded, plan, out, dtype=None if args.save_dtype == "source" else args.save_dtype)
     print(f"plan ({len(plan)} layers): {','.join(map(str, plan)) if not albert else f'shared x {len(plan)}'}")

@@ -27,22 +27,45 @@ def add_finetune_arguments(p: argparse.ArgumentParser) -> None:
         add_option_flag(g, name, suppress=True)
 
 
+CONFIG_MAX_BYTES = 2**20  # a config file is a few lines; more is a mistake or an attack
+CONFIG_MAX_ALIASES = 50  # YAML anchors/aliases allowed ("billion laughs" files are refused)
+
+
 def read_config_file(path: Path) -> dict:
-    """The option mapping in a .yaml/.yml or .json file."""
+    """The option mapping in a .yaml/.yml or .json file: at most 1 MB, YAML with at most
+    :data:`CONFIG_MAX_ALIASES` aliases (a nested-alias bomb is refused before it expands)."""
     if not path.is_file():
         raise UserError(f"no such config file: {path}")
+    if path.stat().st_size > CONFIG_MAX_BYTES:
+        raise UserError(f"{path} is {path.stat().st_size:,} bytes: a config file may have at most "
+                        f"{CONFIG_MAX_BYTES:,}")
     try:
-        if path.suffix.lower() in (".yaml", ".yml"):
-            import yaml
-
-            values = yaml.safe_load(path.read_text())
-        else:
-            values = json.loads(path.read_text())
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not a text file (a config file is YAML or JSON)") from None
+    try:
+        values = _yaml(text) if path.suffix.lower() in (".yaml", ".yml") else json.loads(text)
     except Exception as exc:
         raise UserError(f"cannot read {path}: {str(exc).splitlines()[0]}") from None
     if not isinstance(values, dict):
         raise UserError(f"{path} must hold a mapping of option names to values")
     return values
+
+
+def _yaml(text: str):
+    import yaml
+
+    class Limited(yaml.SafeLoader):
+        aliases = 0
+
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                Limited.aliases += 1
+                if Limited.aliases > CONFIG_MAX_ALIASES:
+                    raise yaml.YAMLError(f"more than {CONFIG_MAX_ALIASES} YAML aliases")
+            return super().compose_node(parent, index)
+
+    return yaml.load(text, Loader=Limited)  # noqa: S506 (a SafeLoader)
 
 
 def finetune_options(args: argparse.Namespace):
@@ -142,7 +165,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
             else:
                 ids = [submit(config, store, args.name, start_worker=not args.no_worker, group=args.group)]
         except (SubmitError, InputError) as exc:
-            raise UserError(f"not queued: {exc}") from None
+            raise UserError(f"not queued ({args.config}): {exc}") from None
         for job_id in ids:
             job = store.get(job_id)
             print(f"queued job {job_id} ({job.where}): {job.name}", file=sys.stderr)

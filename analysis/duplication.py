@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -48,11 +49,28 @@ def duplicate_last(num_layers: int, k: int) -> list[int]:
     return [i for i in range(num_layers) for _ in range(2 if i >= num_layers - k else 1)]
 
 
+def max_depth(num_layers: int) -> int:
+    """The deepest plan allowed for a model of ``num_layers`` layers: ``LAYERLENS_MAX_DEPTH_FACTOR`` (default 4)
+    times its depth, so a typing slip cannot build (and write) a model of thousands of layers."""
+    return int(os.environ.get("LAYERLENS_MAX_DEPTH_FACTOR", 4)) * num_layers
+
+
+def check_depth(depth: int, num_layers: int) -> int:
+    """``depth``, or an :class:`InputError` when it is above :func:`max_depth` (checked before any loading)."""
+    if depth > max_depth(num_layers):
+        raise InputError(f"a plan of {depth:,} layers is deeper than {max_depth(num_layers)} ("
+                         f"{max_depth(num_layers) // max(num_layers, 1)}x the model's {num_layers} layers): "
+                         "shorten it, or raise LAYERLENS_MAX_DEPTH_FACTOR")
+    return depth
+
+
 def parse_plan(text: str, num_layers: int) -> list[int]:
-    """A custom plan from ``"0,0,1,2"`` (0-based source layers; repeats, drops and reorders allowed)."""
+    """A custom plan from ``"0,0,1,2"`` (0-based source layers; repeats, drops and reorders allowed), at most
+    :func:`max_depth` layers."""
     parts = [p for p in re.split(r"[,\s]+", text.strip()) if p]
     if not parts:
         raise InputError("the plan is empty: list the source layer of each new layer, e.g. 0,0,1,2,3")
+    check_depth(len(parts), num_layers)
     try:
         plan = [int(p) for p in parts]
     except ValueError:
@@ -68,6 +86,7 @@ def check_plan(plan: list[int], loaded: LoadedModel) -> list[int]:
     if not plan:
         raise InputError("the plan is empty")
     if loaded.anatomy.family == "albert":
+        check_depth(len(plan), loaded.num_layers)
         return plan  # a depth: every entry is the shared layer
     return parse_plan(",".join(map(str, plan)), loaded.num_layers)
 

@@ -252,6 +252,17 @@ def from_hub_dataset(name: str, config: str | None = None, split: str = "train",
     return from_records(rows, list(ds.column_names), where, column, pair_column, label_column, limit)
 
 
+PROBE_ROW_LIMIT = 2000  # texts a probe takes by default: the pages' limit, and the CLI's unless --max-rows
+
+
+def check_row_limit(inputs: TextInputs, limit: int, what: str, flag: str = "--max-rows") -> TextInputs:
+    """``inputs``, or an :class:`InputError` when it has more rows than ``limit``."""
+    if len(inputs) > limit:
+        raise InputError(f"{len(inputs):,} rows are more than the {what} limit of {limit:,}: raise it with "
+                         f"{flag} {len(inputs)} (memory and time grow with the rows)")
+    return inputs
+
+
 def read_file(path: Path | str, column: str = "text", pair_column: str | None = None,
               limit: int | None = None, label_column: str | None = None) -> TextInputs:
     """:func:`parse` for a file on disk."""

@@ -421,14 +421,14 @@ def matches(prediction: str, label: str, names: list[str] | None) -> bool:
 
 def atlas(loaded: LoadedModel, inputs: TextInputs, config: AtlasConfig = AtlasConfig(),
           progress: Progress | None = None, store: ArrayStore | None = None,
-          ranks: Ranks = ONE) -> AtlasResult | None:
+          ranks: Ranks = ONE, row_limit: int | None = None) -> AtlasResult | None:
     """Representations (cached), projections of the chosen layers, separability of every layer and CKA.
     Under a launcher the processes share the extraction; the main process does the rest and alone gets the
     result (others get None)."""
     start = time.perf_counter()
-    if len(inputs) > max_rows():
-        raise InputError(f"{len(inputs):,} rows are more than the atlas' limit of {max_rows():,}: take a random "
-                         f"sample (--sample N) or raise LAYERLENS_ATLAS_MAX_ROWS")
+    if len(inputs) > (row_limit or max_rows()):
+        raise InputError(f"{len(inputs):,} rows are more than the atlas' limit of {row_limit or max_rows():,}: take a "
+                         "random sample (--sample N) or raise the limit (--max-rows, LAYERLENS_ATLAS_MAX_ROWS)")
     counts = check_labels(inputs.labels, config.folds)
     n_states = loaded.num_layers + 1
     layers = parse_layers(config.layers, n_states)

@@ -149,3 +149,45 @@ def test_status_commands_import_no_torch_transformers_or_streamlit(argv, tmp_pat
     out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
                          env={**__import__("os").environ, "LAYERLENS_HOME": str(tmp_path)})
     assert "HEAVY []" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("content, message", [
+    ("a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in
+                                                       zip("abcdefgh", "bcdefghi")), "more than 50 YAML aliases"),
+    (b"\x00\xff\xfe binary", "is not a text file"),
+    ("- just\n- a list\n", "must hold a mapping"),
+    ("lr: 1e-4\nnot_an_option: 3\n", "unknown option(s) not_an_option"),
+])
+def test_bad_config_files_are_one_line_naming_the_file(tmp_path, capsys, content, message):
+    import time
+
+    path = tmp_path / "job.yaml"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    start = time.perf_counter()
+    assert main(["jobs", "submit", "--config", str(path), "--no-worker"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and str(path) in err and err.count("\n") == 1, err
+    assert time.perf_counter() - start < 30  # (a guard against the alias bomb hanging the suite, not a benchmark)
+
+
+def test_a_huge_config_file_is_refused(tmp_path, capsys):
+    path = tmp_path / "job.yaml"
+    path.write_text("lr: 1e-4\n" + "#" * 2**20)
+    assert main(["jobs", "submit", "--config", str(path)]) == 2
+    assert "at most 1,048,576" in capsys.readouterr().err
+
+
+def test_probe_and_atlas_refuse_more_rows_than_the_limit_unless_raised(tmp_path, capsys, tiny_dirs):
+    texts = tmp_path / "many.txt"
+    texts.write_text("".join(f"the film {i} .\n" for i in range(30)))
+    argv = ["probe", "--model", str(tiny_dirs["bert"]), "--input", str(texts), "--out", str(tmp_path / "o")]
+    assert main([*argv, "--max-rows", "20"]) == 2
+    assert "30 rows are more than the probe's limit of 20: raise it with --max-rows 30" in capsys.readouterr().err
+    assert main([*argv, "--max-rows", "30"]) == 0
+
+
+def test_a_duplication_plan_deeper_than_4x_is_refused_before_loading(tmp_path, capsys, tiny_dirs):
+    plan = ",".join(["0"] * 2000)
+    assert main(["duplicate", "--model", str(tiny_dirs["bert"]), "--plan", plan, "--out", str(tmp_path / "d")]) == 2
+    assert "a plan of 2,000 layers is deeper than 12 (4x the model's 3 layers)" in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()

@@ -8,6 +8,7 @@ from analysis.inputs import (
     DEMO_LABELLED,
     FORMATS,
     LABEL_HINTS,
+    PROBE_ROW_LIMIT,
     InputError,
     TextInputs,
     columns_of,
@@ -17,7 +18,7 @@ from analysis.inputs import (
     parse,
 )
 
-DEFAULT_ROW_LIMIT = 2000
+DEFAULT_ROW_LIMIT = PROBE_ROW_LIMIT
 EXAMPLES = """the film is a charming and often affecting journey .
 the acting , costumes , music and sound are all astounding .
 it 's a bad movie that tries hard to be good .
