@@ -35,6 +35,7 @@ from analysis.cli_finetune import (
     cmd_jobs,
 )
 from analysis.cli_lens import add_lens_arguments, cmd_lens
+from analysis.csvout import to_csv
 from analysis.inputs import PROBE_ROW_LIMIT, InputError, check_row_limit
 from analysis.options import ATLAS_METHODS as METHODS
 from analysis.options import ATLAS_POOLINGS as POOLINGS
@@ -127,8 +128,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
         layers, decoded = (pd.concat([getattr(r, table).assign(lens=name)[["lens", *getattr(r, table).columns]]
                                       for name, r in results.items()], ignore_index=True)
                            for table in ("layers", "decoded"))
-    layers.to_csv(out / "layers.csv", index=False)
-    decoded.to_csv(out / "decoded.csv", index=False)
+    to_csv(layers, out / "layers.csv")
+    to_csv(decoded, out / "decoded.csv")
     write_json(out, "run.json", {**result.run_info(), "input": str(args.input), "column": args.column,
                                  "pair_column": args.pair_column, "model_spec": loaded.spec.to_dict(),
                                  "lens": str(args.lens) if args.lens else None,
@@ -197,9 +198,9 @@ def cmd_atlas(args: argparse.Namespace) -> int:
     out = prepare_out(args.out)
     with StageBars(processes_note(ranks)) as progress:
         result = atlas(loaded, data, config, progress=progress, ranks=ranks, row_limit=args.max_rows)
-    result.coords.to_csv(out / "coords.csv", index=False)
-    result.separability.to_csv(out / "separability.csv", index=False)
-    result.cka_frame().to_csv(out / "cka.csv")
+    to_csv(result.coords, out / "coords.csv")
+    to_csv(result.separability, out / "separability.csv")
+    to_csv(result.cka_frame(), out / "cka.csv", index=True)
     source = str(args.data) if args.data is not None else f"hf:{args.hf_dataset}:{args.split}"
     write_json(out, "run.json", {**result.info, "data": source, "text_column": args.text_column,
                                  "pair_column": args.pair_column, "label_column": args.label_column,
@@ -257,11 +258,11 @@ def cmd_duplicate(args: argparse.Namespace) -> int:
     if inputs is not None:
         result = probe(preview(loaded, plan), inputs)
         (out / "preview").mkdir(exist_ok=True)
-        result.layers.to_csv(out / "preview" / "layers.csv", index=False)
+        to_csv(result.layers, out / "preview" / "layers.csv")
         print(result.layers.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
     if args.sweep:
         table = sweep(loaded, inputs)
-        table.to_csv(out / "sweep.csv", index=False)
+        to_csv(table, out / "sweep.csv")
         print(table.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
     print(f"wrote {out} (loads with AutoModelForMaskedLM.from_pretrained)", file=sys.stderr)
     return 0

@@ -27,6 +27,7 @@ import pandas as pd
 import torch
 
 from analysis.activations import position_limit
+from analysis.csvout import to_csv
 from analysis.inputs import DEMO_LABELLED, InputError, TextInputs
 from analysis.parallel import Ranks, ranks_for
 from analysis.taskdata import TaskData, label_ids, prepare
@@ -200,9 +201,9 @@ def run_finetune(spec: ModelSpec, splits: Splits, config: FinetuneConfig, out: P
         if target.labels[0] >= 0:
             result.update(ev.metrics(target.labels, names, train_data.labels))
         if ranks.is_main:
-            _predictions(target, ev.predictions, names).to_csv(out / "predictions.csv", index=False)
+            to_csv(_predictions(target, ev.predictions, names), out / "predictions.csv")
             if ev.layer_weights is not None:
-                weights_frame(ev, target).to_csv(out / "layer_weights.csv", index=False)
+                to_csv(weights_frame(ev, target), out / "layer_weights.csv")
             save_checkpoint(model, tokenizer, labels, config, out / "checkpoint")
         # Kao et al. Fig. 2: the fine-tuned layers read by the pre-trained MLM head of the model they started from
         result["mlm_head_from"] = spec.name if has_own_mlm_head(spec) else None
@@ -336,13 +337,13 @@ def _cross_validate(encoder, tokenizer, labels, data: TaskData, test: TaskData |
     if test is not None:
         vote = majority_vote(test_votes)
         if ranks.is_main:
-            _predictions(test, vote, names).to_csv(out / "predictions.csv", index=False)
+            to_csv(_predictions(test, vote, names), out / "predictions.csv")
         if test.labels[0] >= 0:
             ens = classification_metrics(vote, test.labels, names, data.labels)
             result["ensemble_test"] = {k: ens[k] for k in ("accuracy", "accuracy_interval", "macro_f1", "baseline",
                                                            "one_class", "confusion_matrix")}
     elif ranks.is_main:
-        _predictions(data, oof, names).to_csv(out / "predictions.csv", index=False)
+        to_csv(_predictions(data, oof, names), out / "predictions.csv")
     return result
 
 

@@ -120,7 +120,7 @@ def _rows(text: str, fmt: str, name: str) -> tuple[list[dict], list[str]]:
         return rows, columns
     delimiter = "\t" if fmt == "tsv" else ","
     quoting = csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL
-    reader = csv.reader(io.StringIO(text), delimiter=delimiter, quoting=quoting)
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting)
     header, rows = None, []
     try:
         for r in reader:

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from analysis.csvout import to_csv
 from analysis.heads import HeadOutput, build_head, trainable_parameters
 from analysis.options import FinetuneConfig
 from analysis.parallel import ONE, Ranks, ranks_for
@@ -302,7 +303,7 @@ def save_epoch(directory: Path, ev: Evaluation, data: TaskData) -> None:
     ``val_ids.json`` (each row's example id and label id; names in metrics.json's ``labels``)."""
     directory.mkdir(parents=True, exist_ok=True)
     if ev.layer_weights is not None:
-        weights_frame(ev, data).to_csv(directory / "layer_weights.csv", index=False)
+        to_csv(weights_frame(ev, data), directory / "layer_weights.csv")
     if ev.cls_vectors is not None:
         np.save(directory / "val_cls.npy", ev.cls_vectors)
         (directory / "val_ids.json").write_text(json.dumps({"example_id": list(map(int, data.ids)),

@@ -3,6 +3,7 @@
 import streamlit as st
 
 from analysis import lens
+from analysis.csvout import to_csv
 from analysis.inputs import InputError
 from analysis.plots import accuracy_curve, divergence_curves, mismatch_html, token_heatmap
 from analysis.reconstruction import LAYER_HEADERS, ProbeConfig, probe
@@ -94,7 +95,7 @@ if lens_dir is not None:
 for i, (label, r) in enumerate(results.items()):
     with st.expander(f"Table: {label}", expanded=i == 0):
         table(r.layers, LAYER_HEADERS)
-        st.download_button("Download layers.csv", r.layers.to_csv(index=False),
+        st.download_button("Download layers.csv", to_csv(r.layers),
                            "layers.csv" if i == 0 else "layers_compared.csv", "text/csv", key=f"dl_layers_{i}")
 
 st.subheader("One sentence, layer by layer")
@@ -112,7 +113,7 @@ else:
           f"reconstruction_text{text_id}")
 cols = ["text_id", "layer", "position", "input_token", "predicted_token", "correct", "prob", "rank"]
 left, right = st.columns(2)
-left.download_button("Download decoded.csv (all texts)", shown.decoded.to_csv(index=False), "decoded.csv",
+left.download_button("Download decoded.csv (all texts)", to_csv(shown.decoded), "decoded.csv",
                      "text/csv", key="dl_decoded")
-right.download_button("Download tokens.csv (all texts)", shown.tokens[cols].to_csv(index=False), "tokens.csv",
+right.download_button("Download tokens.csv (all texts)", to_csv(shown.tokens[cols]), "tokens.csv",
                       "text/csv", key="dl_tokens")

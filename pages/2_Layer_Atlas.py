@@ -5,6 +5,7 @@ import dataclasses
 
 import streamlit as st
 
+from analysis.csvout import to_csv
 from analysis.inputs import InputError
 from analysis.plots import atlas_grid, cka_heatmap, separability_curve
 from analysis.projection import COLOR_BY, METHODS, SEPARABILITY_HEADERS, AtlasConfig, atlas, max_rows, parse_layers
@@ -102,8 +103,9 @@ for i, (label, result) in enumerate(results.items()):
         table(result.separability, SEPARABILITY_HEADERS)
         suffix = "" if i == 0 else "_compared"
         d1, d2, d3 = st.columns(3)
-        d1.download_button("coords.csv", result.coords.to_csv(index=False), f"coords{suffix}.csv", "text/csv",
+        d1.download_button("coords.csv", to_csv(result.coords), f"coords{suffix}.csv", "text/csv",
                            key=f"dl_coords_{i}")
-        d2.download_button("separability.csv", result.separability.to_csv(index=False),
+        d2.download_button("separability.csv", to_csv(result.separability),
                            f"separability{suffix}.csv", "text/csv", key=f"dl_sep_{i}")
-        d3.download_button("cka.csv", result.cka_frame().to_csv(), f"cka{suffix}.csv", "text/csv", key=f"dl_cka_{i}")
+        d3.download_button("cka.csv", to_csv(result.cka_frame(), index=True), f"cka{suffix}.csv", "text/csv",
+                           key=f"dl_cka_{i}")

@@ -6,6 +6,7 @@ import re
 import plotly.graph_objects as go
 import streamlit as st
 
+from analysis.csvout import to_csv
 from analysis.duplication import aligned_positions, compare, duplicate_first, duplicate_last, export, parse_plan, sweep
 from analysis.inputs import InputError
 from analysis.plots import accuracy_curve, cka_heatmap
@@ -94,7 +95,7 @@ if (table := result_store().get(f"{key}:sweep")) is not None:
     fig.update_layout(title="Final-layer reconstruction accuracy vs duplicated layers", height=360,
                       xaxis={"title": "duplicated layers k", "dtick": 1}, yaxis={"title": "accuracy", "range": [0, 1]})
     chart(fig, "duplication_sweep")
-    st.download_button("sweep.csv", table.to_csv(index=False), "sweep.csv", "text/csv", key="dl_sweep")
+    st.download_button("sweep.csv", to_csv(table), "sweep.csv", "text/csv", key="dl_sweep")
 
 st.subheader("Export")
 digest = hashlib.sha256(",".join(map(str, plan)).encode()).hexdigest()[:8]

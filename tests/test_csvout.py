@@ -1,0 +1,35 @@
+"""CSV outputs never carry a live spreadsheet formula (issue 20.8), and keep numbers and single characters."""
+
+import pandas as pd
+
+from analysis.cli import main
+from analysis.csvout import neutralise, safe
+
+HOSTILE = ["=HYPERLINK(\"http://x\",\"y\")", "@SUM(A1)", "+1+cmd|' /C calc'!A0", "-2+3", "\tTAB", "\rCR"]
+
+
+def test_formula_starts_get_an_apostrophe_and_nothing_else_changes():
+    assert [neutralise(v) for v in HOSTILE] == ["'" + v for v in HOSTILE]
+    for kept in ("-1", "+0.5", "-", "=", "plain text", 3, -1.5, None, "a=b"):
+        assert neutralise(kept) == kept
+    frame = pd.DataFrame({"text": ["=1+1", "ok"], "label": ["-1", "@x"], "x": [-1.0, 2.0]})
+    assert safe(frame).to_dict("list") == {"text": ["'=1+1", "ok"], "label": ["-1", "'@x"], "x": [-1.0, 2.0]}
+    assert frame["text"][0] == "=1+1"  # the result itself keeps the exact text
+
+
+def test_cli_files_are_safe_and_parquet_keeps_the_text(tmp_path, tiny_dirs):
+    data = tmp_path / "hostile.csv"
+    pd.DataFrame({"text": [f"{h} the film is good ." for h in HOSTILE] * 2,
+                  "label": ["=cmd|x", "@neg"] * len(HOSTILE)}).to_csv(data, index=False)
+    model = str(tiny_dirs["bert"])
+    assert main(["probe", "--model", model, "--input", str(data), "--out", str(tmp_path / "p")]) == 0
+    assert main(["atlas", "--model", model, "--data", str(data), "--folds", "2", "--out", str(tmp_path / "a")]) == 0
+    for path in (tmp_path / "p" / "decoded.csv", tmp_path / "a" / "coords.csv"):
+        frame = pd.read_csv(path, keep_default_na=False, dtype=str)
+        cells = [c for column in frame.columns for c in frame[column]]
+        assert not [c for c in cells if len(c) > 1 and c[0] in "=+@\t\r" and c[0] != "'"], path
+    coords = pd.read_csv(tmp_path / "a" / "coords.csv", keep_default_na=False)
+    assert set(coords["label"]) == {"'=cmd|x", "'@neg"}
+    tokens = pd.read_parquet(tmp_path / "p" / "tokens.parquet")
+    assert len(tokens)  # parquet: exact tokens, nothing prefixed
+    assert not tokens["input_token"].astype(str).str.startswith("'").any()
