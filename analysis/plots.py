@@ -11,6 +11,12 @@ import plotly.graph_objects as go
 COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]
 
 
+def plain(text) -> str:
+    """Text from the data or the user (a class label, a model name) as Plotly shows it: escaped, so ``<a href>``
+    in a label is shown, never rendered as a link."""
+    return html.escape(str(text))
+
+
 def _rgba(hex_colour: str, alpha: float) -> str:
     r, g, b = (int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))
     return f"rgba({r},{g},{b},{alpha})"
@@ -37,10 +43,11 @@ def accuracy_curve(runs: dict[str, pd.DataFrame], layer_names: dict[str, list[st
             legendgroup=label))
         fig.add_trace(go.Scatter(
             x=x, y=layers["sentence_mean"], mode="lines", line={"color": colour, "dash": "dash"},
-            name=f"{label}: sentence mean, 95% bootstrap CI", legendgroup=label, customdata=np.c_[names],
+            name=f"{plain(label)}: sentence mean, 95% bootstrap CI", legendgroup=label, customdata=np.c_[names],
             hovertemplate="%{customdata[0]}: sentence mean %{y:.3f}<extra></extra>"))
         fig.add_trace(go.Scatter(
-            x=x, y=layers["accuracy"], mode="lines+markers", line={"color": colour}, name=f"{label}: token accuracy",
+            x=x, y=layers["accuracy"], mode="lines+markers", line={"color": colour},
+            name=f"{plain(label)}: token accuracy",
             legendgroup=label, customdata=np.c_[names, layers["correct"], layers["tokens"]],
             hovertemplate="%{customdata[0]}: %{y:.3f} (%{customdata[1]} of %{customdata[2]} tokens)<extra></extra>"))
     longest = max((names for names in (layer_names or {}).values() if names), key=len, default=[])
@@ -65,10 +72,10 @@ def divergence_curves(runs: dict[str, pd.DataFrame], layer_names: dict[str, list
         colour = COLOURS[i % len(COLOURS)]
         names = np.c_[(layer_names or {}).get(label) or layers["layer"].astype(str).tolist()]
         for col, column in ((1, "kl_to_final"), (2, "agreement")):
-            fig.add_trace(go.Scatter(x=layers["layer"], y=layers[column], mode="lines+markers", name=label,
+            fig.add_trace(go.Scatter(x=layers["layer"], y=layers[column], mode="lines+markers", name=plain(label),
                                      line={"color": colour}, legendgroup=label, showlegend=col == 1,
                                      customdata=names, hovertemplate=f"%{{customdata[0]}}: {column.replace('_', ' ')} "
-                                     "%{y:.3f}<extra>" + label + "</extra>"), row=1, col=col)
+                                     "%{y:.3f}<extra>" + plain(label) + "</extra>"), row=1, col=col)
     fig.update_yaxes(rangemode="tozero", row=1, col=1)
     fig.update_yaxes(range=[0, 1.02], row=1, col=2)
     fig.update_xaxes(title="layer (0 = embeddings)", dtick=1)
@@ -154,7 +161,7 @@ def atlas_grid(coords: pd.DataFrame, texts: dict[int, str], layer_names: list[st
             hover = [html.escape(texts.get(i, "")[:120]) for i in group["example_id"]]
             template = f"<b>{html.escape(label)}</b> · row %{{customdata[0]}}<br>%{{customdata[1]}}<extra></extra>"
             fig.add_trace(scatter(
-                x=group["x"], y=group["y"], mode="markers", name=label, legendgroup=label, showlegend=n == 0,
+                x=group["x"], y=group["y"], mode="markers", name=plain(label), legendgroup=label, showlegend=n == 0,
                 marker={"color": colours[label], "size": 5 if webgl else 6, "opacity": 0.75},
                 customdata=np.c_[group["example_id"], hover], hovertemplate=template),
                 row=n // columns + 1, col=n % columns + 1)
@@ -182,7 +189,8 @@ def separability_curve(runs: dict[str, pd.DataFrame], layer_names: list[str] | N
         fig.add_trace(go.Scatter(x=x + x[::-1], y=high.tolist() + low.tolist()[::-1], fill="toself", mode="lines",
                                  fillcolor=_rgba(colour, 0.15), line={"width": 0}, hoverinfo="skip",
                                  showlegend=False, legendgroup=label), row=1, col=1)
-        fig.add_trace(go.Scatter(x=x, y=sep["probe_accuracy"], mode="lines+markers", name=label, legendgroup=label,
+        fig.add_trace(go.Scatter(x=x, y=sep["probe_accuracy"], mode="lines+markers", name=plain(label),
+                                 legendgroup=label,
                                  line={"color": colour}, customdata=np.c_[names, sep["probe_accuracy_std"],
                                                                           sep["probe_macro_f1"], low, high],
                                  hovertemplate="%{customdata[0]}: accuracy %{y:.3f} (std over folds "
@@ -193,7 +201,7 @@ def separability_curve(runs: dict[str, pd.DataFrame], layer_names: list[str] | N
                                  line={"color": colour, "dash": "dot", "width": 1},
                                  hovertemplate="majority class: %{y:.3f}<extra>" + html.escape(label) + "</extra>"),
                       row=1, col=1)
-        fig.add_trace(go.Scatter(x=x, y=sep["silhouette"], mode="lines+markers", name=label, legendgroup=label,
+        fig.add_trace(go.Scatter(x=x, y=sep["silhouette"], mode="lines+markers", name=plain(label), legendgroup=label,
                                  showlegend=False, line={"color": colour}, customdata=np.c_[names],
                                  hovertemplate="%{customdata[0]}: silhouette %{y:.3f}<extra>" + html.escape(label)
                                                + "</extra>"), row=2, col=1)
@@ -247,11 +255,12 @@ def layer_weight_heatmap(weights: pd.DataFrame, labels: pd.Series, layer_names: 
     cols = [c for c in weights.columns if c.startswith("layer_")]
     order = np.argsort(labels.astype(str).to_numpy(), kind="stable")
     w, lab = weights[cols].to_numpy()[order], labels.astype(str).to_numpy()[order]
+    shown = np.array([plain(v) for v in lab], dtype=object)
     ids = weights["example_id"].to_numpy()[order]
     top = max(2 / len(cols), float(w.max()) if w.size else 0.0)
     fig = go.Figure(go.Heatmap(z=w, x=[layer_names[int(c.split("_")[1])] for c in cols], y=list(range(len(w))),
                                colorscale="Viridis", zmin=0, zmax=top, colorbar={"title": "weight"},
-                               customdata=np.c_[ids, lab][:, None, :].repeat(len(cols), 1),
+                               customdata=np.c_[ids, shown][:, None, :].repeat(len(cols), 1),
                                hovertemplate="row %{customdata[0]} (%{customdata[1]}) · %{x}: %{z:.3f}"
                                              "<extra></extra>"))
     groups = list(dict.fromkeys(lab))
@@ -262,7 +271,8 @@ def layer_weight_heatmap(weights: pd.DataFrame, labels: pd.Series, layer_names: 
     fig.update_layout(title=f"Layer weights per example (colour 0–{top:.2g}; uniform {1 / len(cols):.2g})",
                       yaxis={"title": "examples", "tickvals": [(s + e - 1) / 2 for s, e in zip(starts, ends,
                                                                                                  strict=True)],
-                             "ticktext": groups, "autorange": "reversed"}, height=460, margin={"t": 50, "b": 10})
+                             "ticktext": [plain(g) for g in groups], "autorange": "reversed"}, height=460,
+                      margin={"t": 50, "b": 10})
     return fig
 
 
@@ -274,7 +284,7 @@ def mean_weight_lines(frames: dict[str, pd.DataFrame], layer_names: list[str], t
     for key, frame in frames.items():
         cols = [c for c in frame.columns if c.startswith("layer_")]
         fig.add_trace(go.Scatter(x=[layer_names[int(c.split("_")[1])] for c in cols], y=frame[cols].mean(),
-                                 mode="lines+markers", name=str(key),
+                                 mode="lines+markers", name=plain(key),
                                  line={"color": (colours or {}).get(str(key))}))
     fig.update_layout(title=title, yaxis={"title": "mean weight", "rangemode": "tozero"}, height=360,
                       margin={"t": 50, "b": 10})

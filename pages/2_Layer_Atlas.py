@@ -11,7 +11,7 @@ from analysis.plots import atlas_grid, cka_heatmap, separability_curve
 from analysis.projection import COLOR_BY, METHODS, SEPARABILITY_HEADERS, AtlasConfig, atlas, max_rows, parse_layers
 from models.loading import ModelSpec
 from ui.inputs import labelled_inputs
-from ui.results import chart, for_each_model, result_key, shared_result, table, wait_for_run
+from ui.results import chart, for_each_model, md_plain, result_key, shared_result, table, wait_for_run
 from ui.sidebar import model_cache, start_page
 
 METHOD_NAMES = {"pca": "PCA", "umap": "UMAP", "tsne": "t-SNE"}
@@ -66,7 +66,7 @@ results = for_each_model("The atlas", "atlas_request", loaded, compare, run)
 
 main = results[loaded.spec.name]
 info = main.info
-classes = ", ".join(f"{k} ({v})" for k, v in info["classes"].items())
+classes = ", ".join(f"{md_plain(k)} ({v})" for k, v in info["classes"].items())
 if "classifier_correct" in info:
     st.caption("Only the colours follow the classifier: the separability curves below still measure how well "
                "the layers separate the data's labels.")

@@ -12,7 +12,7 @@ from analysis.finetune import majority_vote
 from analysis.heads import head_names
 from analysis.inputs import FORMATS, InputError, columns_of, safe_suffix
 from analysis.options import PRESETS, grid, model_config, model_defaults, resolve, sources
-from analysis.plots import history_chart
+from analysis.plots import history_chart, plain
 from analysis.scores import classification_metrics
 from analysis.store import layerlens_home
 from jobs import backends
@@ -20,7 +20,7 @@ from jobs.store import FINISHED, JobStore
 from jobs.submit import SubmitError, submit, submit_sweep
 from ui.jobs import comparison_table, job_table, score_line
 from ui.options import option_input, reset_form
-from ui.results import chart
+from ui.results import chart, md_plain
 from ui.sidebar import start_page
 
 loaded = start_page("Fine-tuning jobs", (
@@ -147,10 +147,11 @@ def show_scores(job, container, matrix_container) -> None:
     m = job.metrics
     container.markdown(f"**{m.get('evaluated_on', '')} set**: {score_line(m)}")
     if m.get("one_class"):
-        container.warning(f"Every prediction is '{m['baseline']['class'] if m.get('baseline') else '?'}' or one "
-                          "other single class: the accuracy is a class rate, not a sign that the model learned.")
+        only = md_plain(m["baseline"]["class"]) if m.get("baseline") else "?"
+        container.warning(f"Every prediction is '{only}' or one other single class: the accuracy is a class rate, "
+                          "not a sign that the model learned.")
     if m.get("confusion_matrix"):
-        names = m["labels"]
+        names = [plain(n) for n in m["labels"]]
         fig = go.Figure(go.Heatmap(z=m["confusion_matrix"], x=names, y=names, colorscale="Blues", zmin=0,
                                    texttemplate="%{z}",
                                    hovertemplate="true %{y} · predicted %{x}: %{z}<extra></extra>"))

@@ -40,3 +40,24 @@ def test_a_class_keeps_its_colour_in_every_chart():
     w = weights_frame(np.full((3, 4), 0.25))
     fig = mean_weight_lines({"pos": w, "neg": w}, [f"L{i}" for i in range(5)], "by class", colours)
     assert {t.name: t.line.color for t in fig.data} == {"pos": colours["pos"], "neg": colours["neg"]}
+
+
+def test_labels_are_shown_as_text_never_rendered():
+    """Issue 20.9: a class label with HTML or markdown is escaped in every figure that shows labels."""
+    import pandas as pd
+
+    from analysis.plots import atlas_grid, layer_weight_heatmap, mean_weight_lines
+    from ui.results import md_plain
+
+    hostile = '<a href="http://evil">click</a>'
+    coords = pd.DataFrame({"layer": [0] * 4, "example_id": range(4), "x": [0.0, 1, 2, 3], "y": [0.0, 1, 0, 1],
+                           "label": [hostile, hostile, "ok", "ok"]})
+    fig = atlas_grid(coords, {i: f"text {i}" for i in range(4)}, ["embeddings"])
+    names = {t.name for t in fig.data}
+    assert "&lt;a href=&quot;http://evil&quot;&gt;click&lt;/a&gt;" in names and hostile not in names
+    weights = pd.DataFrame({"example_id": [0, 1], "layer_0": [0.5, 0.4], "layer_1": [0.5, 0.6]})
+    heat = layer_weight_heatmap(weights, pd.Series([hostile, "ok"]), ["embeddings", "layer 1"])
+    assert hostile not in str(heat.to_plotly_json())
+    lines = mean_weight_lines({hostile: weights}, ["embeddings", "layer 1"], "t")
+    assert lines.data[0].name.startswith("&lt;a")
+    assert md_plain("[x](http://e) **b**") == r"\[x\]\(http\://e\) \*\*b\*\*"

@@ -150,3 +150,11 @@ def table(frame, headers: dict[str, tuple[str, str]], container=None, **kwargs) 
     config = {col: st.column_config.NumberColumn(name, help=text, format="%.4f") for col, (name, text)
               in headers.items() if col in frame.columns}
     (container or st).dataframe(frame, hide_index=True, width="stretch", column_config=config, **kwargs)
+
+
+def md_plain(text) -> str:
+    """Text from the data or the user inside a Streamlit caption or message (markdown): markdown and HTML
+    characters escaped, so a label such as ``[click](http://x)`` or ``**x**`` is shown as typed."""
+    import re
+
+    return re.sub(r"([\\`*_{}\[\]()#+\-.!|<>~$:])", r"\\\1", str(text))
