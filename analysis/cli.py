@@ -169,7 +169,7 @@ def add_atlas_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_atlas(args: argparse.Namespace) -> int:
     """Layer atlas: per-layer sentence vectors in 2-D, separability per layer, layer x layer CKA."""
     from analysis.inputs import from_hub_dataset, read_file
-    from analysis.projection import AtlasConfig, atlas, max_rows
+    from analysis.projection import AtlasConfig, atlas, layers_note, max_rows, parse_layers
     from models.loading import load_model
 
     if args.out is None:
@@ -192,12 +192,15 @@ def cmd_atlas(args: argparse.Namespace) -> int:
         data = data.sample(args.sample, args.seed)
     check_row_limit(data, args.max_rows or max_rows(), "atlas'", "--sample N or --max-rows")
     loaded = load_model(spec)
+    parse_layers(args.layers, loaded.num_layers + 1)  # a bad --layers is said before any work
     if not ranks.is_main:  # a helper process: its share of the extraction; the main process does the rest
         atlas(loaded, data, config, ranks=ranks, row_limit=args.max_rows)
         return 0
     out = prepare_out(args.out)
     with StageBars(processes_note(ranks)) as progress:
         result = atlas(loaded, data, config, progress=progress, ranks=ranks, row_limit=args.max_rows)
+    if note := layers_note(args.layers, loaded.num_layers + 1):
+        print(f"note: {note}", file=sys.stderr)
     to_csv(result.coords, out / "coords.csv")
     to_csv(result.separability, out / "separability.csv")
     to_csv(result.cka_frame(), out / "cka.csv", index=True)

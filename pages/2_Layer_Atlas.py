@@ -8,7 +8,16 @@ import streamlit as st
 from analysis.csvout import to_csv
 from analysis.inputs import InputError
 from analysis.plots import atlas_grid, cka_heatmap, separability_curve
-from analysis.projection import COLOR_BY, METHODS, SEPARABILITY_HEADERS, AtlasConfig, atlas, max_rows, parse_layers
+from analysis.projection import (
+    COLOR_BY,
+    METHODS,
+    SEPARABILITY_HEADERS,
+    AtlasConfig,
+    atlas,
+    layers_note,
+    max_rows,
+    parse_layers,
+)
 from models.loading import ModelSpec
 from ui.inputs import labelled_inputs
 from ui.results import chart, for_each_model, md_plain, result_key, shared_result, table, wait_for_run
@@ -44,6 +53,8 @@ if loaded.task == "SequenceClassification":
 try:
     config = AtlasConfig(pooling=pooling, method=method, layers=layers, folds=int(folds), color_by=colour_by)
     parse_layers(layers, loaded.num_layers + 1)
+    if note := layers_note(layers, loaded.num_layers + 1):
+        st.caption(note)
 except InputError as exc:
     st.error(str(exc))
     st.stop()

@@ -1,6 +1,7 @@
 """The layer atlas against scikit-learn and plain transformers run directly on tiny models."""
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -200,7 +201,8 @@ def test_parse_layers(spec, expected):
     assert parse_layers(spec, 4) == expected
 
 
-@pytest.mark.parametrize("spec, message", [("7", "does not exist"), ("a,b", "cannot read"), ("5:", "selects no")])
+@pytest.mark.parametrize("spec, message", [("7", "does not exist"), ("a,b", "cannot read"),
+                                           ("5:", "layer 5 in .5:. does not exist"), ("3:1", "selects no")])
 def test_parse_layers_errors(spec, message):
     with pytest.raises(InputError, match=message):
         parse_layers(spec, 4)
@@ -306,3 +308,20 @@ def test_pca_is_exact_on_a_flat_spectrum(shape):
     ours = project(x, "pca")
     signs = np.sign((ours * ref).sum(0))
     np.testing.assert_allclose(ours, ref * signs, atol=1e-6 * np.abs(ref).max(), rtol=1e-5)
+
+
+@pytest.mark.parametrize("spec, message", [("", "no layers given"), ("2:9", "layer 9 in '2:9' does not exist"),
+                                           ("-20:3", "layer -20"), ("0,7", "layer 7 does not exist")])
+def test_layers_out_of_range_or_empty_are_errors_not_clamped(spec, message):
+    from analysis.projection import parse_layers
+
+    with pytest.raises(InputError, match=re.escape(message)):
+        parse_layers(spec, 5)
+
+
+def test_more_of_the_last_layers_than_the_model_has_is_all_of_them_and_said():
+    from analysis.projection import layers_note, parse_layers
+
+    assert parse_layers("-6:", 5) == [0, 1, 2, 3, 4]
+    assert layers_note("-6:", 5) == "layers -6: asks for the last 6 hidden states; this model has 5: all are shown"
+    assert layers_note("-5:", 5) is None and layers_note("all", 5) is None
