@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,7 @@ from analysis.cli_base import (
     Parser,
     StageBars,
     UserError,
+    finish_outputs,
     launched,
     model_options,
     positive_int,
@@ -56,9 +58,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     width = max(map(len, summary))
     for key, value in summary.items():
         print(f"{key:<{width}}  {value}")
-    path = write_json(args.out, "info.json", summary)
-    if path:
-        print(f"wrote {path}", file=sys.stderr)
+    if write_json(prepare_out(args.out) if args.out else None, "info.json", summary):
+        print(f"wrote {args.out}/info.json", file=sys.stderr)
     return 0
 
 
@@ -136,7 +137,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
                                  "processes": ranks.count, "load_seconds": round(loaded.load_seconds, 3),
                                  "versions": versions()})
     print(layers.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
-    print(f"wrote {out}/layers.csv, decoded.csv, tokens.parquet" + (", tokens_tuned.parquet" if args.lens else "")
+    print(f"wrote {args.out}/layers.csv, decoded.csv, tokens.parquet" + (", tokens_tuned.parquet" if args.lens else "")
           + ", run.json", file=sys.stderr)
     return 0
 
@@ -210,7 +211,7 @@ def cmd_atlas(args: argparse.Namespace) -> int:
                                  "model_spec": loaded.spec.to_dict(), "processes": ranks.count,
                                  "versions": versions()})
     print(result.separability.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
-    print(f"wrote {out}/coords.csv, separability.csv, cka.csv, run.json", file=sys.stderr)
+    print(f"wrote {args.out}/coords.csv, separability.csv, cka.csv, run.json", file=sys.stderr)
     return 0
 
 
@@ -267,7 +268,7 @@ def cmd_duplicate(args: argparse.Namespace) -> int:
         table = sweep(loaded, inputs)
         to_csv(table, out / "sweep.csv")
         print(table.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
-    print(f"wrote {out} (loads with AutoModelForMaskedLM.from_pretrained)", file=sys.stderr)
+    print(f"wrote {args.out} (loads with AutoModelForMaskedLM.from_pretrained)", file=sys.stderr)
     return 0
 
 
@@ -313,8 +314,12 @@ def main(argv: list[str] | None = None) -> int:
         transformers.logging.set_verbosity_error()
         transformers.logging.disable_progress_bar()
     logging.getLogger("huggingface_hub").setLevel(logging.ERROR)  # retries while offline; the error says it
+    signal.signal(signal.SIGTERM, _terminated)  # like Ctrl-C: outputs are cleaned up, then exit
+    ok = False
     try:
-        return args.func(args)
+        code = args.func(args)
+        ok = code == 0
+        return code
     except (ModelLoadError, UserError, InputError) as exc:
         if is_main_process():  # under a launcher every process meets the same bad input: say it once
             print(f"error: {exc}", file=sys.stderr)
@@ -329,3 +334,9 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"error: unexpected {type(exc).__name__}: {exc} (set LAYERLENS_DEBUG=1 for details)", file=sys.stderr)
         return 1
+    finally:
+        finish_outputs(ok)  # a staged --out is renamed into place only after a complete run
+
+
+def _terminated(signum, frame):
+    raise KeyboardInterrupt

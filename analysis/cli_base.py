@@ -11,6 +11,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from analysis import versions  # noqa: F401  (re-exported for the sub-commands)
+from analysis.inputs import InputError
 from models.spec import ModelSpec
 
 
@@ -78,19 +79,39 @@ def launched(args: argparse.Namespace):
     return ranks, spec_from_args(args, ranks.device_for(args.device))
 
 
+_STAGED: list = []  # the staging folders of this command, made into their outputs when it succeeds
+
+
 def prepare_out(out: Path) -> Path:
-    """The output directory, created if needed."""
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} exists and is not a directory")
-    out.mkdir(parents=True, exist_ok=True)
-    return out
+    """A staging folder that becomes ``out`` when the command succeeds (:mod:`analysis.staging`): until then a
+    previous result in ``out`` stays whole, and a failed or interrupted command leaves it untouched."""
+    from analysis.staging import staged
+
+    try:
+        context = staged(out)
+        stage = context.__enter__()
+    except InputError as exc:
+        raise UserError(str(exc)) from None
+    _STAGED.append(context)
+    return stage
+
+
+def finish_outputs(ok: bool) -> None:
+    """Rename this command's staging folders into place (``ok``) or remove them."""
+    while _STAGED:
+        context = _STAGED.pop()
+        if ok:
+            context.__exit__(None, None, None)
+        else:
+            context.__exit__(RuntimeError, RuntimeError("the command failed"), None)
 
 
 def write_json(out: Path | None, filename: str, payload: dict) -> Path | None:
-    """Write ``payload`` to ``out/filename`` (creating ``out``); nothing when ``out`` is None."""
+    """Write ``payload`` to ``out/filename``; nothing when ``out`` is None."""
     if out is None:
         return None
-    path = prepare_out(out) / filename
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / filename
     path.write_text(json.dumps(payload, indent=2) + "\n")
     return path
 

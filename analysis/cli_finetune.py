@@ -93,10 +93,10 @@ def cmd_finetune(args: argparse.Namespace, callbacks: list = ()) -> int:
     if options.backend != "local":
         raise UserError(f"backend {options.backend} is where a job runs: queue it with `python -m analysis jobs "
                         "submit --config FILE` (finetune runs here, now)")
-    out = prepare_out(args.out)
-    if not is_main_process():  # under a launcher: train and evaluate with the others; the main process reports
-        run_options(options, out)
+    if not is_main_process():  # under a launcher: train and evaluate with the others; the main process writes
+        run_options(options, args.out)
         return 0
+    out = prepare_out(args.out)
     with tqdm(desc="fine-tuning", unit="step", file=sys.stderr) as bar:
         def note(line: str) -> None:  # on stderr, above the bar; stdout keeps only the result line
             bar.write(line, file=sys.stderr)
@@ -121,7 +121,7 @@ def cmd_finetune(args: argparse.Namespace, callbacks: list = ()) -> int:
           f"class {base.get('accuracy', float('nan')):.4f}), macro-F1 {metrics.get('macro_f1', float('nan')):.4f}; "
           f"head parameters {metrics['head_trainable_parameters']:,}"
           + ("; every prediction is one class" if metrics.get("one_class") else ""))
-    print(f"wrote {out}/metrics.json, predictions.csv, run.json" + (", checkpoint/" if options.folds == 1 else ""),
+    print(f"wrote {args.out}/metrics.json, predictions.csv, run.json" + (", checkpoint/" if options.folds == 1 else ""),
           file=sys.stderr)
     return 0
 

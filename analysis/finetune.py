@@ -170,7 +170,8 @@ def run_finetune(spec: ModelSpec, splits: Splits, config: FinetuneConfig, out: P
     ranks = ranks_for(spec.device)
     spec = dataclasses.replace(spec, device=ranks.device_for(spec.device)).resolved()
     device = spec.device
-    out.mkdir(parents=True, exist_ok=True)
+    if ranks.is_main:
+        out.mkdir(parents=True, exist_ok=True)
     if config.further_pretrain_steps:
         texts = splits.train.texts + (splits.train.pairs or ())
         further = out / "further_pretrained"

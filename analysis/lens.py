@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 import warnings
 from collections.abc import Callable
@@ -85,11 +86,25 @@ def save(lens: TunedLens, loaded: LoadedModel, directory: Path, training: dict |
     from safetensors.torch import save_file
 
     directory.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.detach().cpu().contiguous() for k, v in lens.state_dict().items()}, directory / WEIGHTS)
-    (directory / CONFIG).write_text(json.dumps({"format": FORMAT, **identity(loaded)}, indent=2) + "\n")
+    _atomic(directory / WEIGHTS, lambda path: save_file({k: v.detach().cpu().contiguous()
+                                                         for k, v in lens.state_dict().items()}, path))
+    _atomic(directory / CONFIG, lambda path: path.write_text(json.dumps({"format": FORMAT, **identity(loaded)},
+                                                                        indent=2) + "\n"))
     if training is not None:
-        (directory / TRAINING).write_text(json.dumps(training, indent=2, default=float) + "\n")
+        _atomic(directory / TRAINING, lambda path: path.write_text(json.dumps(training, indent=2, default=float)
+                                                                   + "\n"))
     return directory
+
+
+def _atomic(path: Path, write: Callable[[Path], object]) -> None:
+    """``write`` to a temporary file beside ``path``, then rename it over ``path``: a reader (the sidebar, a
+    resumed run) sees the old file or the new one, never half of one."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def read_config(directory: Path) -> dict:
@@ -337,9 +352,9 @@ def train(loaded: LoadedModel, texts: list[str], options, out: Path, progress: C
     def checkpoint(step: int) -> None:
         tensors, meta = _flat_optimizer_state(opt)
         save(lens, loaded, out)
-        save_file(tensors, opt_path)
-        state_path.write_text(json.dumps({"step": step, "options": options.to_dict(), "curve": curve,
-                                          "optimizer": meta}) + "\n")
+        _atomic(opt_path, lambda path: save_file(tensors, path))
+        _atomic(state_path, lambda path: path.write_text(json.dumps({"step": step, "options": options.to_dict(),
+                                                                     "curve": curve, "optimizer": meta}) + "\n"))
 
     step = start_step
     for step in range(start_step, steps):
@@ -368,7 +383,7 @@ def train(loaded: LoadedModel, texts: list[str], options, out: Path, progress: C
                 "seconds": round(time.perf_counter() - started, 2), "curve": curve,
                 "held_out": {"raw": before, "tuned": after}, "parameters": sum(p.numel() for p in lens.parameters())}
     checkpoint(step)
-    (out / TRAINING).write_text(json.dumps(training, indent=2, default=float) + "\n")
+    _atomic(out / TRAINING, lambda path: path.write_text(json.dumps(training, indent=2, default=float) + "\n"))
     return training
 
 

@@ -15,6 +15,7 @@ import traceback
 from pathlib import Path
 
 from analysis.parallel import is_main_process
+from analysis.staging import staged
 from jobs.store import JobStore
 
 LOG_EVERY = 10.0  # seconds between progress lines within an epoch
@@ -109,13 +110,16 @@ def main() -> int:
 
     try:
         out = job.directory / "artifacts"
-        out.mkdir(parents=True, exist_ok=True)
         say(f"job {job.id}: {job.name}")
-        if job.config.get("kind") == "lens":
+        if job.config.get("kind") == "lens":  # checkpoints go straight to the artifacts (to resume), file by file
+            out.mkdir(parents=True, exist_ok=True)
             metrics = train_lens(store, job, out)
-        else:
+        elif main_process:  # the artifacts appear whole when the run is complete (analysis.staging)
             options = resolve(job.config)
-            metrics = run_options(options, out, [progress], log=say)
+            with staged(out) as stage:
+                metrics = run_options(options, stage, [progress], log=say)
+        else:  # another process of a multi-process job: it writes nothing
+            metrics = run_options(resolve(job.config), out, [progress], log=say)
     except (InputError, ModelLoadError, ValueError) as exc:
         print(f"error: {exc}", flush=True)
         return 1

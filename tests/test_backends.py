@@ -64,6 +64,10 @@ def test_a_killed_slurm_job_is_failed_on_refresh(slurm):
     store, config = slurm
     job_id = submit({**config, "epochs": 100_000}, store)
     job = wait(store, job_id, ("running",), timeout=60)
+    deadline = time.time() + 30
+    while job.pid == int(job.backend_id) and time.time() < deadline:  # run_job first records itself, then its child
+        time.sleep(0.1)
+        job = store.get(job_id)
     for pid in (int(job.backend_id), job.pid):  # the Slurm job and the job's own process: a node lost
         os.killpg(pid, signal.SIGKILL) if pid == job.pid else os.kill(pid, signal.SIGKILL)
     deadline = time.time() + 10

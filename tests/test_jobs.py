@@ -165,7 +165,7 @@ def test_cli_submit_show_list_cancel_logs(setup, tmp_path, capsys, monkeypatch):
     assert main(["jobs", "logs", str(job_id)]) == 0
     path.write_text(json.dumps({**config, "lr": 0}))
     assert main(["jobs", "submit", "--config", str(path), "--no-worker"]) == 2
-    assert "not queued: lr (learning rate): must be greater than 0" in capsys.readouterr().err
+    assert f"not queued ({path}): lr (learning rate): must be greater than 0" in capsys.readouterr().err
     assert [j.status for j in JobStore(tmp_path / "jobs").list()] == ["cancelled"]
 
 
