@@ -8,6 +8,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from analysis.dataroots import browser_source
 from analysis.finetune import majority_vote
 from analysis.heads import head_names
 from analysis.inputs import FORMATS, InputError, columns_of, safe_suffix
@@ -18,6 +19,7 @@ from analysis.store import layerlens_home
 from jobs import backends
 from jobs.store import FINISHED, JobStore
 from jobs.submit import SubmitError, submit, submit_sweep
+from ui.inputs import server_file
 from ui.jobs import comparison_table, job_table, score_line
 from ui.options import option_input, reset_form
 from ui.results import chart, md_plain
@@ -54,8 +56,11 @@ try:
             pair_col = None if pair_col == "(none)" else pair_col
     else:
         hub = source == "Hugging Face dataset"
-        train = st.text_input("Dataset" if hub else "Path", "hf:glue/sst2:train" if hub else "",
-                              key="job_path", help="hf:NAME[/CONFIG]:SPLIT" if hub else "a .csv/.tsv/.jsonl file")
+        if hub:
+            train = browser_source(st.text_input("Dataset", "hf:glue/sst2:train", key="job_path",
+                                                 help="hf:NAME[/CONFIG]:SPLIT, a dataset name from the hub"))
+        else:
+            train = server_file("job_server_file")
         c1, c2, c3 = st.columns(3)
         text_col = c1.text_input("Text column", "sentence" if hub else "text", key="job_text_col_t")
         pair_col = c2.text_input("Second text column (optional)", key="job_pair_col_t") or None

@@ -59,11 +59,32 @@ def test_the_form_says_where_its_defaults_come_from(home):
 
 def test_bad_options_are_a_message_and_nothing_is_queued(home, tiny_dirs):
     at = run_page(JOBS, model=str(tiny_dirs["bert"]))
-    at.radio(key="job_source").set_value("A file on the server").run()
-    at.text_input(key="job_path").set_value("/nowhere/train.csv").run()
-    at.button(key="job_submit").click().run()
-    assert not at.exception and "Not queued: no such file" in at.error[0].value
+    at.radio(key="job_source").set_value("Hugging Face dataset").run()
+    for hostile in ("hf:/etc:train", "hf:..:train", "hf:analysis:train"):  # paths and local folders, not names
+        at.text_input(key="job_path").set_value(hostile).run()
+        assert not at.exception and "is not a Hugging Face dataset name" in at.error[0].value
+        assert at.button(key="job_submit").disabled
     assert home.list() == []
+
+
+def test_server_files_are_picked_from_the_data_roots_only(home, tiny_dirs, tmp_path, monkeypatch):
+    """Issue 20.3: the page offers the files under LAYERLENS_DATA_DIRS in a select box (no free path); a symlink
+    leading out of the roots is not offered."""
+    root = tmp_path / "data"
+    root.mkdir()
+    (root / "train.csv").write_text("text,label\n" + "".join(f"good film {i},pos\nbad film {i},neg\n"
+                                                               for i in range(5)))
+    (root / "escape.txt").symlink_to("/etc/hostname")
+    monkeypatch.setenv("LAYERLENS_DATA_DIRS", str(root))
+    at = run_page(JOBS, model=str(tiny_dirs["bert"]))
+    at.radio(key="job_source").set_value("A file on the server").run()
+    assert not at.exception
+    box = at.selectbox(key="job_server_file")
+    assert [str(o) for o in box.options] == ["data/train.csv"]
+    at.selectbox(key="job_head").set_value("cls").run()
+    at.button(key="job_submit").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert home.list()[0].config["train"] == str(root / "train.csv")
 
 
 def test_finished_runs_are_compared_and_voted(home, bert4):  # noqa: F811

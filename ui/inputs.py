@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from analysis.dataroots import data_roots, hub_dataset_name, server_file_picker_label, server_files
 from analysis.inputs import (
     DEMO_LABELLED,
     FORMATS,
@@ -127,7 +128,8 @@ def labelled_inputs(key: str, row_limit: int) -> TextInputs | None:
             if not st.toggle("Load it", key=f"{key}_hf_load", help="Needs a network connection, or the dataset "
                              "in the local Hugging Face cache."):
                 return None
-            inputs = _hub_rows(name.strip(), config.strip() or None, split.strip(), text, pair.strip() or None, label)
+            inputs = _hub_rows(hub_dataset_name(name), config.strip() or None, split.strip(), text,
+                               pair.strip() or None, label)
     except InputError as exc:
         st.error(str(exc))
         return None
@@ -158,3 +160,18 @@ def _job_rows(job_id: int) -> TextInputs:
 @st.cache_data(show_spinner="Loading the dataset…", max_entries=8)
 def _hub_rows(name, config, split, text, pair, label) -> TextInputs:
     return from_hub_dataset(name, config, split, text, pair, label)
+
+
+def server_file(key: str, container=None) -> str | None:
+    """A data file on the server, picked from those under the data roots (:mod:`analysis.dataroots`), never typed
+    as a path; None when there is none (said)."""
+    files = server_files()
+    box = container or st
+    if not files:
+        box.info("No data files on the server: upload one, or ask whoever runs the dashboard to put files under "
+                 f"{', '.join(map(str, data_roots()))} (LAYERLENS_DATA_DIRS).")
+        return None
+    chosen = box.selectbox("File on the server", files, format_func=server_file_picker_label, key=key,
+                           help="the .csv/.tsv/.jsonl/.txt files under the dashboard's data folders "
+                                "(LAYERLENS_DATA_DIRS; by default the bundled data and the uploads)")
+    return str(chosen)

@@ -78,11 +78,18 @@ def lens_job_form(model: str) -> None:
                       key="lens_source")
     corpus, column = "demo", "text"
     if source != "Demo set's texts":
-        hub = source == "Hugging Face dataset"
+        from analysis.dataroots import browser_source
+        from analysis.inputs import InputError
+        from ui.inputs import server_file
+
         c1, c2 = st.columns([3, 1])
-        corpus = c1.text_input("Dataset" if hub else "Path", "hf:wikitext/wikitext-2-raw-v1:train" if hub else "",
-                               key="lens_corpus", help="hf:NAME[/CONFIG]:SPLIT" if hub else "a .txt file (a text a "
-                               "line) or .csv/.tsv/.jsonl with a text column")
+        try:
+            corpus = (browser_source(c1.text_input("Dataset", "hf:wikitext/wikitext-2-raw-v1:train", key="lens_corpus",
+                                                   help="hf:NAME[/CONFIG]:SPLIT, a dataset name from the hub"))
+                      if source == "Hugging Face dataset" else server_file("lens_server_file", c1))
+        except InputError as exc:
+            st.error(str(exc))
+            corpus = None
         column = c2.text_input("Text column", "text", key="lens_column")
     cols = st.columns(len(LENS_FORM))
     values = {name: option_input(col, name, "lens", options_schema=LensOptions)

@@ -1,0 +1,91 @@
+"""Which server files the dashboard may read (the CLI reads any path its user gives).
+
+A browser user picks data files from the **data roots**: ``LAYERLENS_DATA_DIRS`` (folders separated by ``:``),
+by default the bundled data (``analysis/data``) and ``LAYERLENS_HOME/uploads`` (where uploads are saved). Names are
+resolved (symlinks too) and refused outside the roots, so neither ``../`` nor a symlink in an upload folder leads
+elsewhere. A Hugging Face dataset typed in the browser must be a dataset name (``glue``, ``user/name``), never a
+local path or folder.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from analysis.inputs import FORMATS, InputError
+from analysis.store import layerlens_home
+
+BUNDLED = Path(__file__).resolve().parent / "data"
+MAX_LISTED = 2000  # files offered in a select box
+HUB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
+
+
+def data_roots() -> list[Path]:
+    given = os.environ.get("LAYERLENS_DATA_DIRS")
+    roots = [Path(p).expanduser() for p in given.split(os.pathsep) if p] if given else [
+        BUNDLED, layerlens_home() / "uploads"]
+    return [r.resolve() for r in roots]
+
+
+def within_roots(path: Path | str, roots: list[Path] | None = None) -> Path:
+    """``path`` resolved (symlinks followed), or an :class:`InputError` when it is not a file under a data root.
+    The message names the roots, never the file's content."""
+    roots = data_roots() if roots is None else roots
+    resolved = Path(path).expanduser().resolve()
+    if not any(resolved.is_relative_to(root) for root in roots):
+        raise InputError(f"'{path}' is not under the dashboard's data folders ({', '.join(map(str, roots))}); "
+                         "set LAYERLENS_DATA_DIRS on the server to offer more")
+    if not resolved.is_file():
+        raise InputError(f"'{path}' is not a file")
+    return resolved
+
+
+def server_files(roots: list[Path] | None = None) -> list[Path]:
+    """The data files (.csv, .tsv, .jsonl, .txt) under the roots that resolve inside them, sorted, at most
+    :data:`MAX_LISTED`."""
+    roots = data_roots() if roots is None else roots
+    found = []
+    for root in roots:
+        if not root.is_dir():
+            continue
+        for path in sorted(root.rglob("*")):
+            if path.suffix.lower().lstrip(".") in FORMATS and path.is_file():
+                try:
+                    found.append(within_roots(path, roots))
+                except InputError:
+                    continue  # a symlink leading out of the roots
+                if len(found) >= MAX_LISTED:
+                    return found
+    return list(dict.fromkeys(found))
+
+
+def hub_dataset_name(name: str) -> str:
+    """``name`` when it is a Hugging Face dataset name (``glue``, ``stanfordnlp/imdb``); an :class:`InputError` when
+    it is empty or could be a local path (the browser may not read server folders this way)."""
+    name = name.strip()
+    if not HUB_NAME.match(name) or ".." in name or Path(name).expanduser().exists():
+        raise InputError(f"'{name}' is not a Hugging Face dataset name (a name such as glue or user/dataset; "
+                         "paths and folders are not read from the browser)")
+    return name
+
+
+def browser_source(source: str) -> str:
+    """A data source chosen in the browser (a job's split, a lens's texts): ``demo``, ``hf:NAME[/CONFIG]:SPLIT``
+    with a dataset *name*, or a file under the data roots (returned resolved). Anything else is an
+    :class:`InputError`."""
+    if source == "demo":
+        return source
+    if source.startswith("hf:"):
+        hub_dataset_name(source[3:].partition(":")[0].partition("/")[0])
+        return source
+    return str(within_roots(source))
+
+
+def server_file_picker_label(path: Path, roots: list[Path] | None = None) -> str:
+    """``analysis/data/demo_sentiment.csv`` shown as ``data/demo_sentiment.csv``: the root's name and the path
+    under it."""
+    for root in data_roots() if roots is None else roots:
+        if Path(path).is_relative_to(root):
+            return f"{root.name}/{Path(path).relative_to(root).as_posix()}"
+    return Path(path).name
