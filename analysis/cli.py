@@ -23,6 +23,7 @@ from analysis.cli_base import (
     finish_outputs,
     launched,
     model_options,
+    nonnegative_int,
     positive_int,
     prepare_out,
     processes_note,
@@ -43,6 +44,7 @@ from analysis.options import ATLAS_METHODS as METHODS
 from analysis.options import ATLAS_POOLINGS as POOLINGS
 from analysis.options import COLOR_BY
 from analysis.parallel import is_main_process
+from jobs.store import ReadOnlyStore
 from models.spec import DTYPE_NAMES, ModelLoadError
 
 SAVE_DTYPES = ["source", *(d for d in DTYPE_NAMES if d != "auto")]
@@ -73,7 +75,7 @@ def add_probe_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--include-special", action="store_true", help="also count [CLS], [SEP] and other specials")
     g.add_argument("--top-k", type=positive_int, default=5, help="predictions kept per token (default 5)")
     g.add_argument("--max-length", type=positive_int, help="cut texts to this many tokens (default: the model's limit)")
-    g.add_argument("--seed", type=int, default=0, help="seed of the masked mode's random groups")
+    g.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the masked mode's random groups")
     g.add_argument("--max-rows", type=positive_int, default=PROBE_ROW_LIMIT, help="refuse inputs with more texts "
                    f"than this (default {PROBE_ROW_LIMIT:,}, the pages' limit)")
     g.add_argument("--lens", type=Path, metavar="DIR", help="also read the layers through this tuned lens (`lens "
@@ -161,7 +163,7 @@ def add_atlas_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--layers", default="-6:", help="hidden states to project: all, a slice (default -6:) or 0,4,8")
     g.add_argument("--max-length", type=positive_int, help="cut texts to this many tokens (default: the model's limit)")
     g.add_argument("--folds", type=positive_int, default=5, help="folds of the linear probe (default 5)")
-    g.add_argument("--seed", type=int, default=0, help="seed of the folds, the projection and any sample")
+    g.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the folds, the projection and any sample")
     g.add_argument("--sample", type=positive_int, help="use a random sample of this many rows")
     g.add_argument("--max-rows", type=positive_int, help="refuse more rows than this (default: the pages' limit, "
                    "LAYERLENS_ATLAS_MAX_ROWS or 20,000)")
@@ -320,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         code = args.func(args)
         ok = code == 0
         return code
-    except (ModelLoadError, UserError, InputError) as exc:
+    except (ModelLoadError, UserError, InputError, ReadOnlyStore) as exc:
         if is_main_process():  # under a launcher every process meets the same bad input: say it once
             print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -233,14 +233,17 @@ def from_hub_dataset(name: str, config: str | None = None, split: str = "train",
     columns become their names (``positive``), not their numbers."""
     import datasets
 
+    if not (name or "").strip():
+        raise InputError("no dataset name given: e.g. glue (with config sst2), or hf:glue/sst2:train as a data source")
     where = f"{name}{'/' + config if config else ''} ({split})"
     try:
         ds = datasets.load_dataset(name, config, split=split)
     except (ConnectionError, OSError) as exc:
         raise InputError(f"cannot load dataset {where}: {exc}. Without a network connection only datasets "
                          "already in the local Hugging Face cache load; upload a file instead") from None
-    except (ValueError, KeyError) as exc:
-        raise InputError(f"cannot load dataset {where}: {exc}") from None
+    except Exception as exc:  # datasets raises many kinds for a name it cannot resolve
+        raise InputError(f"cannot load dataset {where}: {type(exc).__name__}: "
+                         f"{(str(exc).splitlines() or [''])[0]}") from None
     rows = ds.to_list()
     feature = ds.features.get(label_column) if label_column else None
     if isinstance(feature, datasets.ClassLabel):

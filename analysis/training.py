@@ -316,3 +316,20 @@ def weights_frame(ev: Evaluation, data: TaskData):
     frame = pd.DataFrame(ev.layer_weights, columns=[f"layer_{i}" for i in ev.weight_layers])
     frame.insert(0, "example_id", list(data.ids))
     return frame
+
+
+def read_weights(path: Path):
+    """A ``layer_weights.csv`` (:func:`weights_frame`), or an :class:`analysis.inputs.InputError` saying why it is
+    not one (a file edited or truncated by hand)."""
+    import pandas as pd
+
+    from analysis.inputs import InputError
+
+    frame = pd.read_csv(path)
+    columns = [c for c in frame.columns if c.startswith("layer_") and c[6:].isdigit()]
+    if "example_id" not in frame.columns or not columns:
+        raise InputError(f"{path.name} has no example_id and layer_<i> columns")
+    bad = [c for c in ["example_id", *columns] if not pd.api.types.is_numeric_dtype(frame[c])]
+    if bad:
+        raise InputError(f"{path.name}: column {bad[0]} holds values that are not numbers")
+    return frame

@@ -83,6 +83,13 @@ class Job:
         return self.directory / "artifacts"
 
     @property
+    def shown_status(self) -> str:
+        """The status as the pages show it: a succeeded job whose artifacts were deleted says so."""
+        if self.status == "succeeded" and not any(self.artifacts.glob("*.json")):
+            return "succeeded · artifacts deleted"
+        return self.status
+
+    @property
     def label(self) -> str:
         """How pages name the job's fine-tuned model: ``job #3 (attention, demo)``."""
         what = "tuned lens" if self.config.get("kind") == "lens" else self.config.get("head", "cls")
@@ -95,6 +102,10 @@ class Job:
         return out
 
 
+class ReadOnlyStore(PermissionError):
+    """The job store cannot be written (a read-only LAYERLENS_HOME); the message says so."""
+
+
 def jobs_home() -> Path:
     return layerlens_home() / "jobs"
 
@@ -102,22 +113,38 @@ def jobs_home() -> Path:
 class JobStore:
     def __init__(self, root: Path | None = None):
         self.root = Path(root) if root is not None else jobs_home()
-        self.root.mkdir(parents=True, exist_ok=True)
         self.path = self.root / "jobs.db"
-        with self._connect() as db:
-            db.executescript(SCHEMA)
-            have = {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
-            for name, definition in ADDED_COLUMNS:
-                if name not in have:
-                    db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {definition}")
+        self.read_only = False
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            with self._connect() as db:
+                db.executescript(SCHEMA)
+                have = {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
+                for name, definition in ADDED_COLUMNS:
+                    if name not in have:
+                        db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {definition}")
+        except (PermissionError, sqlite3.OperationalError) as exc:
+            # a read-only LAYERLENS_HOME (a shared or archived one): the jobs can still be listed and shown
+            if not self.path.is_file():
+                raise ReadOnlyStore(f"the job store {self.root} cannot be created ({exc})") from None
+            self.read_only = True
 
     @contextlib.contextmanager
     def _connect(self):
-        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        if self.read_only:
+            db = sqlite3.connect(f"{self.path.as_uri()}?immutable=1", uri=True, isolation_level=None)
+        else:
+            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
         db.row_factory = sqlite3.Row
         try:
-            db.execute("PRAGMA journal_mode=WAL")
+            if not self.read_only:
+                db.execute("PRAGMA journal_mode=WAL")
             yield db
+        except sqlite3.OperationalError as exc:
+            if "readonly" in str(exc) or "read-only" in str(exc):
+                raise ReadOnlyStore(f"the job store {self.root} is read-only: jobs can be listed, not changed") \
+                    from None
+            raise
         finally:
             db.close()
 

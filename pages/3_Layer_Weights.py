@@ -8,8 +8,10 @@ import pandas as pd
 import streamlit as st
 
 from analysis.heads import near_uniform
+from analysis.inputs import InputError
 from analysis.plots import atlas_grid, label_colours, layer_weight_heatmap, mean_weight_lines
 from analysis.projection import project_layers
+from analysis.training import read_weights
 from jobs.store import JobStore
 from models.anatomy import layer_name
 from ui.jobs import score_line
@@ -21,7 +23,11 @@ loaded = start_page("Layer weights", (
     "weight each layer's [CLS] gets, per example, per class and across epochs; and the validation set's "
     "[CLS] vectors of the last layers after the first and the last epoch (PCA, as in Song et al. Fig. 2)."))
 store = JobStore()
-jobs = [j for j in store.list() if j.status == "succeeded" and j.config.get("kind", "finetune") == "finetune"]
+finished = [j for j in store.list() if j.status == "succeeded" and j.config.get("kind", "finetune") == "finetune"]
+jobs = [j for j in finished if (j.artifacts / "metrics.json").is_file()]
+if len(jobs) < len(finished):
+    st.caption(f"{len(finished) - len(jobs)} finished job(s) not listed: their artifacts were deleted "
+               f"({', '.join(f'#{j.id}' for j in finished if j not in jobs)}).")
 if not jobs:
     st.info("No finished job yet: start one on the **Fine-tuning jobs** page (head *attention* or *scalar-mix* "
             "for layer weights).")
@@ -31,14 +37,18 @@ default = jobs.index(weighted[0]) if weighted else 0
 job = st.selectbox("Finished job", jobs, index=default, key="lw_job", format_func=lambda j: f"#{j.id} {j.name} · "
                    f"{score_line(j.metrics)}")
 art = job.artifacts
-metrics = json.loads((art / "metrics.json").read_text())
+try:
+    metrics = json.loads((art / "metrics.json").read_text())
+    weights = read_weights(art / "layer_weights.csv") if (art / "layer_weights.csv").is_file() else None
+except (OSError, ValueError, InputError) as exc:
+    st.error(f"{job.label}: its artifacts cannot be read ({exc}).")
+    st.stop()
 names = metrics["labels"]
 colours = label_colours(names)
 st.caption(f"{metrics.get('evaluated_on', '')} set: {score_line(metrics)}")
 epochs = sorted(int(p.name) for p in (art / "epochs").iterdir() if p.is_dir()) if (art / "epochs").is_dir() else []
 
-if (art / "layer_weights.csv").is_file():
-    weights = pd.read_csv(art / "layer_weights.csv")
+if weights is not None:
     n_states = max(int(c.split("_")[1]) for c in weights.columns if c.startswith("layer_")) + 1
     layer_names = [layer_name(i, n_states - 1) for i in range(n_states)]
     preds = pd.read_csv(art / "predictions.csv", keep_default_na=False).set_index("example_id")

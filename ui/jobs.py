@@ -34,7 +34,7 @@ def job_table(jobs) -> pd.DataFrame:
         total = p.get("total_steps") or 0
         last = (p.get("history") or [{}])[-1]
         done = 1.0 if j.status == "succeeded" else (p.get("step", 0) / total if total else 0.0)
-        rows.append({"id": j.id, "name": j.name, "status": j.status, "runs on": j.where, "group": j.group or "",
+        rows.append({"id": j.id, "name": j.name, "status": j.shown_status, "runs on": j.where, "group": j.group or "",
                      "progress": done,
                      "epoch": f"{p.get('epoch', '')}/{p.get('epochs', '')}" if p else "",
                      "batch loss": p.get("loss"), "val accuracy": last.get("val_accuracy"),
