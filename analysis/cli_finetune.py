@@ -77,7 +77,8 @@ def finetune_options(args: argparse.Namespace):
     try:
         return resolve(from_file, flags)
     except InputError as exc:
-        raise UserError(str(exc)) from None
+        where = f"{args.config}: " if from_file and set(from_file) - set(FinetuneOptions.model_fields) else ""
+        raise UserError(where + str(exc)) from None
 
 
 def cmd_finetune(args: argparse.Namespace, callbacks: list = ()) -> int:

@@ -29,6 +29,7 @@ from transformers import AutoModelForMaskedLM
 from analysis.activations import counted_mask, encode, hidden_states, make_batch, max_input_length
 from analysis.inputs import InputError, TextInputs
 from analysis.projection import linear_cka
+from analysis.staging import staged
 from models.anatomy import DUPLICATION_KEY, anatomy_of, layer_name
 from models.loading import DTYPES, LoadedModel, checkpoint_dtype, load_model
 
@@ -190,14 +191,14 @@ def export(loaded: LoadedModel, plan: list[int], out: Path, dtype: str | None = 
     if set(missing) - tied or unexpected:
         raise RuntimeError(f"export mismatch: missing {sorted(set(missing) - tied)[:4]}, unexpected "
                            f"{sorted(unexpected)[:4]}")
-    out.mkdir(parents=True, exist_ok=True)
-    # a model without an MLM head of its own is exported as what it is, an encoder (its placeholder head would
-    # otherwise be saved as if it were pre-trained); a borrowed head is saved, and duplication.json says whose
-    (model if loaded.mlm_head is not None else model.base_model).save_pretrained(out)
-    loaded.tokenizer.save_pretrained(out)
-    (out / "duplication.json").write_text(json.dumps({"source": loaded.spec.name, "source_layers": loaded.num_layers,
-                                                      "plan": plan, "family": loaded.anatomy.family,
-                                                      "dtype": dtype, "mlm_head": loaded.mlm_head}, indent=2))
+    with staged(out) as stage:  # whole or absent (analysis.staging): a page or job never sees half a model
+        # a model without an MLM head of its own is exported as what it is, an encoder (its placeholder head would
+        # otherwise be saved as if it were pre-trained); a borrowed head is saved, and duplication.json says whose
+        (model if loaded.mlm_head is not None else model.base_model).save_pretrained(stage)
+        loaded.tokenizer.save_pretrained(stage)
+        (stage / "duplication.json").write_text(json.dumps({
+            "source": loaded.spec.name, "source_layers": loaded.num_layers, "plan": plan,
+            "family": loaded.anatomy.family, "dtype": dtype, "mlm_head": loaded.mlm_head}, indent=2))
     return out
 
 

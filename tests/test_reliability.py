@@ -106,3 +106,10 @@ def test_jobs_list_reads_a_read_only_home(tmp_path):
         import shutil
 
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_an_unknown_key_in_a_finetune_config_names_the_file(tmp_path, capsys):
+    path = tmp_path / "run.yaml"
+    path.write_text("lr: 1e-4\nheads: cls\n")
+    assert main(["finetune", "--config", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert f"{path}: unknown option(s) heads" in capsys.readouterr().err
