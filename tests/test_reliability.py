@@ -113,3 +113,25 @@ def test_an_unknown_key_in_a_finetune_config_names_the_file(tmp_path, capsys):
     path.write_text("lr: 1e-4\nheads: cls\n")
     assert main(["finetune", "--config", str(path), "--out", str(tmp_path / "o")]) == 2
     assert f"{path}: unknown option(s) heads" in capsys.readouterr().err
+
+
+def test_a_read_only_out_is_one_line(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("the film is good .\n")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    drop = (["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--inh-caps=-dac_override,-dac_read_search",
+             "--"] if os.geteuid() == 0 else [])
+    try:
+        done = subprocess.run([*drop, sys.executable, "-m", "analysis", "probe", "--model", "demo", "--input",
+                               str(texts), "--out", str(locked / "out")], capture_output=True, text=True, timeout=120,
+                              cwd=Path(__file__).resolve().parents[1])
+    finally:
+        locked.chmod(0o755)
+    assert done.returncode == 2 and f"no permission to write in {locked}" in done.stderr, done.stderr[-1000:]
+    assert "Traceback" not in done.stderr
