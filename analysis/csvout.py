@@ -9,8 +9,10 @@ text; so do the in-memory results.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
@@ -32,6 +34,8 @@ def neutralise(value):
 
 def safe(frame: pd.DataFrame) -> pd.DataFrame:
     """A copy of ``frame`` whose text cells (and text index) are :func:`neutralise`\\ d."""
+    import pandas as pd
+
     out = frame.copy()
     for column in out.columns:
         if out[column].dtype == object or pd.api.types.is_string_dtype(out[column]):

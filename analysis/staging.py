@@ -25,14 +25,21 @@ MARKERS = ("run.json", "info.json", "duplication.json", "metrics.json")  # files
 STAGING = ".staging-"
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int | None) -> bool:
+    """Whether process ``pid`` runs (a zombie, exited but not yet reaped, does not)."""
+    if not pid:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[-1].split()[0] != "Z"
+    except OSError:
+        return True
 
 
 def clean_stale(out: Path) -> list[Path]:
@@ -40,7 +47,7 @@ def clean_stale(out: Path) -> list[Path]:
     removed = []
     for stage in out.parent.glob(f".{out.name}{STAGING}*"):
         pid = stage.name.rsplit(STAGING, 1)[1].split("-")[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(stage, ignore_errors=True)
             removed.append(stage)
     return removed

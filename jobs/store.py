@@ -11,11 +11,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import os
 import sqlite3
 import time
 from pathlib import Path
 
+from analysis.staging import pid_alive  # noqa: F401  (the workers and backends use it from here)
 from analysis.store import layerlens_home
 
 STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
@@ -258,19 +258,3 @@ class JobStore:
         for job_id in lost:
             self.finish(job_id, "failed", "interrupted: the worker or the server stopped while the job ran")
         return lost
-
-
-def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (exited, not yet reaped) is not alive
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ")[-1].split()[0] != "Z"
-    except OSError:
-        return True
