@@ -109,8 +109,8 @@ with st.expander("Where it runs: this machine or Slurm, processes"):
     cols = st.columns(len(WHERE))
     values |= {name: option_input(col, name, "job") for col, name in zip(cols, WHERE, strict=True)}
     st.caption("Slurm: one Slurm job per LayerLens job (through submitit); the dashboard must run on a Slurm login "
-               "node and LAYERLENS_HOME must be on a filesystem the nodes share (README, 'Running on a cluster'). "
-               "With several processes the batch size stays the global batch.")
+               "node and LAYERLENS_HOME must be on a filesystem the nodes share (README: 'More than one process, and "
+               "clusters'). With several processes the batch size stays the global batch.")
 sweep = st.text_input("Sweep (optional)", key="job_grid", placeholder="head=cls,attention lr=2e-5,5e-5",
                       help="one job per combination, in one group the comparison below can pick: option=value,value "
                       "... separated by spaces; the values replace the form's")
