@@ -64,9 +64,10 @@ def test_a_preset_gives_the_same_options_from_the_cli_a_config_file_a_job_and_th
     # the page: choosing the preset fills the form with its values before submitting
     monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("LAYERLENS_JOBS_NO_WORKER", "1")
+    monkeypatch.setenv("LAYERLENS_DATA_DIRS", str(tmp_path))  # the page picks server files under the data roots
     at = run_page("pages/5_Fine_Tune_Jobs.py", model=str(bert4))
     at.radio(key="job_source").set_value("A file on the server").run()
-    at.text_input(key="job_path").set_value(train).run()
+    at.selectbox(key="job_server_file").set_value(Path(train).resolve()).run()
     at.selectbox(key="job_preset").set_value("sun2019").run()
     shown = {k: at.session_state[f"job_{k}"] for k in ("head", "epochs", "lr", "batch_size", "layer_decay",
                                                           "max_length", "truncation", "warmup")}
