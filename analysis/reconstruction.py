@@ -124,36 +124,35 @@ class Scores:
 
 
 @torch.inference_mode()
-def score_rows(head: Callable, hidden: torch.Tensor, targets: torch.Tensor, top_k: int,
-               rows_per_chunk: int) -> Scores:
-    """Apply ``head`` to ``hidden`` ``(n, hidden)`` in row chunks; compare with ``targets`` ``(n,)``.
+def score_rows(head: Callable, stacked: torch.Tensor, targets: torch.Tensor, top_k: int, rows_per_chunk: int,
+               divergence: bool = False) -> tuple[Scores, tuple[torch.Tensor, torch.Tensor] | None]:
+    """Apply ``head`` to every layer's states ``stacked`` ``(L + 1, n, hidden)`` and compare with ``targets``
+    ``(n,)``. Returns the :class:`Scores` of the ``(L + 1) * n`` rows, layer by layer, and with ``divergence``
+    ``(kl, agree)``, each ``(L + 1, n)``: KL(final layer's distribution || this layer's) in nats, and whether this
+    layer's top prediction is the final layer's.
 
-    Peak memory is one ``(rows_per_chunk, vocab)`` block of logits.
+    Positions are taken in chunks with all their layers in one call of the head, so each layer's logits are
+    computed once and the final layer's are at hand for the divergence; peak memory is one
+    ``(rows_per_chunk, vocab)`` block of logits (and its log-probabilities with ``divergence``).
     """
-    parts = []
-    for start in range(0, hidden.shape[0], rows_per_chunk):
-        logits = head(hidden[start:start + rows_per_chunk])
-        parts.append(Scores(*row_stats(logits, targets[start:start + rows_per_chunk], top_k)))
-    return Scores(*(torch.cat([getattr(p, f.name) for p in parts]) if parts else torch.empty(0)
-                    for f in dataclasses.fields(Scores)))
-
-
-@torch.inference_mode()
-def layer_divergence(head: Callable, stacked: torch.Tensor, rows_per_chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(kl, agree)``, each ``(L + 1, n)``: per layer and position, KL(final layer's distribution || this
-    layer's) in nats and whether this layer's top prediction is the final layer's. ``stacked`` is
-    ``(L + 1, n, hidden)`` (already through a lens, if any); peak memory is two ``(chunk, vocab)`` blocks."""
     layers, n = stacked.shape[:2]
-    kl, agree = torch.zeros(layers, n), torch.zeros(layers, n, dtype=torch.long)
-    for start in range(0, n, max(1, rows_per_chunk)):
-        chunk = slice(start, start + max(1, rows_per_chunk))
-        final = torch.log_softmax(head(stacked[-1, chunk]).float(), dim=-1)
-        top = final.argmax(-1)
-        for layer in range(layers):
-            logp = torch.log_softmax(head(stacked[layer, chunk]).float(), dim=-1)
-            kl[layer, chunk] = (final.exp() * (final - logp)).sum(-1).clamp(min=0).cpu()
-            agree[layer, chunk] = (logp.argmax(-1) == top).long().cpu()
-    return kl, agree
+    step = max(1, rows_per_chunk // layers)
+    parts, kl, agree = [], [], []
+    for start in range(0, n, step):
+        block = stacked[:, start:start + step]  # (L + 1, c, hidden)
+        c = block.shape[1]
+        logits = head(block.flatten(0, 1))  # (L + 1) * c rows, layer by layer
+        if divergence:  # before row_stats, which may reuse the logits' memory
+            logp = torch.log_softmax(logits.float(), dim=-1).unflatten(0, (layers, c))
+            final = logp[-1]
+            kl.append((final.exp() * (final - logp)).sum(-1).clamp(min=0).cpu())
+            agree.append((logp.argmax(-1) == final.argmax(-1)).long().cpu())
+            del logp, final
+        parts.append(Scores(*row_stats(logits, targets[start:start + c].repeat(layers), top_k)))
+    # each chunk's rows are layer by layer over its c positions: put them back as layer by layer over all n
+    scores = Scores(*(torch.cat([getattr(p, f.name).unflatten(0, (layers, -1)) for p in parts], dim=1).flatten(0, 1)
+                      if parts else torch.empty(0) for f in dataclasses.fields(Scores)))
+    return scores, ((torch.cat(kl, dim=1), torch.cat(agree, dim=1)) if divergence and parts else None)
 
 
 def mask_groups(counted: torch.Tensor, text_ids: list[int], fraction: float, seed: int) -> torch.Tensor:
@@ -243,9 +242,7 @@ def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig = ProbeCo
             if lens is not None:
                 stacked = lens.translate(stacked)
             targets = batch.input_ids[selected]
-            scores = score_rows(anatomy.head, stacked.flatten(0, 1), targets.repeat(n_states), config.top_k,
-                                rows_per_chunk)
-            apart = layer_divergence(anatomy.head, stacked, rows_per_chunk) if divergence else None
+            scores, apart = score_rows(anatomy.head, stacked, targets, config.top_k, rows_per_chunk, divergence)
             per_pass.append((where.cpu(), targets.cpu(), scores, apart))
         return summarise(batch.indices, per_pass, n_states)
 
@@ -385,9 +382,8 @@ def layer_table(correct: np.ndarray, counted: np.ndarray, seed: int = 0,
                      "ci_low": float(low[layer]), "ci_high": float(high[layer])})
     frame = pd.DataFrame(rows, columns=LAYER_COLUMNS)
     if divergence is not None:
-        kl, agree = divergence
-        frame["kl_to_final"] = kl.sum(axis=0) / tokens if tokens else math.nan
-        frame["agreement"] = agree.sum(axis=0) / tokens if tokens else math.nan
+        for column, per_text in zip(DIVERGENCE_COLUMNS, divergence, strict=True):
+            frame[column] = per_text.sum(axis=0) / tokens if tokens else math.nan
     return frame
 
 

@@ -177,14 +177,21 @@ def test_mask_groups_are_non_overlapping_and_about_the_fraction():
 def test_score_rows_chunks_agree_with_one_block():
     torch.manual_seed(0)
     head = torch.nn.Linear(8, 50)
-    hidden, targets = torch.randn(37, 8), torch.randint(0, 50, (37,))
-    a = score_rows(head, hidden, targets, 4, rows_per_chunk=5)
-    b = score_rows(head, hidden, targets, 4, rows_per_chunk=1000)
+    stacked, targets = torch.randn(3, 37, 8), torch.randint(0, 50, (37,))  # 3 layers x 37 positions
+    a, (kl_a, agree_a) = score_rows(head, stacked, targets, 4, rows_per_chunk=5, divergence=True)
+    b, (kl_b, agree_b) = score_rows(head, stacked, targets, 4, rows_per_chunk=1000, divergence=True)
     for name in ["pred", "rank", "top_ids"]:
         assert torch.equal(getattr(a, name), getattr(b, name))
     torch.testing.assert_close(a.prob, b.prob)
-    logits = head(hidden)
-    torch.testing.assert_close(a.prob, logits.softmax(-1)[torch.arange(37), targets])
+    logits = head(stacked.flatten(0, 1))  # rows layer by layer
+    torch.testing.assert_close(a.prob, logits.softmax(-1)[torch.arange(3 * 37), targets.repeat(3)])
+    torch.testing.assert_close(kl_a, kl_b)
+    assert torch.equal(agree_a, agree_b)
+    logp = logits.log_softmax(-1).unflatten(0, (3, 37))
+    expected = torch.nn.functional.kl_div(logp, logp[-1].expand_as(logp), log_target=True, reduction="none").sum(-1)
+    torch.testing.assert_close(kl_a, expected.clamp(min=0))
+    assert torch.equal(agree_a, (logp.argmax(-1) == logp[-1].argmax(-1)).long())
+    assert score_rows(head, stacked, targets, 4, rows_per_chunk=5)[1] is None
 
 
 def test_truncation_is_counted(tiny_dirs):
