@@ -193,7 +193,7 @@ def cmd_atlas(args: argparse.Namespace) -> int:
             print(f"note: using a random sample of {args.sample:,} of {len(data):,} rows (seed {args.seed})",
                   file=sys.stderr)
         data = data.sample(args.sample, args.seed)
-    check_row_limit(data, args.max_rows or max_rows(), "atlas'", "--sample N or --max-rows")
+    check_row_limit(data, args.max_rows or max_rows(), "atlas'", sample=True)
     loaded = load_model(spec)
     parse_layers(args.layers, loaded.num_layers + 1)  # a bad --layers is said before any work
     if not ranks.is_main:  # a helper process: its share of the extraction; the main process does the rest

@@ -258,11 +258,13 @@ def from_hub_dataset(name: str, config: str | None = None, split: str = "train",
 PROBE_ROW_LIMIT = 2000  # texts a probe takes by default: the pages' limit, and the CLI's unless --max-rows
 
 
-def check_row_limit(inputs: TextInputs, limit: int, what: str, flag: str = "--max-rows") -> TextInputs:
-    """``inputs``, or an :class:`InputError` when it has more rows than ``limit``."""
+def check_row_limit(inputs: TextInputs, limit: int, what: str, sample: bool = False) -> TextInputs:
+    """``inputs``, or an :class:`InputError` when it has more rows than ``limit`` (saying how to raise it, and with
+    ``sample`` that a random sample is the other way)."""
     if len(inputs) > limit:
-        raise InputError(f"{len(inputs):,} rows are more than the {what} limit of {limit:,}: raise it with "
-                         f"{flag} {len(inputs)} (memory and time grow with the rows)")
+        raise InputError(f"{len(inputs):,} rows are more than the {what} limit of {limit:,}: "
+                         + ("take a random sample (--sample N) or " if sample else "")
+                         + f"raise it with --max-rows {len(inputs)} (memory and time grow with the rows)")
     return inputs
 
 

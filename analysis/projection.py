@@ -37,7 +37,7 @@ from analysis.activations import (
     make_batch,
     max_input_length,
 )
-from analysis.inputs import InputError, TextInputs
+from analysis.inputs import InputError, TextInputs, check_row_limit
 from analysis.options import ATLAS_METHODS, ATLAS_POOLINGS, COLOR_BY
 from analysis.parallel import ONE, Ranks
 from analysis.scores import wilson_interval
@@ -445,9 +445,7 @@ def atlas(loaded: LoadedModel, inputs: TextInputs, config: AtlasConfig = AtlasCo
     Under a launcher the processes share the extraction; the main process does the rest and alone gets the
     result (others get None)."""
     start = time.perf_counter()
-    if len(inputs) > (row_limit or max_rows()):
-        raise InputError(f"{len(inputs):,} rows are more than the atlas' limit of {row_limit or max_rows():,}: take a "
-                         "random sample (--sample N) or raise the limit (--max-rows, LAYERLENS_ATLAS_MAX_ROWS)")
+    check_row_limit(inputs, row_limit or max_rows(), "atlas'", sample=True)  # LAYERLENS_ATLAS_MAX_ROWS
     counts = check_labels(inputs.labels, config.folds)
     n_states = loaded.num_layers + 1
     layers = parse_layers(config.layers, n_states)
