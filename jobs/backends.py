@@ -12,7 +12,7 @@ and the cluster's nodes must both see (a shared filesystem). Mapping:
   starts (``python -m jobs.run ID``), stops it when a cancel is requested and records how it ended.
 - cancel: :func:`cancel` flags the job; :func:`run_job` stops the running process (SIGTERM, then SIGKILL), and a
   job still pending in Slurm is cancelled there (``scancel``).
-- status: :func:`reconcile` (run by ``jobs list`` and the jobs page) marks a job whose Slurm job has ended
+- status: :func:`refresh` (run by ``jobs list`` and the jobs page) marks a job whose Slurm job has ended
   without recording a result (killed, out of time, node failure) as failed, with its log's last lines.
 
 ``LAYERLENS_SUBMITIT_CLUSTER=local`` runs the same mapping with submitit's local executor (a process on this
@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from jobs.store import FINISHED, JobStore, pid_alive
-from jobs.worker import record_exit, start_process, tail
+from jobs.worker import honour_cancel, record_exit, start_process, tail
 
 POLL_S = 1.0
 ACTIVE = ("PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "SUSPENDED", "RESIZING", "UNKNOWN")
@@ -79,12 +79,7 @@ def run_job(root: str, job_id: int) -> int:
     store.set_pid(job_id, proc.pid)
     term_sent = None
     while proc.poll() is None:
-        job = store.get(job_id)
-        if job.cancel_requested and term_sent is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            term_sent = time.time()
-        elif term_sent is not None and time.time() - term_sent > 5:
-            os.killpg(proc.pid, signal.SIGKILL)
+        term_sent = honour_cancel(store.get(job_id), proc.pid, term_sent)
         time.sleep(POLL_S)
     record_exit(store, store.get(job_id), proc.returncode)
     return proc.returncode
@@ -102,13 +97,9 @@ def _active(job) -> bool:
 
 
 def refresh(store: JobStore) -> list[int]:
-    """Bring the store up to date with the backends before showing it (:func:`reconcile`)."""
-    return reconcile(store) if store.unfinished("slurm") else []
-
-
-def reconcile(store: JobStore) -> list[int]:
-    """Mark the slurm jobs whose Slurm job ended without a result: cancelled if a cancel was asked, else failed
-    with the log's last lines (or submitit's). Returns their ids."""
+    """Bring the store up to date with the backends before showing it: mark the slurm jobs whose Slurm job ended
+    without a result cancelled if a cancel was asked, else failed with the log's last lines (or submitit's).
+    Returns their ids. (Local jobs are kept up to date by their worker.)"""
     ended = []
     for job in store.unfinished("slurm"):
         if _active(job):

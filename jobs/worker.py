@@ -95,6 +95,18 @@ def kill_group(pid: int, sig: int) -> None:
         pass
 
 
+def honour_cancel(job, pid: int, term_sent: float | None) -> float | None:
+    """Stop a running job whose cancel was requested: SIGTERM to its process group, SIGKILL 5 s later. Returns
+    when SIGTERM was sent (None: not yet). The local worker and a Slurm node's :func:`jobs.backends.run_job` call
+    it at every poll."""
+    if job.cancel_requested and term_sent is None:
+        kill_group(pid, signal.SIGTERM)
+        return time.time()
+    if term_sent is not None and time.time() - term_sent > 5:
+        kill_group(pid, signal.SIGKILL)
+    return term_sent
+
+
 def job_command(job, root: Path) -> list[str]:
     processes = int(job.config.get("num_processes", 1) or 1)
     entry = ["-m", "jobs.run", str(job.id), "--root", str(root)]
@@ -136,11 +148,7 @@ class Worker:
             code = proc.poll()
             job = self.store.get(job_id)
             if code is None:
-                if job.cancel_requested and term_sent is None:
-                    kill_group(proc.pid, signal.SIGTERM)
-                    self.running[job_id] = (proc, time.time())
-                elif term_sent is not None and time.time() - term_sent > 5:
-                    kill_group(proc.pid, signal.SIGKILL)
+                self.running[job_id] = (proc, honour_cancel(job, proc.pid, term_sent))
                 continue
             del self.running[job_id]
             record_exit(self.store, job, code)
