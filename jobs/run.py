@@ -28,6 +28,24 @@ def say(line: str) -> None:
         print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
 
 
+class Reporter:
+    """A job's progress for people and for the page: a log line at most every :data:`LOG_EVERY` seconds, the
+    store's progress at most once a second; both at once when ``force`` (an epoch's end, the last step)."""
+
+    def __init__(self, store: JobStore, job_id: int):
+        self.store, self.job_id = store, job_id
+        self.said, self.stored = time.time(), 0.0
+
+    def __call__(self, line: str, progress: dict, force: bool = False) -> None:
+        now = time.time()
+        if force or now - self.said >= LOG_EVERY:
+            self.said = now
+            say(line)
+        if force or now - self.stored >= 1.0:
+            self.stored = now
+            self.store.update_progress(self.job_id, progress)
+
+
 def quiet_libraries() -> None:
     """No progress bars or per-tensor notices from transformers / huggingface_hub in a job's log: the job
     says in one line what it loaded and what it does."""
@@ -53,16 +71,11 @@ def train_lens(store: JobStore, job, out: Path) -> dict:
     loaded = load_model(options.spec())
     texts = lens.read_corpus(options)
     say(f"model: {loaded.spec.name} ({loaded.num_layers} layers) on {loaded.spec.device}; {len(texts):,} texts")
-    last, said = [0.0], [time.time()]
+    report = Reporter(store, job.id)
 
     def progress(step, total, losses):
-        now = time.time()
-        if now - said[0] >= LOG_EVERY or step == total:
-            said[0] = now
-            say(f"step {step}/{total}: KL summed over layers {sum(losses):.4f}")
-        if now - last[0] >= 1.0 or step == total:
-            last[0] = now
-            store.update_progress(job.id, {"step": step, "total_steps": total, "loss": sum(losses)})
+        report(f"step {step}/{total}: KL summed over layers {sum(losses):.4f}",
+               {"step": step, "total_steps": total, "loss": sum(losses)}, force=step == total)
 
     training = lens.train(loaded, texts, options, out, progress, should_stop=lambda: bool(stop), log=say)
     if stop:
@@ -87,26 +100,21 @@ def main() -> int:
     from models.loading import ModelLoadError
 
     quiet_libraries()
-    last, said = [0.0], [time.time()]
+    report = Reporter(store, job.id)
 
     def progress(event, state, control):
         if not main_process:
             return
-        now = time.time()
         if event == "epoch":
             h = state.history[-1]
-            say(f"epoch {h['epoch']}/{options.epochs}: train loss {h['train_loss']:.4f}, validation loss "
-                f"{h['val_loss']:.4f}, accuracy {h['val_accuracy']:.4f}, macro-F1 {h['val_macro_f1']:.4f}")
-        elif now - said[0] >= LOG_EVERY:
-            said[0] = now
-            say(f"step {state.step}/{state.total_steps} (epoch {state.epoch}): loss {state.last_loss:.4f}, "
-                f"lr {state.lr:.3g}")
-        if event == "step" and now - last[0] < 1.0:
-            return
-        last[0] = now
-        store.update_progress(job.id, {"step": state.step, "total_steps": state.total_steps, "epoch": state.epoch,
-                                       "epochs": options.epochs, "loss": state.last_loss, "lr": state.lr,
-                                       "history": state.history})
+            line = (f"epoch {h['epoch']}/{options.epochs}: train loss {h['train_loss']:.4f}, validation loss "
+                    f"{h['val_loss']:.4f}, accuracy {h['val_accuracy']:.4f}, macro-F1 {h['val_macro_f1']:.4f}")
+        else:
+            line = (f"step {state.step}/{state.total_steps} (epoch {state.epoch}): loss {state.last_loss:.4f}, "
+                    f"lr {state.lr:.3g}")
+        report(line, {"step": state.step, "total_steps": state.total_steps, "epoch": state.epoch,
+                      "epochs": options.epochs, "loss": state.last_loss, "lr": state.lr, "history": state.history},
+               force=event == "epoch")
 
     try:
         out = job.directory / "artifacts"
