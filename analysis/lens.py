@@ -212,16 +212,16 @@ def make_optimizer(lens: TunedLens, options, steps: int):
 
 
 class Batches:
-    """Tokenised texts and the batch of every step: a seeded permutation per pass over the texts."""
+    """Tokenised texts (:func:`analysis.activations.encode`) and the batch of every step: a seeded permutation per
+    pass over the texts; batches padded and counted as the probe's (``make_batch``, ``counted_mask``)."""
 
     def __init__(self, loaded: LoadedModel, texts: list[str], batch_size: int, max_length: int, seed: int):
-        from analysis.activations import max_input_length
+        from analysis.activations import encode, max_input_length
+        from analysis.inputs import TextInputs
 
-        tok = loaded.tokenizer
-        limit = min(max_length, max_input_length(loaded))
-        self.ids = tok(list(texts), truncation=True, max_length=limit, add_special_tokens=True)["input_ids"]
+        self.encoded = encode(loaded.tokenizer, TextInputs(tuple(texts)), min(max_length, max_input_length(loaded)))
+        self.ids = self.encoded.input_ids
         self.batch_size, self.seed, self.loaded = min(batch_size, len(self.ids)), seed, loaded
-        self.special = torch.tensor(list(tok.all_special_ids))
 
     def rows(self, step: int) -> list[int]:
         per_pass = len(self.ids) // self.batch_size
@@ -230,20 +230,12 @@ class Batches:
         return order[k * self.batch_size:(k + 1) * self.batch_size].tolist()
 
     def batch(self, rows: list[int]):
-        from analysis.activations import Batch
+        """``(batch, counted)``: the padded batch on the model's device and its counted positions (on the CPU)."""
+        from analysis.activations import counted_mask, make_batch
 
-        width = max(len(self.ids[i]) for i in rows)
-        pad = self.loaded.tokenizer.pad_token_id or 0
-        ids = torch.full((len(rows), width), pad, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for r, i in enumerate(rows):
-            ids[r, :len(self.ids[i])] = torch.tensor(self.ids[i])
-            mask[r, :len(self.ids[i])] = 1
-        device = self.loaded.spec.device
-        types = torch.zeros_like(ids) if "token_type_ids" in self.loaded.tokenizer.model_input_names else None
-        batch = Batch(rows, ids.to(device), mask.to(device), types.to(device) if types is not None else None)
-        counted = mask.bool() & ~torch.isin(ids, self.special)
-        return batch, counted
+        tok = self.loaded.tokenizer
+        batch = make_batch(self.encoded, rows, tok.pad_token_id, self.loaded.spec.device)
+        return batch, counted_mask(batch, list(tok.all_special_ids), include_special=False).cpu()
 
 
 def layer_losses(loaded: LoadedModel, lens: TunedLens, batch, counted: torch.Tensor, options, step: int,
