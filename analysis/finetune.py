@@ -30,6 +30,7 @@ from analysis.activations import position_limit
 from analysis.csvout import to_csv
 from analysis.inputs import DEMO_LABELLED, InputError, TextInputs
 from analysis.parallel import Ranks, ranks_for
+from analysis.scores import majority_class
 from analysis.taskdata import TaskData, label_ids, prepare
 from analysis.training import (
     Callback,
@@ -331,7 +332,8 @@ def _cross_validate(encoder, tokenizer, labels, data: TaskData, test: TaskData |
     result = {"folds": folds, "accuracy": float(acc.mean()), "accuracy_std": float(acc.std()),
               "macro_f1": float(f1.mean()), "macro_f1_std": float(f1.std()), "evaluated_on": "out-of-fold",
               "epoch_chosen_on": chosen}
-    pooled = classification_metrics(oof, data.labels, names, data.labels)  # every row once, out of fold
+    majority = majority_class(data.labels, list(range(len(names))))
+    pooled = classification_metrics(oof, data.labels, names, majority)  # every row once, out of fold
     result.update({k: pooled[k] for k in ("baseline", "predicted_classes", "one_class", "confusion_matrix",
                                           "report")}, pooled_accuracy=pooled["accuracy"],
                   accuracy_interval=pooled["accuracy_interval"])
@@ -340,7 +342,7 @@ def _cross_validate(encoder, tokenizer, labels, data: TaskData, test: TaskData |
         if ranks.is_main:
             to_csv(_predictions(test, vote, names), out / "predictions.csv")
         if test.labels[0] >= 0:
-            ens = classification_metrics(vote, test.labels, names, data.labels)
+            ens = classification_metrics(vote, test.labels, names, majority)
             result["ensemble_test"] = {k: ens[k] for k in ("accuracy", "accuracy_interval", "macro_f1", "baseline",
                                                            "one_class", "confusion_matrix")}
     elif ranks.is_main:

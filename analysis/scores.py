@@ -22,30 +22,42 @@ def wilson_interval(correct: int, n: int, z: float = 1.959963984540054) -> tuple
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def majority_baseline(train_labels, eval_labels, names: list | None = None) -> dict:
-    """Always predicting the training set's most frequent class (ties: the first in ``names`` or sorted order):
-    its class, accuracy and macro-F1 on ``eval_labels`` (macro over ``names``, or the classes present)."""
-    from sklearn.metrics import f1_score
-
+def majority_class(train_labels, names: list | None = None):
+    """The baseline's class: the most frequent class of the **training** rows (ties: the first in ``names`` or
+    sorted order). The one definition every view uses (fine-tuning, k-fold, the jobs page's ensemble)."""
     counts = Counter(train_labels)
     order = list(names) if names is not None else sorted(counts)
-    majority = max(order, key=lambda c: (counts.get(c, 0), -order.index(c)))
+    return max(order, key=lambda c: (counts.get(c, 0), -order.index(c)))
+
+
+def class_baseline(majority, eval_labels, names: list) -> dict:
+    """Always predicting ``majority``: its class, accuracy and macro-F1 (over ``names``) on ``eval_labels``."""
+    from sklearn.metrics import f1_score
+
     y = list(eval_labels)
     guess = [majority] * len(y)
     return {"class": majority, "accuracy": float(np.mean([t == majority for t in y])) if y else math.nan,
-            "macro_f1": float(f1_score(y, guess, average="macro", labels=order, zero_division=0)) if y else math.nan}
+            "macro_f1": float(f1_score(y, guess, average="macro", labels=list(names), zero_division=0)) if y
+            else math.nan}
 
 
-def classification_metrics(predictions: np.ndarray, labels, names: list[str], train_labels=None) -> dict:
+def majority_baseline(train_labels, eval_labels, names: list | None = None) -> dict:
+    """The training rows' majority class (:func:`majority_class`) scored on the evaluated rows."""
+    order = list(names) if names is not None else sorted(Counter(train_labels))
+    return class_baseline(majority_class(train_labels, order), eval_labels, order)
+
+
+def classification_metrics(predictions: np.ndarray, labels, names: list[str], majority: int) -> dict:
     """Accuracy (with its Wilson interval), macro-F1, per-class report, confusion matrix (rows: true label,
-    columns: predicted, in ``names`` order), the majority-class baseline (from ``train_labels``, else from
-    ``labels``) and ``one_class``: whether every prediction is the same class. Label ids index ``names``."""
+    columns: predicted, in ``names`` order), the majority-class baseline (``majority``: the id of the training
+    rows' majority class, :func:`majority_class`, scored on ``labels``) and ``one_class``: whether every
+    prediction is the same class. Label ids index ``names``."""
     from sklearn.metrics import accuracy_score, classification_report, confusion_matrix, f1_score
 
     y, predictions = np.asarray(labels), np.asarray(predictions)
     ids = list(range(len(names)))
     correct = int((y == predictions).sum())
-    base = majority_baseline(train_labels if train_labels is not None else y, y, ids)
+    base = class_baseline(majority, y, ids)
     return {"accuracy": float(accuracy_score(y, predictions)),
             "accuracy_interval": list(wilson_interval(correct, len(y))),
             "macro_f1": float(f1_score(y, predictions, average="macro", labels=ids, zero_division=0)),

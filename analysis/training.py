@@ -37,7 +37,7 @@ from analysis.csvout import to_csv
 from analysis.heads import HeadOutput, build_head, trainable_parameters
 from analysis.options import FinetuneConfig
 from analysis.parallel import ONE, Ranks, ranks_for
-from analysis.scores import classification_metrics
+from analysis.scores import classification_metrics, majority_class
 from analysis.taskdata import TaskData, batch_order, batches, padded
 
 log = logging.getLogger(__name__)
@@ -130,8 +130,10 @@ class Evaluation:
     weight_layers: list[int] | None
     cls_vectors: np.ndarray | None  # (L + 1, n, hidden) float16
 
-    def metrics(self, labels: list[int], names: list[str], train_labels: list[int] | None = None) -> dict:
-        return {"loss": self.loss, **classification_metrics(self.predictions, labels, names, train_labels)}
+    def metrics(self, labels: list[int], names: list[str], train_labels: list[int]) -> dict:
+        """Scores on ``labels``, the baseline being the majority class of ``train_labels``."""
+        majority = majority_class(train_labels, list(range(len(names))))
+        return {"loss": self.loss, **classification_metrics(self.predictions, labels, names, majority)}
 
 
 @torch.no_grad()
@@ -273,7 +275,7 @@ def train(model: Classifier, train_data: TaskData, val_data: TaskData, config: F
         unwrapped = accelerator.unwrap_model(model)
         ev = evaluate(unwrapped, val_data, config.batch_size, pad_id, accelerator.device,
                       keep_vectors=config.save_vectors and out is not None, autocast=autocast, ranks=ranks)
-        metrics = ev.metrics(val_data.labels, [str(i) for i in range(unwrapped.num_labels)])
+        metrics = ev.metrics(val_data.labels, [str(i) for i in range(unwrapped.num_labels)], train_data.labels)
         state.history.append({"epoch": epoch, "step": state.step, "train_loss": float(np.mean(losses or [np.nan])),
                               "val_loss": ev.loss, "val_accuracy": metrics["accuracy"],
                               "val_macro_f1": metrics["macro_f1"], "seconds": round(time.perf_counter() - start, 2)})

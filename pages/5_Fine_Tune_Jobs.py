@@ -213,6 +213,8 @@ if finished:
             finished = [j for j in finished if j.group == picked_group]
     table = comparison_table(finished)
     st.dataframe(table, hide_index=True, width="stretch")
+    st.caption("majority class: the accuracy of always predicting the most frequent class of the run's training "
+               "rows, scored on the rows it was evaluated on (the same baseline as the ensemble's below).")
     if table["evaluated on"].nunique() > 1:
         st.caption("These runs were scored on different kinds of rows (see 'evaluated on'): compare like with like.")
     fig = go.Figure([go.Bar(name=m, x=[f"#{r.job} {r.head}" for r in table.itertuples()], y=table[m])
@@ -222,12 +224,24 @@ if finished:
     picked = st.multiselect("Majority-vote ensemble of", [j.id for j in finished], key="job_ensemble",
                             help="runs evaluated on the same examples; ties go to the first label")
     if len(picked) >= 2:
+        by_id = {j.id: j for j in finished}
         preds = [pd.read_csv(store.directory(i) / "artifacts" / "predictions.csv", keep_default_na=False)
                  for i in picked]
         if any(not p.example_id.equals(preds[0].example_id) for p in preds):
             st.error("These runs were evaluated on different examples; pick runs on the same data.")
         else:
-            names = sorted(set(preds[0].label) | {x for p in preds for x in p.prediction})
+            # the baseline is each run's own: its training rows' majority class, scored on the evaluated rows
+            classes = {(by_id[i].metrics.get("baseline") or {}).get("class") for i in picked}
+            names = sorted(set(preds[0].label) | {x for p in preds for x in p.prediction} | (classes - {None}))
             vote = majority_vote([np.array([names.index(x) for x in p.prediction]) for p in preds])
-            scores = classification_metrics(vote, [names.index(x) for x in preds[0].label], names)
-            st.markdown(f"**Ensemble** on the {len(vote)} rows the runs share: {score_line(scores)}")
+            if len(classes) == 1 and None not in classes:
+                majority = names.index(classes.pop())
+                scores = classification_metrics(vote, [names.index(x) for x in preds[0].label], names, majority)
+                st.markdown(f"**Ensemble** on the {len(vote)} rows the runs share: {score_line(scores)}; the "
+                            f"baseline is the majority class of the runs' training rows "
+                            f"({md_plain(names[majority])}), scored on these rows, as for each run.")
+            else:
+                scores = classification_metrics(vote, [names.index(x) for x in preds[0].label], names, 0)
+                st.markdown(f"**Ensemble** on the {len(vote)} rows the runs share: accuracy {scores['accuracy']:.3f}, "
+                            f"macro-F1 {scores['macro_f1']:.3f}. No baseline: these runs' training rows have "
+                            "different majority classes.")

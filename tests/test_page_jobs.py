@@ -23,12 +23,12 @@ def home(tmp_path, monkeypatch):
     return JobStore(tmp_path / "jobs")
 
 
-def finished_job(store: JobStore, model, head: str) -> int:
+def finished_job(store: JobStore, model, head: str, splits: Splits | None = None) -> int:
     """A job as the worker leaves it: artifacts from a real (tiny) run, status succeeded."""
     config = {"model": str(model), "train": "x", "head": head, "epochs": 2}
     job_id = store.submit(config, "cpu", f"{head} run")
     store.claim("cpu", 10)
-    metrics = run_finetune(ModelSpec(str(model), device="cpu"), Splits(synthetic(24), synthetic(12, seed=1)),
+    metrics = run_finetune(ModelSpec(str(model), device="cpu"), splits or Splits(synthetic(24), synthetic(12, seed=1)),
                            FinetuneConfig(head=head, epochs=2, batch_size=8, lr=3e-3), store.directory(job_id) /
                            "artifacts")
     store.finish(job_id, "succeeded", metrics=metrics)
@@ -100,6 +100,28 @@ def test_finished_runs_are_compared_and_voted(home, bert4):  # noqa: F811
     assert compare.set_index("job").loc[first, "majority class"] == pytest.approx(baseline["accuracy"])
     at.multiselect(key="job_ensemble").set_value([first, second]).run()
     assert not at.exception and any("**Ensemble**" in m.value and "majority class" in m.value for m in at.markdown)
+
+
+def test_the_ensemble_baseline_is_the_runs_own_training_majority(home, bert4):  # noqa: F811
+    """One definition of the baseline on every view: the majority class of the training rows, scored on the
+    evaluated rows. Here training is mostly 'pos' and validation mostly 'neg', so the two definitions differ."""
+    import dataclasses
+
+    def cut(data, keep):
+        return dataclasses.replace(data, texts=tuple(data.texts[i] for i in keep),
+                                   labels=tuple(data.labels[i] for i in keep))
+
+    train, val = synthetic(30), synthetic(16, seed=1)
+    train = cut(train, [i for i in range(30) if train.labels[i] == "pos" or i < 8])  # 15 pos, 4 neg
+    val = cut(val, [i for i in range(16) if val.labels[i] == "neg" or i < 4])  # 2 pos, 8 neg
+    jobs = [finished_job(home, bert4, head, Splits(train, val)) for head in ("attention", "cls")]
+    baselines = [json.loads((home.directory(j) / "artifacts" / "metrics.json").read_text())["baseline"]
+                 for j in jobs]
+    assert [b["class"] for b in baselines] == ["pos", "pos"] and baselines[0]["accuracy"] == pytest.approx(0.2)
+    at = run_page(JOBS, model=str(bert4))
+    at.multiselect(key="job_ensemble").set_value(jobs).run()
+    line = next(m.value for m in at.markdown if "**Ensemble**" in m.value)
+    assert "majority class 0.200" in line and "training rows" in line, line
 
 
 def test_cancel_a_queued_job_from_the_page(home, tiny_dirs):

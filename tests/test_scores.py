@@ -5,7 +5,7 @@ import pytest
 from scipy.stats import binomtest
 from sklearn.metrics import f1_score
 
-from analysis.scores import classification_metrics, majority_baseline, wilson_interval
+from analysis.scores import classification_metrics, majority_baseline, majority_class, wilson_interval
 
 
 @pytest.mark.parametrize("k, n", [(0, 1), (1, 1), (0, 5), (5, 5), (3, 7), (640, 1000), (1, 2)])
@@ -20,7 +20,7 @@ def test_a_one_class_model_scores_the_majority_baseline_and_is_flagged():
     """The review's case: every row predicted 'positive' reads 0.643 accuracy, which is the majority rate."""
     names = ["negative", "neutral", "positive"]
     labels = np.array([2] * 9 + [0] * 3 + [1] * 2)  # 9/14 = 0.643 positive
-    m = classification_metrics(np.full(14, 2), labels, names, train_labels=[2, 2, 0, 1])
+    m = classification_metrics(np.full(14, 2), labels, names, majority_class([2, 2, 0, 1], [0, 1, 2]))
     assert m["accuracy"] == pytest.approx(9 / 14) == m["baseline"]["accuracy"]
     assert m["baseline"]["class"] == "positive" and m["one_class"] and m["predicted_classes"] == 1
     assert m["baseline"]["macro_f1"] == pytest.approx(f1_score(labels, np.full(14, 2), average="macro"))
