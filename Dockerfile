@@ -12,8 +12,9 @@ ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
 USER layerlens
 WORKDIR /app
 COPY --chown=layerlens Makefile requirements.txt constraints.txt ./
-RUN make install TORCH=$TORCH
+RUN make install-deps TORCH=$TORCH
 COPY --chown=layerlens . .
+RUN make install TORCH=$TORCH
 
 EXPOSE 8501
 VOLUME /data

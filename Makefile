@@ -1,6 +1,7 @@
 # LayerLens: two commands from a fresh clone.
 #   make run    create .venv if missing, install what is needed, start the dashboard on the demo model
 #   make test   the same environment plus the test tools, then the test suite
+#   `make install` also puts the `layerlens` command in .venv/bin (an editable install of this clone)
 # Installing is skipped when requirements*.txt and constraints.txt have not changed since the last install
 # (a stamp file in .venv). Switches:
 #   TORCH=cpu        the CPU-only torch build (from PyTorch's CPU index) instead of the platform's default wheel
@@ -17,7 +18,7 @@ PIP := $(BIN)/python -m pip
 PIN := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 TORCH_INDEX := $(if $(filter cpu,$(TORCH)),--index-url https://download.pytorch.org/whl/cpu)
 
-.PHONY: run test install install-dev lock clean
+.PHONY: run test install install-deps install-dev lock clean
 
 run: $(VENV)/.installed
 	$(BIN)/python -m streamlit run app.py --server.port $(PORT)
@@ -27,6 +28,7 @@ test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q
 
 install: $(VENV)/.installed
+install-deps: $(VENV)/.deps
 install-dev: $(VENV)/.installed-dev
 
 $(BIN)/python:
@@ -35,9 +37,14 @@ $(BIN)/python:
 	$(PIP) install -q --upgrade pip
 
 # torch first, on its own: the platform's default wheel (CUDA on Linux, MPS-capable on macOS), or TORCH=cpu
-$(VENV)/.installed: $(BIN)/python requirements.txt $(wildcard $(CONSTRAINTS))
+$(VENV)/.deps: $(BIN)/python requirements.txt $(wildcard $(CONSTRAINTS))
 	$(PIP) install -q $(PIN) $(TORCH_INDEX) torch
 	$(PIP) install -q $(PIN) -r requirements.txt
+	touch $@
+
+# LayerLens itself, editable and without re-resolving its dependencies: puts the `layerlens` command in $(BIN)
+$(VENV)/.installed: $(VENV)/.deps pyproject.toml
+	$(PIP) install -q --no-deps -e .
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.txt

@@ -293,7 +293,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str, Callable[[ar
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
-        prog="python -m analysis",
+        prog="layerlens",
         description="LayerLens: look inside BERT-family masked language models layer by layer.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

@@ -92,7 +92,7 @@ def cmd_finetune(args: argparse.Namespace, callbacks: list = ()) -> int:
     if not options.train:
         raise UserError("--train is required (a file, 'demo', or hf:NAME[/CONFIG]:SPLIT)")
     if options.backend != "local":
-        raise UserError(f"backend {options.backend} is where a job runs: queue it with `python -m analysis jobs "
+        raise UserError(f"backend {options.backend} is where a job runs: queue it with `layerlens jobs "
                         "submit --config FILE` (finetune runs here, now)")
     if not is_main_process():  # under a launcher: train and evaluate with the others; the main process writes
         run_options(options, args.out)

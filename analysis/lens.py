@@ -112,7 +112,7 @@ def read_config(directory: Path) -> dict:
     try:
         config = json.loads(path.read_text())
     except (OSError, ValueError):
-        raise InputError(f"{directory} is not a tuned lens (no readable {CONFIG}; `python -m analysis lens train` "
+        raise InputError(f"{directory} is not a tuned lens (no readable {CONFIG}; `layerlens lens train` "
                          "writes one)") from None
     if not isinstance(config, dict) or config.get("format") != FORMAT or "weights_id" not in config:
         raise InputError(f"{path} is not a tuned lens config this version reads")
@@ -128,7 +128,7 @@ def load(directory: Path, loaded: LoadedModel) -> TunedLens:
     if config["weights_id"] != mine["weights_id"]:
         raise InputError(f"the lens in {directory} was trained for '{config['model']}' ({config['weights_id']}), "
                          f"not for '{mine['model']}' ({mine['weights_id']}): train one for this model with "
-                         "`python -m analysis lens train`")
+                         "`layerlens lens train`")
     lens = TunedLens(config["num_layers"], config["hidden_size"])
     lens.load_state_dict(load_file(Path(directory) / WEIGHTS))
     return lens.to(loaded.spec.device)

@@ -128,8 +128,8 @@ def test_every_readme_example_runs_as_written(tmp_path, monkeypatch):
     outs = set()
     for line in examples:
         argv = shlex.split(line)
-        assert argv[:3] == ["python", "-m", "analysis"], line
-        argv = [str(tmp_path / a) if a.startswith("out/") else a for a in argv[3:]]
+        assert argv[0] == "layerlens", line
+        argv = [str(tmp_path / a) if a.startswith("out/") else a for a in argv[1:]]
         if "--out" in argv:
             outs.add(argv[argv.index("--out") + 1])
         if argv[:2] == ["jobs", "submit"]:
@@ -138,6 +138,18 @@ def test_every_readme_example_runs_as_written(tmp_path, monkeypatch):
     assert len(outs) == len([e for e in examples if "--out" in e])  # each its own folder
     assert (tmp_path / "out" / "finetune" / "metrics.json").is_file()
     assert [j.status for j in JobStore().list()] == ["queued"] * 3  # one job, then a sweep of two
+
+
+def test_the_layerlens_command_is_the_cli():
+    """`make install` installs this clone editable: the venv has a `layerlens` script that runs analysis.cli:main."""
+    from pathlib import Path
+
+    script = Path(sys.executable).with_name("layerlens")
+    if not script.exists():
+        pytest.skip("not installed with `make install` (no layerlens script beside this Python)")
+    done = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith("usage: layerlens"), done.stderr
+    assert "probe" in done.stdout and "finetune" in done.stdout
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["jobs", "list"], ["jobs", "show", "1"], ["jobs", "cancel", "1"],
