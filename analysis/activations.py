@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
+import weakref
 from collections.abc import Iterator
 
 import torch
+from tokenizers import Encoding, Tokenizer
 
-from analysis.inputs import TextInputs
+from analysis.inputs import InputError, TextInputs
+from analysis.options import TRUNCATIONS
 from models.cache import free_bytes, is_out_of_memory
 from models.loading import LoadedModel
 
@@ -67,16 +71,94 @@ def max_input_length(loaded: LoadedModel) -> int:
     return positions if not limit or limit > 1_000_000 else min(limit, positions)
 
 
-def encode(tokenizer, inputs: TextInputs, max_length: int) -> Encoded:
-    """Tokenise ``inputs`` with special tokens, cutting texts longer than ``max_length`` (counted)."""
-    texts, pairs = list(inputs.texts), list(inputs.pairs) if inputs.pairs is not None else None
-    kw = {"add_special_tokens": True, "verbose": False}
-    enc = tokenizer(texts, pairs, **kw)
-    truncated = sum(len(ids) > max_length for ids in enc["input_ids"])
-    if truncated:
-        enc = tokenizer(texts, pairs, truncation=True, max_length=max_length, **kw)
-    types = enc.get("token_type_ids") if "token_type_ids" in tokenizer.model_input_names else None
-    return Encoded(enc["input_ids"], types, max_length, truncated)
+def truncate_indices(n: int, budget: int, strategy: str) -> list[int]:
+    """Which of ``n`` token positions a text keeps under ``strategy`` with room for ``budget`` tokens:
+    ``head`` the first ``budget``, ``tail`` the last ``budget``, ``head+tail`` the first
+    ``round(budget * 128/510)`` and the rest from the end (128 + 382 at 512, Sun et al. §5.3.1's best)."""
+    if strategy not in TRUNCATIONS:
+        raise InputError(f"unknown truncation '{strategy}'; choose one of {', '.join(TRUNCATIONS)}")
+    if n <= budget:
+        return list(range(n))
+    if strategy == "head":
+        return list(range(budget))
+    if strategy == "tail":
+        return list(range(n - budget, n))
+    head = round(budget * 128 / 510)
+    return list(range(head)) + list(range(n - (budget - head), n))
+
+
+def _cut(encoding: Encoding, keep: list[int], n: int) -> Encoding:
+    """``encoding`` reduced to the positions ``keep`` (a head run and/or a tail run)."""
+    if len(keep) == n:
+        return encoding
+    head = next((i for i, k in enumerate(keep) if k != i), len(keep))
+    tail = len(keep) - head
+    parts = []
+    if head:
+        first = Encoding.merge([encoding], growing_offsets=False)
+        first.truncate(head, direction="right")
+        parts.append(first)
+    if tail:
+        last = Encoding.merge([encoding], growing_offsets=False)
+        last.truncate(tail, direction="left")
+        parts.append(last)
+    return Encoding.merge(parts, growing_offsets=False)
+
+
+_BARE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_BARE_LOCK = threading.Lock()
+
+
+def bare_backend(tokenizer) -> Tokenizer:
+    """A copy of ``tokenizer``'s backend (its ``tokenizer.json``) without the padding and truncation a checkpoint
+    may store there (sentence-transformers saves fixed padding and truncation to 128), made once per tokenizer.
+    A copy, never the original: the tokenizer of a cached model is shared, and transformers' ``__call__`` sets
+    the original's padding and truncation for each call."""
+    with _BARE_LOCK:
+        bare = _BARE.get(tokenizer)
+        if bare is None:
+            bare = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+            bare.no_padding()
+            bare.no_truncation()
+            _BARE[tokenizer] = bare
+        return bare
+
+
+def encode_truncated(tokenizer, texts, pairs, max_length: int, strategy: str = "head") -> tuple[list, list, int]:
+    """The one tokenisation of LayerLens (probe, atlas, lens, duplication, fine-tuning): ``(input_ids,
+    token_type_ids, how many texts were cut)`` with the model's own special tokens ([CLS]/[SEP], <s>/</s>, ...),
+    at most ``max_length`` tokens each, no padding. The checkpoint's stored padding and truncation are ignored
+    (:func:`bare_backend`); ours apply: ``budget = max_length - special tokens`` tokens of the (first) text kept
+    by ``strategy`` (:func:`truncate_indices`). With a text pair, the second text (an aspect, a hypothesis)
+    keeps at most half the budget, cut at its end, and the first text gets the rest."""
+    backend = bare_backend(tokenizer)
+    budget = max_length - tokenizer.num_special_tokens_to_add(pair=pairs is not None)
+    if budget < 2:
+        raise InputError(f"max length {max_length} leaves no room for text")
+    ids, types, cut = [], [], 0
+    firsts = backend.encode_batch(list(texts), add_special_tokens=False)
+    seconds = backend.encode_batch(list(pairs), add_special_tokens=False) if pairs is not None else None
+    for i, a in enumerate(firsts):
+        b = None
+        room = budget
+        if seconds is not None:
+            b = seconds[i]
+            if len(b) + len(a) > budget and len(b) > budget // 2:
+                b = _cut(b, truncate_indices(len(b), budget // 2, "head"), len(b))
+                cut += 1
+            room = budget - len(b)
+        keep = truncate_indices(len(a), room, strategy)
+        cut += len(keep) < len(a)
+        final = backend.post_process(_cut(a, keep, len(a)), b, add_special_tokens=True)
+        ids.append(final.ids)
+        types.append(final.type_ids)
+    return ids, types, cut
+
+
+def encode(tokenizer, inputs: TextInputs, max_length: int, strategy: str = "head") -> Encoded:
+    """Tokenise ``inputs`` with :func:`encode_truncated`, cutting texts longer than ``max_length`` (counted)."""
+    ids, types, truncated = encode_truncated(tokenizer, inputs.texts, inputs.pairs, max_length, strategy)
+    return Encoded(ids, types if "token_type_ids" in tokenizer.model_input_names else None, max_length, truncated)
 
 
 MEMORY_FRACTION = 0.5  # of the memory free on the device when a run starts, for one batch's activations

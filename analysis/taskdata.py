@@ -1,9 +1,7 @@
 """Classification data for fine-tuning: label ids, long-text truncation (Sun et al. §5.3.1) and batches.
 
-Truncation keeps ``budget = max_length - special tokens`` tokens of the (first) text:
-``head`` the first ``budget``, ``tail`` the last ``budget``, ``head+tail`` the first ``round(budget * 128/510)``
-and the rest from the end (128 + 382 at 512, the paper's best). With a text pair, the second text (an aspect,
-a hypothesis) keeps at most half the budget, cut at its end, and the first text gets the rest.
+Texts are tokenised by :func:`analysis.activations.encode_truncated`, the tokenisation every analysis uses
+(head/tail/head+tail truncation, text pairs, the checkpoint's stored padding and truncation ignored).
 """
 
 from __future__ import annotations
@@ -12,69 +10,9 @@ import dataclasses
 import random
 
 import torch
-from tokenizers import Encoding
 
+from analysis.activations import encode_truncated, truncate_indices  # noqa: F401  (the one tokenisation)
 from analysis.inputs import InputError, TextInputs
-from analysis.options import TRUNCATIONS
-
-
-def truncate_indices(n: int, budget: int, strategy: str) -> list[int]:
-    """Which of ``n`` token positions a text keeps under ``strategy`` with room for ``budget`` tokens."""
-    if strategy not in TRUNCATIONS:
-        raise InputError(f"unknown truncation '{strategy}'; choose one of {', '.join(TRUNCATIONS)}")
-    if n <= budget:
-        return list(range(n))
-    if strategy == "head":
-        return list(range(budget))
-    if strategy == "tail":
-        return list(range(n - budget, n))
-    head = round(budget * 128 / 510)
-    return list(range(head)) + list(range(n - (budget - head), n))
-
-
-def _cut(encoding: Encoding, keep: list[int], n: int) -> Encoding:
-    """``encoding`` reduced to the positions ``keep`` (a head run and/or a tail run)."""
-    if len(keep) == n:
-        return encoding
-    head = next((i for i, k in enumerate(keep) if k != i), len(keep))
-    tail = len(keep) - head
-    parts = []
-    if head:
-        first = Encoding.merge([encoding], growing_offsets=False)
-        first.truncate(head, direction="right")
-        parts.append(first)
-    if tail:
-        last = Encoding.merge([encoding], growing_offsets=False)
-        last.truncate(tail, direction="left")
-        parts.append(last)
-    return Encoding.merge(parts, growing_offsets=False)
-
-
-def encode_truncated(tokenizer, texts, pairs, max_length: int, strategy: str) -> tuple[list, list, int]:
-    """(input_ids, token_type_ids, how many texts were cut) with special tokens, via the fast tokenizer's
-    backend (so the model's own template adds [CLS]/[SEP], <s>/</s>, ...)."""
-    backend = tokenizer.backend_tokenizer
-    budget = max_length - tokenizer.num_special_tokens_to_add(pair=pairs is not None)
-    if budget < 2:
-        raise InputError(f"max length {max_length} leaves no room for text")
-    ids, types, cut = [], [], 0
-    firsts = backend.encode_batch(list(texts), add_special_tokens=False)
-    seconds = backend.encode_batch(list(pairs), add_special_tokens=False) if pairs is not None else None
-    for i, a in enumerate(firsts):
-        b = None
-        room = budget
-        if seconds is not None:
-            b = seconds[i]
-            if len(b) + len(a) > budget and len(b) > budget // 2:
-                b = _cut(b, truncate_indices(len(b), budget // 2, "head"), len(b))
-                cut += 1
-            room = budget - len(b)
-        keep = truncate_indices(len(a), room, strategy)
-        cut += len(keep) < len(a)
-        final = backend.post_process(_cut(a, keep, len(a)), b, add_special_tokens=True)
-        ids.append(final.ids)
-        types.append(final.type_ids)
-    return ids, types, cut
 
 
 @dataclasses.dataclass
