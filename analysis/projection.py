@@ -45,6 +45,7 @@ from analysis.store import ArrayStore, key_of
 from models.loading import LoadedModel
 
 POOLINGS, METHODS = ATLAS_POOLINGS, ATLAS_METHODS
+METHOD_NAMES = {"pca": "PCA", "umap": "UMAP", "tsne": "t-SNE"}
 SILHOUETTE_MAX_ROWS = 10_000  # above this the silhouette is computed on a seeded sample of this size (reported)
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
@@ -158,12 +159,16 @@ def extract(loaded: LoadedModel, inputs: TextInputs, pooling: str = "cls", max_l
 
     ``pooling``: ``cls`` (the first token), ``mean`` (over counted, non-special tokens) or ``model``: a sentence
     encoder's own pooling, exactly as sentence-transformers computes it (its mean and max run over every token
-    the attention mask keeps, specials included)."""
+    the attention mask keeps, specials included; then its ``Normalize`` module where ``modules.json`` lists
+    one)."""
     if pooling == "model":
         if loaded.pooling is None:
             raise InputError(f"'{loaded.spec.name}' has no pooling of its own (it is not a sentence-transformers "
                              "model): choose cls or mean")
-        pooling = {"cls": "cls", "mean": "mask-mean", "max": "mask-max"}[loaded.pooling]
+        mode, _, then = loaded.pooling.partition("+")
+        pooling, normalize = {"cls": "cls", "mean": "mask-mean", "max": "mask-max"}[mode], then == "normalize"
+    else:
+        normalize = False
     tokenizer = loaded.tokenizer
     max_length = min(max_length or 10**9, max_input_length(loaded))
     encoded = encode(tokenizer, inputs, max_length)
@@ -184,6 +189,8 @@ def extract(loaded: LoadedModel, inputs: TextInputs, pooling: str = "cls", max_l
             weights = (batch.attention_mask if pooling == "mask-mean" else
                        counted_mask(batch, special_ids, include_special=False)).to(states.dtype)
             pooled = (states * weights[None, :, :, None]).sum(2) / weights.sum(1).clamp(min=1)[None, :, None]
+        if normalize:  # sentence-transformers' Normalize module: each sentence vector to unit L2 norm
+            pooled = torch.nn.functional.normalize(pooled.float(), p=2, dim=-1)
         return idx, pooled.float().cpu().numpy()
 
     plan = ranks.broadcast(list(bucket_indices(encoded, batch_size, loaded)) if ranks.is_main else None)
@@ -222,13 +229,16 @@ def representations(loaded: LoadedModel, inputs: TextInputs, pooling: str = "cls
 
 # --- projections ---------------------------------------------------------------------------------------------
 
-def project(x: np.ndarray, method: str = "pca", seed: int = 0, device: str = "cpu") -> np.ndarray:
-    """``(n, 2)`` coordinates of ``x`` ``(n, d)``."""
+def project(x: np.ndarray, method: str = "pca", seed: int = 0, device: str = "cpu", variance: bool = False):
+    """``(n, 2)`` coordinates of ``x`` ``(n, d)``; with ``variance`` also the share of the variance on each
+    axis (PCA's, :func:`exact_pca`; None for UMAP and t-SNE, whose axes explain no variance)."""
     n = x.shape[0]
     if n < 3:
         raise InputError(f"{n} row(s) are too few to project; give at least 3")
     if method == "pca":
-        return exact_pca(x, device=device)
+        return exact_pca(x, device=device, variance=variance)
+    if variance:
+        return project(x, method, seed, device), None
     if method == "umap":
         import umap
 
@@ -242,32 +252,37 @@ def project(x: np.ndarray, method: str = "pca", seed: int = 0, device: str = "cp
     raise InputError(f"unknown method '{method}'; choose one of {', '.join(METHODS)}")
 
 
-def exact_pca(x: np.ndarray, components: int = 2, device: str = "cpu") -> np.ndarray:
+def exact_pca(x: np.ndarray, components: int = 2, device: str = "cpu", variance: bool = False):
     """``(n, components)`` exact principal-component scores of ``x`` ``(n, d)``, in float64 whatever the size:
     the eigendecomposition of the ``d x d`` covariance when ``n >= d`` (one pass over the rows; on a GPU there
     when ``device`` is CUDA), a full SVD of the centred matrix otherwise. Never randomized: on a flat spectrum a
-    randomized solver's axes drift by tens of degrees. Each axis's sign makes its largest score positive."""
+    randomized solver's axes drift by tens of degrees. Each axis's sign makes its largest score positive.
+
+    With ``variance``: ``(scores, ratio)``, ``ratio`` the share of the total variance on each axis (its
+    eigenvalue, or squared singular value, over their sum: scikit-learn's ``explained_variance_ratio_``)."""
     if device.startswith("cuda"):
         t = torch.as_tensor(x, device=device, dtype=torch.float64)
         t = t - t.mean(0)
         if t.shape[0] >= t.shape[1]:
-            _, vectors = torch.linalg.eigh(t.T @ t)  # ascending eigenvalues
-            scores = t @ vectors[:, -components:].flip(1)
+            values, vectors = torch.linalg.eigh(t.T @ t)  # ascending eigenvalues
+            scores, top = t @ vectors[:, -components:].flip(1), values[-components:].flip(0)
         else:
             u, s, _ = torch.linalg.svd(t, full_matrices=False)
-            scores = u[:, :components] * s[:components]
-        scores = scores.cpu().numpy()
+            scores, top = u[:, :components] * s[:components], s[:components].square()
+        scores, ratio = scores.cpu().numpy(), (top / t.square().sum()).cpu().numpy()
     else:
         centred = np.asarray(x, dtype=np.float64)
         centred = centred - centred.mean(0)
         if centred.shape[0] >= centred.shape[1]:
-            _, vectors = np.linalg.eigh(centred.T @ centred)
-            scores = centred @ vectors[:, ::-1][:, :components]
+            values, vectors = np.linalg.eigh(centred.T @ centred)
+            scores, top = centred @ vectors[:, ::-1][:, :components], values[::-1][:components]
         else:
             u, s, _ = np.linalg.svd(centred, full_matrices=False)
-            scores = u[:, :components] * s[:components]
+            scores, top = u[:, :components] * s[:components], s[:components] ** 2
+        ratio = top / np.square(centred).sum()
     rows = np.abs(scores).argmax(0)
-    return scores * np.sign(scores[rows, np.arange(scores.shape[1])])
+    scores = scores * np.sign(scores[rows, np.arange(scores.shape[1])])
+    return (scores, ratio) if variance else scores
 
 
 def align_signs(coords: list[np.ndarray]) -> list[np.ndarray]:
@@ -281,16 +296,28 @@ def align_signs(coords: list[np.ndarray]) -> list[np.ndarray]:
 
 
 def project_layers(reps: np.ndarray, layers: list[int], method: str = "pca", seed: int = 0, device: str = "cpu",
-                   constant: list[int] | None = None, progress=None) -> list[np.ndarray]:
+                   constant: list[int] | None = None, progress=None, variance: bool = False):
     """``(n, 2)`` coordinates of each of ``layers`` of ``reps`` ``(S, n, d)``: a constant layer (every row the
-    same vector) at the origin rather than as projected rounding noise; PCA axes sign-aligned layer to layer."""
+    same vector) at the origin rather than as projected rounding noise; PCA axes sign-aligned layer to layer.
+    ``progress(done, total)`` is called with 0 before the first layer (the projection is a stage of its own)
+    and after each. With ``variance``: ``(coords, ratios)``, ``ratios`` per layer the share of the variance
+    on each PCA axis (:func:`exact_pca`), None for a constant layer or another method."""
     constant = constant_layers(reps) if constant is None else constant
-    coords = []
+    coords, ratios = [], []
+    if progress:
+        progress(0, len(layers))
     for n, layer in enumerate(layers):
-        coords.append(np.zeros((reps.shape[1], 2)) if layer in constant else project(reps[layer], method, seed, device))
+        if layer in constant:
+            coords.append(np.zeros((reps.shape[1], 2)))
+            ratios.append(None)
+        else:
+            c, ratio = project(reps[layer], method, seed, device, variance=True)
+            coords.append(c)
+            ratios.append(None if ratio is None else tuple(float(r) for r in ratio))
         if progress:
             progress(n + 1, len(layers))
-    return align_signs(coords) if method == "pca" else coords
+    coords = align_signs(coords) if method == "pca" else coords
+    return (coords, ratios) if variance else coords
 
 
 # --- separability and similarity -----------------------------------------------------------------------------
@@ -438,6 +465,18 @@ def matches(prediction: str, label: str, names: list[str] | None) -> bool:
                                    and names[int(label)] == prediction)
 
 
+MODEL_POOLING_NAMES = {"cls": "[CLS] token", "mean": "mean of the tokens", "max": "max of the tokens"}
+
+
+def pooling_name(pooling: str, model_pooling: str | None = None) -> str:
+    """What the sentence vector of ``pooling`` is, for titles: ``model`` names the checkpoint's own pooling
+    (``model_pooling``, :attr:`models.loading.LoadedModel.pooling`)."""
+    if pooling == "model":
+        return (f"checkpoint's own pooling ({MODEL_POOLING_NAMES.get(model_pooling, model_pooling)}, "
+                "sentence-transformers)")
+    return {"cls": "[CLS] vector", "mean": "mean of the text's tokens"}[pooling]
+
+
 def atlas(loaded: LoadedModel, inputs: TextInputs, config: AtlasConfig = AtlasConfig(),
           progress: Progress | None = None, store: ArrayStore | None = None,
           ranks: Ranks = ONE, row_limit: int | None = None) -> AtlasResult | None:
@@ -454,18 +493,24 @@ def atlas(loaded: LoadedModel, inputs: TextInputs, config: AtlasConfig = AtlasCo
     if not ranks.is_main:
         return None
     labels = np.asarray(inputs.labels)
+    vectors_seconds = time.perf_counter() - start
 
     rows = []
+    if progress:
+        progress("scoring layers", 0, n_states)
     for i in range(n_states):
         rows.append({"layer": i, **separability(reps[i], labels, config.folds, config.seed)})
         if progress:
             progress("scoring layers", i + 1, n_states)
     sep = pd.DataFrame(rows, columns=SEPARABILITY_COLUMNS)
+    scored_at = time.perf_counter()
 
     constant = constant_layers(reps)
-    stage = f"projecting ({config.method.upper()})"
-    coords = project_layers(reps, layers, config.method, config.seed, loaded.spec.device, constant,
-                            (lambda done, total: progress(stage, done, total)) if progress else None)
+    stage = f"projecting ({METHOD_NAMES[config.method]})"
+    coords, explained = project_layers(reps, layers, config.method, config.seed, loaded.spec.device, constant,
+                                       (lambda done, total: progress(stage, done, total)) if progress else None,
+                                       variance=True)
+    projected_at = time.perf_counter()
     ids = np.asarray(inputs.ids)
     extra = {}
     if config.color_by != "label":
@@ -478,7 +523,11 @@ def atlas(loaded: LoadedModel, inputs: TextInputs, config: AtlasConfig = AtlasCo
     info = {**config.to_dict(), **scored, "model": loaded.spec.name, "fingerprint": loaded.fingerprint,
             "rows": len(inputs),
             "classes": {str(k): int(v) for k, v in counts.items()}, "layers": layers,
+            "layer_names": loaded.anatomy.layer_names(), "pooling_name": pooling_name(config.pooling, loaded.pooling),
+            "explained_variance": explained if config.method == "pca" else None,
             "constant_layers": constant, "cache_hit": hit,
             "silhouette_sample": SILHOUETTE_MAX_ROWS if len(inputs) > SILHOUETTE_MAX_ROWS else None,
+            "vectors_seconds": round(vectors_seconds, 3), "scoring_seconds": round(scored_at - start - vectors_seconds, 3),
+            "projection_seconds": round(projected_at - scored_at, 3),
             "seconds": round(time.perf_counter() - start, 3)}
     return AtlasResult(frame, sep, linear_cka(reps, constant=constant), info)

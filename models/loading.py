@@ -47,7 +47,8 @@ class LoadedModel:
     mlm_head: str | None = "own"  # "own", "from <model>" (borrowed, --head-from) or None: no MLM head
     task: str | None = None  # the checkpoint's own task head: "SequenceClassification", "PreTraining", ...
     labels: list[str] | None = None  # its classes (config.id2label) for a classification head
-    pooling: str | None = None  # a sentence encoder's own pooling (sentence-transformers' 1_Pooling): cls/mean/max
+    pooling: str | None = None  # a sentence encoder's own pooling (sentence-transformers' 1_Pooling): cls/mean/max,
+    # "+normalize" when its modules.json ends in a Normalize module (2_Normalize)
 
     @property
     def num_layers(self) -> int:
@@ -329,7 +330,9 @@ def borrow_head(model, tokenizer, family: str, spec: ModelSpec) -> None:
 
 def sentence_pooling(spec: ModelSpec) -> str | None:
     """A sentence-transformers checkpoint's pooling (``cls``, ``mean`` or ``max``) from its ``modules.json`` and
-    ``1_Pooling/config.json``, read as JSON (the package's code is never imported); None for other models."""
+    ``1_Pooling/config.json``, read as JSON (the package's code is never imported), with ``+normalize`` when
+    ``modules.json`` lists a ``Normalize`` module (``2_Normalize``: the pooled vector L2-normalised); None for
+    other models."""
     import json
 
     def read(filename: str):
@@ -350,9 +353,10 @@ def sentence_pooling(spec: ModelSpec) -> str | None:
     settings = read(f"{pooling}/config.json") if pooling else None
     if not settings:
         return None
+    normalize = any(str(m.get("type", "")).endswith(".Normalize") for m in modules)
     for mode in ("cls", "mean", "max"):
         if settings.get(f"pooling_mode_{mode}_token" if mode == "cls" else f"pooling_mode_{mode}_tokens"):
-            return mode
+            return mode + ("+normalize" if normalize else "")
     return None
 
 

@@ -39,6 +39,8 @@ if loaded.task:
     st.markdown(f"**Task head**: {loaded.task}{labels} (the checkpoint's own; LayerLens reads the encoder, and "
                 "fine-tuning replaces this head by the one you choose).")
 if loaded.pooling:
-    st.markdown(f"**Sentence pooling**: {loaded.pooling} (sentence-transformers' `1_Pooling`; the atlas's "
-                "*model* vector uses it).")
+    mode, _, then = loaded.pooling.partition("+")
+    st.markdown(f"**Sentence pooling**: {mode} (sentence-transformers' `1_Pooling`)"
+                + (", then L2-normalised (its `Normalize` module)" if then == "normalize" else "")
+                + "; the atlas's *model* vector applies it.")
 st.caption(f"Class {s['class']}; loaded in {s['load_seconds']} s.")

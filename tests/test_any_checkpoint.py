@@ -95,17 +95,50 @@ def test_missing_encoder_weights_are_named(tiny_dirs, tmp_path):
         load_model(ModelSpec(str(path), device="cpu"))
 
 
-def sentence_transformers_dir(mlm_dir, out, mode="mean"):
-    """What a sentence-transformers model directory holds, written by hand (no sentence-transformers code)."""
+def sentence_transformers_dir(mlm_dir, out, mode="mean", normalize=False):
+    """What a sentence-transformers model directory holds, written by hand (no sentence-transformers code):
+    all-MiniLM-L6-v2's layout with ``normalize`` (a ``BertModel``, ``modules.json``, ``1_Pooling/``,
+    ``2_Normalize/``, ``sentence_bert_config.json``, ``config_sentence_transformers.json``)."""
     save_as(mlm_dir, AutoModel, out)
-    (out / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    if normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
+        (out / "2_Normalize").mkdir()
+        (out / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 32, "do_lower_case": False}))
+        (out / "config_sentence_transformers.json").write_text(json.dumps({
+            "__version__": {"sentence_transformers": "2.0.0"}, "prompts": {}, "similarity_fn_name": "cosine"}))
+    (out / "modules.json").write_text(json.dumps(modules))
     (out / "1_Pooling").mkdir()
     (out / "1_Pooling" / "config.json").write_text(json.dumps({
         "word_embedding_dimension": 16, "pooling_mode_cls_token": mode == "cls",
         "pooling_mode_mean_tokens": mode == "mean", "pooling_mode_max_tokens": mode == "max"}))
     return out
+
+
+@pytest.mark.parametrize("mode", ["cls", "mean", "max"])
+def test_a_sentence_encoders_normalize_module_is_applied(tiny_dirs, tmp_path, mode):
+    """sentence-transformers' 2_Normalize is part of the model's pooling: the pooled vector, L2-normalised."""
+    from analysis.projection import representations
+    from analysis.store import ArrayStore
+
+    path = sentence_transformers_dir(tiny_dirs["bert"], tmp_path / "st", mode=mode, normalize=True)
+    loaded = load_model(ModelSpec(str(path), device="cpu"))
+    assert loaded.pooling == f"{mode}+normalize" and loaded.summary()["pooling"] == f"{mode}+normalize"
+    reps, _ = representations(loaded, TEXTS, "model", store=ArrayStore(tmp_path / "store"))
+    plain, tok = AutoModel.from_pretrained(path).eval(), tiny_tokenizer()
+    for i, text in enumerate(TEXTS.texts):
+        with torch.no_grad():
+            states = plain(**tok(text, return_tensors="pt"), output_hidden_states=True).hidden_states
+        for layer, h in enumerate(states):
+            pooled = {"cls": h[0, 0], "mean": h[0].mean(0), "max": h[0].max(0).values}[mode]
+            expected = torch.nn.functional.normalize(pooled, dim=-1).numpy()
+            np.testing.assert_allclose(reps[layer, i], expected, atol=2e-6)
+            assert np.linalg.norm(reps[layer, i]) == pytest.approx(1, abs=1e-5)
+    unnormalised = sentence_transformers_dir(tiny_dirs["bert"], tmp_path / "plain", mode=mode)
+    other, _ = representations(load_model(ModelSpec(str(unnormalised), device="cpu")), TEXTS, "model",
+                               store=ArrayStore(tmp_path / "store"))
+    assert not np.allclose(other, reps)  # not served the other's cached vectors
 
 
 def test_a_sentence_encoders_own_pooling_is_read_and_used(tiny_dirs, tmp_path):
