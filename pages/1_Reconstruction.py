@@ -18,7 +18,8 @@ loaded = start_page("Reconstruction probing", (
     "sidebar); a token counts as "
     "reconstructed when the head's top prediction is the input token. Layer 0 is the embedding output. "
     "**Unmasked** is Kao et al.'s setting; **masked** masks every token once (15% at a time) and so measures "
-    "each layer's real masked-LM accuracy. Special tokens ([CLS], [SEP], …) are not counted unless you ask."))
+    "each layer's real masked-LM accuracy. Special tokens ([CLS], [SEP], …) are not counted unless you ask."),
+    needs_head=True)
 
 inputs = text_inputs("probe", EXAMPLES)
 lenses = available_lenses(loaded)

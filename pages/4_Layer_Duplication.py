@@ -22,7 +22,7 @@ loaded = start_page("Layer duplication", (
     "model's own MLM head whether the deeper model still reconstructs its input (Kao et al. 2020, §3). The "
     "paper's plan copies each of the first *k* layers right after itself. The preview reuses the loaded "
     "layers (no extra memory, the shared model untouched); **Export** writes a real deeper model you can "
-    "fine-tune."))
+    "fine-tune."), needs_head=True)
 L, albert = loaded.num_layers, loaded.anatomy.family == "albert"
 
 try:

@@ -82,3 +82,28 @@ def test_model_choice_survives_a_page_switch(tiny_dirs):
     at.switch_page("app.py").run()
     assert at.sidebar.text_input(key=KEY_OTHER).value == str(tiny_dirs["distilbert"])
     assert "distilbert" in at.sidebar.success[0].value
+
+
+def test_an_incompatible_mlm_head_blocks_only_the_pages_that_need_a_head(tiny_dirs):
+    """A head that cannot be lent (another family) is refused with its reason where a head is needed (probe,
+    duplication preview), while the pages that need only the encoder (atlas, jobs, anatomy) work."""
+    from ui.sidebar import KEY_HEAD_FROM
+
+    def page(path):
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+        at.session_state[KEY_MODEL] = OTHER
+        at.session_state[KEY_OTHER] = str(tiny_dirs["bert"])
+        at.session_state[KEY_HEAD_FROM] = str(tiny_dirs["roberta"])
+        at.run()
+        at.switch_page(path).run()
+        assert not at.exception
+        return at
+
+    for path in ("pages/2_Layer_Atlas.py", "pages/5_Fine_Tune_Jobs.py", "pages/0_Model_anatomy.py"):
+        at = page(path)
+        assert not any("Choose a model" in i.value for i in at.info), path
+        assert "bert" in at.sidebar.success[0].value, path
+        assert any("cannot read" in w.value and "family bert vs roberta" in w.value for w in at.sidebar.warning)
+    for path in ("pages/1_Reconstruction.py", "pages/4_Layer_Duplication.py"):
+        at = page(path)
+        assert any("needs an MLM head" in e.value and "family bert vs roberta" in e.value for e in at.error), path

@@ -16,6 +16,7 @@ from ui.results import CHART_FORMAT, stopped_note
 KEY_MODEL, KEY_OTHER = "ll_model", "ll_model_other"
 KEY_REVISION, KEY_DEVICE, KEY_DTYPE = "ll_revision", "ll_device", "ll_dtype"
 KEY_HEAD_FROM = "ll_head_from"
+KEY_HEAD_REFUSED = "ll_head_refused"  # (spec, reason) of a borrowed MLM head that could not be lent
 OTHER = "other: hub id or local path…"
 
 
@@ -170,11 +171,15 @@ def sidebar() -> LoadedModel | None:
     if spec is not None:
         try:
             with st.spinner(f"Loading {spec.name}…", show_time=True):
-                loaded = cache.get(spec)  # a cache hit returns at once, before the spinner shows
+                loaded = load_with_head(cache, spec)  # a cache hit returns at once, before the spinner shows
         except ModelLoadError as exc:
             st.sidebar.error(str(exc))
         except Exception as exc:  # never a traceback in the UI
             st.sidebar.error(f"could not load '{spec.name}': {type(exc).__name__}: {exc}")
+    refused = head_refused()
+    if loaded is not None and refused:
+        st.sidebar.warning(f"MLM head not lent: {refused}. The pages that read layers through an MLM head "
+                           "refuse until the head is fixed; the others use the encoder alone.")
     if loaded is not None:
         s = loaded.summary()
         st.sidebar.success(f"Loaded: {s['family']} · {s['layers']} layers · hidden {s['hidden_size']} · "
@@ -186,10 +191,36 @@ def sidebar() -> LoadedModel | None:
     return loaded
 
 
-def start_page(title: str, intro: str) -> LoadedModel:
+def load_with_head(cache: ModelCache, spec: ModelSpec) -> LoadedModel:
+    """The model of ``spec``. When only its borrowed MLM head (``head_from``) cannot be lent, the model itself
+    (without that head) and the reason, kept in the session (:func:`head_refused`) for the pages that need a
+    head; the encoder-only pages go on. A refusal is remembered per spec, so a rerun does not load the donor
+    again."""
+    remembered = st.session_state.get(KEY_HEAD_REFUSED)
+    if spec.head_from and remembered and remembered[0] == spec:
+        return cache.get(dataclasses.replace(spec, head_from=None))
+    st.session_state[KEY_HEAD_REFUSED] = None
+    try:
+        return cache.get(spec)
+    except ModelLoadError as exc:
+        if not spec.head_from:
+            raise
+        loaded = cache.get(dataclasses.replace(spec, head_from=None))  # the model's own error, if it has one
+        st.session_state[KEY_HEAD_REFUSED] = (spec, str(exc))
+        return loaded
+
+
+def head_refused() -> str | None:
+    """Why the MLM head asked for in the sidebar could not be lent to the selected model (None: no refusal)."""
+    remembered = st.session_state.get(KEY_HEAD_REFUSED)
+    return remembered[1] if remembered else None
+
+
+def start_page(title: str, intro: str, needs_head: bool = False) -> LoadedModel:
     """What every analysis page begins with: page config, the shared sidebar, title and a short explanation.
 
-    Stops the page (with a hint) when no model could be loaded, so the caller always gets a model.
+    Stops the page (with a hint) when no model could be loaded, so the caller always gets a model; with
+    ``needs_head``, also when the MLM head asked for in the sidebar could not be lent (with the reason).
     """
     st.set_page_config(page_title=f"{title} · LayerLens", page_icon="🔬", layout="wide")
     loaded = sidebar()
@@ -198,5 +229,9 @@ def start_page(title: str, intro: str) -> LoadedModel:
     stopped_note()
     if loaded is None:
         st.info("Choose a model in the sidebar.")
+        st.stop()
+    if needs_head and head_refused():
+        st.error(f"This page needs an MLM head, and the one asked for under 'Revision, device, precision, MLM "
+                 f"head' cannot be lent: {head_refused()}. Clear that field or name a compatible masked LM.")
         st.stop()
     return loaded
