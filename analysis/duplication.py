@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import json
 import os
 import re
@@ -200,6 +201,36 @@ def export(loaded: LoadedModel, plan: list[int], out: Path, dtype: str | None = 
             "source": loaded.spec.name, "source_layers": loaded.num_layers, "plan": plan,
             "family": loaded.anatomy.family, "dtype": dtype, "mlm_head": loaded.mlm_head}, indent=2))
     return out
+
+
+EXPORT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+EXPORT_NAME_RULE = ("a plain name that starts with a letter or digit, then letters, digits, dot, dash and underscore "
+                    "(at most 100 characters, no '..', no folders)")
+
+
+def check_export_name(name: str) -> str:
+    """``name`` when it is a plain folder name for an export (:data:`EXPORT_NAME`), else an :class:`InputError`
+    stating the rule."""
+    if not EXPORT_NAME.fullmatch(name or "") or ".." in name:
+        raise InputError(f"'{name}' cannot name an export: use {EXPORT_NAME_RULE}")
+    return name
+
+
+def default_export_name(model: str, plan: list[int]) -> str:
+    """A name for the export of ``model`` (hub id, local path or demo) with ``plan`` that
+    :func:`check_export_name` accepts: ``org_name-15L-<plan digest>``; a local path gives its last folder's
+    name. Characters outside the rule become ``_``, leading ones that may not start a name are dropped."""
+    digest = hashlib.sha256(",".join(map(str, plan)).encode()).hexdigest()[:8]
+    suffix = f"-{len(plan)}L-{digest}"
+    path = Path(model).expanduser()
+    try:
+        looks_local = model.startswith((".", "/", "~")) or path.exists()
+        stem = path.resolve().name if looks_local else model.replace("/", "_")
+    except OSError:  # not a path this system can name
+        stem = model.replace("/", "_")
+    stem = re.sub(r"\.{2,}", ".", re.sub(r"[^A-Za-z0-9._-]", "_", stem))
+    stem = re.sub(r"^[^A-Za-z0-9]+", "", stem)[:100 - len(suffix)].rstrip(".") or "model"
+    return check_export_name(stem + suffix)
 
 
 def aligned_positions(plan: list[int], num_layers: int, family: str) -> list[float | None]:

@@ -1,13 +1,21 @@
 """Layer duplication (Kao et al. 2020, §3): a deeper model from the pre-trained layers, previewed without training."""
 
-import hashlib
-import re
-
 import plotly.graph_objects as go
 import streamlit as st
 
 from analysis.csvout import to_csv
-from analysis.duplication import aligned_positions, compare, duplicate_first, duplicate_last, export, parse_plan, sweep
+from analysis.duplication import (
+    EXPORT_NAME_RULE,
+    aligned_positions,
+    check_export_name,
+    compare,
+    default_export_name,
+    duplicate_first,
+    duplicate_last,
+    export,
+    parse_plan,
+    sweep,
+)
 from analysis.inputs import InputError
 from analysis.plots import accuracy_curve, cka_heatmap
 from analysis.reconstruction import LAYER_HEADERS
@@ -98,10 +106,9 @@ if (table := result_store().get(f"{key}:sweep")) is not None:
     st.download_button("sweep.csv", to_csv(table), "sweep.csv", "text/csv", key="dl_sweep")
 
 st.subheader("Export")
-digest = hashlib.sha256(",".join(map(str, plan)).encode()).hexdigest()[:8]
 exports = layerlens_home() / "exports"
-name = st.text_input(f"Name (saved under {exports})", f"{loaded.spec.name.replace('/', '_')}-{len(plan)}L-{digest}",
-                     key="dup_target", help="letters, digits, dot, dash and underscore")
+name = st.text_input(f"Name (saved under {exports})", default_export_name(loaded.spec.name, plan),
+                     key="dup_target", help=EXPORT_NAME_RULE[0].upper() + EXPORT_NAME_RULE[1:])
 own = checkpoint_dtype(loaded.spec)
 save_dtype = st.selectbox("Save in", [own, *(d for d in DTYPES if d not in ("auto", own))], key="dup_dtype",
                           format_func=lambda d: f"{d} (the checkpoint's own)" if d == own else d,
@@ -109,13 +116,13 @@ save_dtype = st.selectbox("Save in", [own, *(d for d in DTYPES if d not in ("aut
                           "values, so it equals the preview bit for bit only when the two agree")
 c1, c2 = st.columns(2)
 if c1.button("Export the deeper model", key="dup_export"):
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", name or "") or ".." in name:
-        st.error("Use a plain name: letters, digits, dot, dash and underscore (no folders).")
-    else:
-        try:
-            st.session_state["dup_exported"] = (str(export(loaded, plan, exports / name, save_dtype)), plan)
-        except (OSError, RuntimeError) as exc:
-            st.error(f"Export failed: {exc}")
+    try:
+        st.session_state["dup_exported"] = (str(export(loaded, plan, exports / check_export_name(name),
+                                                       save_dtype)), plan)
+    except InputError as exc:  # the name: says the rule
+        st.error(str(exc))
+    except (OSError, RuntimeError) as exc:
+        st.error(f"Export failed: {exc}")
 exported, exported_plan = st.session_state.get("dup_exported") or (None, None)
 if exported and exported_plan != plan:  # the plan changed since: that export is not what the page shows
     exported = None

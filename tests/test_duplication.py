@@ -214,3 +214,36 @@ def test_the_original_layers_sit_at_their_last_copy_on_the_deeper_axis():
                            "ci_low": 1.0, "ci_high": 1.0})
     fig = accuracy_curve({"original": layers}, positions={"original": [0, 2, 4, 5, 6]})
     assert list(fig.data[-1].x) == [0, 2, 4, 5, 6]
+
+
+@pytest.mark.parametrize("model", ["/tmp/_x/model", "./.hidden", "org/name", "_tmp_pytest_model", "demo",
+                                   "/", "..", "~/my model (v2)", "a" * 300, "/tmp/x/-weird..name.."])
+def test_the_default_export_name_passes_the_exports_own_rule(model):
+    from analysis.duplication import check_export_name, default_export_name
+
+    name = default_export_name(model, [0, 0, 1, 2])
+    assert check_export_name(name) == name
+    assert name.endswith("-4L-" + default_export_name("x", [0, 0, 1, 2]).rsplit("-", 1)[1])
+
+
+def test_a_refused_export_name_states_the_rule():
+    from analysis.duplication import check_export_name
+
+    for bad in ("_x", ".hidden", "a/b", "a..b", "", "é"):
+        with pytest.raises(InputError, match="starts with a letter or digit") as info:
+            check_export_name(bad)
+        assert "letters, digits, dot, dash and underscore" in str(info.value) and "100" in str(info.value)
+
+
+def test_the_page_offers_a_default_name_it_accepts(tiny_dirs, tmp_path):
+    import shutil
+
+    from tests.test_app import run_page
+
+    path = tmp_path / "_tmp_x" / "model"
+    shutil.copytree(tiny_dirs["bert"], path)
+    at = run_page("pages/4_Layer_Duplication.py", model=str(path))
+    assert not at.exception
+    at.button(key="dup_export").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert at.session_state["dup_exported"][0].endswith(at.text_input(key="dup_target").value)
