@@ -472,8 +472,9 @@ def pooling_name(pooling: str, model_pooling: str | None = None) -> str:
     """What the sentence vector of ``pooling`` is, for titles: ``model`` names the checkpoint's own pooling
     (``model_pooling``, :attr:`models.loading.LoadedModel.pooling`)."""
     if pooling == "model":
-        return (f"checkpoint's own pooling ({MODEL_POOLING_NAMES.get(model_pooling, model_pooling)}, "
-                "sentence-transformers)")
+        mode, _, then = (model_pooling or "").partition("+")  # "mean+normalize": its Normalize module after
+        return (f"checkpoint's own pooling ({MODEL_POOLING_NAMES.get(mode, mode)}"
+                + (", then L2-normalised" if then == "normalize" else "") + ", sentence-transformers)")
     return {"cls": "[CLS] vector", "mean": "mean of the text's tokens"}[pooling]
 
 
@@ -527,7 +528,7 @@ def atlas(loaded: LoadedModel, inputs: TextInputs, config: AtlasConfig = AtlasCo
             "explained_variance": explained if config.method == "pca" else None,
             "constant_layers": constant, "cache_hit": hit,
             "silhouette_sample": SILHOUETTE_MAX_ROWS if len(inputs) > SILHOUETTE_MAX_ROWS else None,
-            "vectors_seconds": round(vectors_seconds, 3), "scoring_seconds": round(scored_at - start - vectors_seconds, 3),
-            "projection_seconds": round(projected_at - scored_at, 3),
+            "vectors_seconds": round(vectors_seconds, 3),
+            "scoring_seconds": round(scored_at - start - vectors_seconds, 3), "projection_seconds": round(projected_at - scored_at, 3),
             "seconds": round(time.perf_counter() - start, 3)}
     return AtlasResult(frame, sep, linear_cka(reps, constant=constant), info)

@@ -16,7 +16,7 @@ from jobs.store import JobStore
 from models.anatomy import layer_name
 from ui.jobs import score_line
 from ui.results import chart
-from ui.sidebar import start_page
+from ui.sidebar import prefill, start_page
 
 loaded = start_page("Layer weights", (
     "What a fine-tuned **attention-pooling** (Song et al. 2020) or **scalar-mix** head learned: how much "
@@ -111,17 +111,14 @@ else:
                    "fine-tuned.")
     c1, c2 = st.columns(2)
 
-    def preselect(prefix: str, page: str) -> None:
-        """A button callback (it runs before the next script run, when widget state may still change)."""
-        st.session_state[f"{prefix}_compare"] = f"job:{job.id}"
+    def compare_with(prefix: str) -> dict:
+        """The target page's fields: this job as its second model (and, for the atlas, its held-out rows)."""
+        values = {f"{prefix}_compare": f"job:{job.id}"}
         if prefix == "atlas":
-            st.session_state["atlas_job"] = job.id
-            st.session_state["atlas_source"] = f"Held-out rows of job #{job.id}"
-        st.session_state["lw_go"] = page
+            values |= {"atlas_job": job.id, "atlas_source": f"Held-out rows of job #{job.id}"}
+        return values
 
-    c1.button("Reconstruction: pre-trained vs fine-tuned", key="lw_go_probe_compare", on_click=preselect,
-              args=("probe", "pages/1_Reconstruction.py"))
-    c2.button("Layer atlas: pre-trained vs fine-tuned (held-out rows)", key="lw_go_atlas_compare",
-              on_click=preselect, args=("atlas", "pages/2_Layer_Atlas.py"))
-    if page := st.session_state.pop("lw_go", None):
-        st.switch_page(page)
+    if c1.button("Reconstruction: pre-trained vs fine-tuned", key="lw_go_probe_compare"):
+        prefill("pages/1_Reconstruction.py", compare_with("probe"))
+    if c2.button("Layer atlas: pre-trained vs fine-tuned (held-out rows)", key="lw_go_atlas_compare"):
+        prefill("pages/2_Layer_Atlas.py", compare_with("atlas"))

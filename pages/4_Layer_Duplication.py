@@ -23,7 +23,7 @@ from analysis.store import layerlens_home
 from models.loading import DTYPES, checkpoint_dtype
 from ui.inputs import EXAMPLES, text_inputs
 from ui.results import chart, result_key, result_store, shared_result, stop_button, table
-from ui.sidebar import start_page
+from ui.sidebar import prefill, start_page
 
 loaded = start_page("Layer duplication", (
     "Make the model **deeper without training** by running some pre-trained layers twice, and check with the "
@@ -129,11 +129,5 @@ if exported and exported_plan != plan:  # the plan changed since: that export is
 if exported:
     c1.success(f"Saved to {exported} (loads with AutoModelForMaskedLM.from_pretrained).")
 
-    def fine_tune() -> None:
-        st.session_state["job_model"] = exported
-        st.session_state["job_reset"] = True  # the form shows this model's defaults
-        st.session_state["dup_go"] = True
-
-    c2.button("Fine-tune this model", key="dup_finetune", on_click=fine_tune)
-    if st.session_state.pop("dup_go", False):
-        st.switch_page("pages/5_Fine_Tune_Jobs.py")
+    if c2.button("Fine-tune this model", key="dup_finetune"):  # the form shows this model's defaults
+        prefill("pages/5_Fine_Tune_Jobs.py", {"job_model": exported, "job_reset": True})

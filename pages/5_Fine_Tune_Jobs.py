@@ -72,7 +72,7 @@ MAIN = ["head", "epochs", "lr", "batch_size", "layer_decay", "max_length"]
 MORE = ["truncation", "schedule", "warmup", "dropout", "weight_decay", "early_stopping", "patience", "folds",
         "val_fraction", "seed"]
 WHERE = ["backend", "num_processes", "slurm_partition", "slurm_time", "slurm_gpus"]
-st.session_state.setdefault("job_model", loaded.spec.name)  # Layer duplication may preselect its export
+st.session_state.setdefault("job_model", loaded.spec.name)  # Layer duplication may prefill its export
 st.session_state.setdefault("job_preset", "(none)")
 
 

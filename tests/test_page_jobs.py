@@ -227,3 +227,23 @@ def test_a_sweep_from_the_page_queues_its_jobs_in_one_group_and_compares_by_grou
     at.selectbox(key="job_compare_group").set_value("mine").run()
     assert not at.exception and at.dataframe[1].value["job"].tolist() == [first]
     assert second not in at.dataframe[1].value["job"].tolist()
+
+
+def test_a_form_filled_by_another_page_keeps_the_users_first_change(home, tiny_dirs):
+    """The duplication page hands its export to the jobs form; the user's first change (Head: attention) must
+    stay, and the job must run with it."""
+    at = run_page("pages/4_Layer_Duplication.py", model=str(tiny_dirs["bert"]))
+    at.text_input(key="dup_target").set_value("deeper").run()
+    at.button(key="dup_export").click().run()
+    at.button(key="dup_finetune").click().run()
+    assert not at.exception and at.text_input(key="job_model").value.endswith("deeper")
+    at.switch_page(JOBS).run()  # AppTest's later runs stay on the page it was opened with; a browser's move on
+    assert at.text_input(key="job_model").value.endswith("deeper")
+    at.selectbox(key="job_head").set_value("attention").run()
+    assert at.selectbox(key="job_head").value == "attention"
+    at.number_input(key="job_epochs").set_value(2).run()
+    assert at.selectbox(key="job_head").value == "attention" and at.number_input(key="job_epochs").value == 2
+    at.button(key="job_submit").click().run()
+    assert not at.exception
+    (job,) = home.list()
+    assert (job.config["head"], job.config["epochs"]) == ("attention", 2) and job.config["model"].endswith("deeper")

@@ -325,3 +325,70 @@ def test_more_of_the_last_layers_than_the_model_has_is_all_of_them_and_said():
     assert parse_layers("-6:", 5) == [0, 1, 2, 3, 4]
     assert layers_note("-6:", 5) == "layers -6: asks for the last 6 hidden states; this model has 5: all are shown"
     assert layers_note("-5:", 5) is None and layers_note("all", 5) is None
+
+
+@pytest.mark.parametrize("shape", [(50, 8), (6, 20)])  # covariance eigendecomposition and full SVD
+def test_pca_explained_variance_is_scikit_learns(shape):
+    """Issue 24.10: the share of variance on each PCA axis, from the same exact PCA as the coordinates."""
+    from analysis.projection import exact_pca
+
+    x = np.random.default_rng(3).normal(size=shape) * np.linspace(3, 0.5, shape[1])
+    scores, ratio = exact_pca(x, variance=True)
+    np.testing.assert_allclose(scores, exact_pca(x))
+    np.testing.assert_allclose(ratio, PCA(n_components=2, svd_solver="full").fit(x).explained_variance_ratio_,
+                               rtol=1e-9)
+    centred = x - x.mean(0)
+    np.testing.assert_allclose(ratio, np.linalg.svd(centred, compute_uv=False)[:2] ** 2 / (centred ** 2).sum())
+
+
+def test_atlas_records_the_variance_of_each_pca_panel(tiny_dirs, tmp_path):
+    inputs = labelled(30)
+    result = atlas(loaded_of(tiny_dirs["bert"]), inputs, AtlasConfig(layers="all", folds=3),
+                   store=ArrayStore(tmp_path))
+    vectors = plain_vectors(tiny_dirs["bert"], inputs)
+    assert result.info["constant_layers"] == [0] and result.info["explained_variance"][0] is None
+    for layer, ratio in zip(result.info["layers"][1:], result.info["explained_variance"][1:], strict=True):
+        ref = PCA(n_components=2, svd_solver="full").fit(vectors[layer]).explained_variance_ratio_
+        np.testing.assert_allclose(ratio, ref, rtol=1e-4)
+    tsne = atlas(loaded_of(tiny_dirs["bert"]), inputs, AtlasConfig(layers="-2:", folds=3, method="tsne"),
+                 store=ArrayStore(tmp_path))
+    assert tsne.info["explained_variance"] is None  # t-SNE axes explain no variance
+
+
+def test_the_projection_is_its_own_stage_of_the_progress(tiny_dirs, tmp_path, monkeypatch):
+    """Issue 24.10: the bar sat full at 'scoring layers 4/4' while t-SNE ran: the projection stage starts at 0
+    before the first layer is projected, and the atlas says how long each stage took."""
+    import analysis.projection as projection
+
+    events, real = [], projection.project
+    monkeypatch.setattr(projection, "project", lambda *a, **k: (events.append("project"), real(*a, **k))[1])
+    result = atlas(loaded_of(tiny_dirs["bert"]), labelled(30), AtlasConfig(layers="-2:", folds=3, method="tsne"),
+                   progress=lambda stage, done, n: events.append((stage, done, n)), store=ArrayStore(tmp_path))
+    first = events.index("project")
+    assert events[first - 1] == ("projecting (t-SNE)", 0, 2)
+    assert ("scoring layers", 0, 4) in events[:events.index(("scoring layers", 4, 4))]
+    assert events[-1] == ("projecting (t-SNE)", 2, 2)
+    info = result.info
+    assert {"vectors_seconds", "scoring_seconds", "projection_seconds"} <= set(info)
+    assert info["vectors_seconds"] + info["scoring_seconds"] + info["projection_seconds"] <= info["seconds"] + 1e-3
+
+
+@pytest.mark.parametrize("pooling, name", [("cls", "[CLS] vector"), ("mean", "mean of the text's tokens")])
+def test_the_atlas_names_the_pooling_it_used(tiny_dirs, tmp_path, pooling, name):
+    result = atlas(loaded_of(tiny_dirs["bert"]), labelled(30), AtlasConfig(pooling=pooling, layers="-1:", folds=3),
+                   store=ArrayStore(tmp_path))
+    assert result.info["pooling_name"] == name
+    assert result.info["layer_names"] == loaded_of(tiny_dirs["bert"]).anatomy.layer_names()
+
+
+def test_a_sentence_encoders_own_pooling_is_named_as_such(tiny_dirs, tmp_path):
+    from tests.test_any_checkpoint import sentence_transformers_dir
+
+    loaded = loaded_of(sentence_transformers_dir(tiny_dirs["bert"], tmp_path / "st", mode="max"))
+    result = atlas(loaded, labelled(30), AtlasConfig(pooling="model", layers="-1:", folds=3),
+                   store=ArrayStore(tmp_path / "store"))
+    assert result.info["pooling_name"] == "checkpoint's own pooling (max of the tokens, sentence-transformers)"
+    from analysis.projection import pooling_name
+
+    assert pooling_name("model", "mean+normalize") == ("checkpoint's own pooling (mean of the tokens, then "
+                                                       "L2-normalised, sentence-transformers)")
