@@ -234,7 +234,7 @@ def add_duplicate_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_duplicate(args: argparse.Namespace) -> int:
     """Layer duplication: export a deeper model (and probe it) without training."""
-    from analysis.duplication import check_depth, duplicate_first, export, parse_plan, preview, sweep
+    from analysis.duplication import check_depth, duplicate_first, export, loads_with, parse_plan, preview, sweep
     from analysis.inputs import read_file
     from analysis.reconstruction import probe
     from models.loading import _config_and_family, load_model
@@ -270,7 +270,7 @@ def cmd_duplicate(args: argparse.Namespace) -> int:
         table = sweep(loaded, inputs)
         to_csv(table, out / "sweep.csv")
         print(table.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
-    print(f"wrote {args.out} (loads with AutoModelForMaskedLM.from_pretrained)", file=sys.stderr)
+    print(f"wrote {args.out} ({loads_with(out)})", file=sys.stderr)
     return 0
 
 

@@ -7,6 +7,7 @@ pickle (``allow_pickle=True``), which can execute code hidden in the file.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import functools
 import hashlib
@@ -35,6 +36,28 @@ assert tuple(DTYPES) == DTYPE_NAMES
 
 
 @dataclasses.dataclass(frozen=True)
+class Saved:
+    """What a checkpoint is as saved: its class (``config.architectures``), its parameters (shared ones once)
+    and those of its pooler (0: none)."""
+
+    architecture: str
+    parameters: int
+    pooler: int
+
+
+def saved_class(architecture: str | None, config):
+    """The transformers class named ``architecture`` when it is one for ``config``'s model type, else None
+    (a name is looked up in transformers, never imported from the checkpoint)."""
+    import transformers
+
+    cls = getattr(transformers, architecture, None) if architecture else None
+    if (isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel)
+            and cls.config_class is not None and isinstance(config, cls.config_class)):
+        return cls
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
 class LoadedModel:
     """A loaded model in eval mode with gradients off. Shared between sessions: never mutate it."""
 
@@ -49,6 +72,7 @@ class LoadedModel:
     labels: list[str] | None = None  # its classes (config.id2label) for a classification head
     pooling: str | None = None  # a sentence encoder's own pooling (sentence-transformers' 1_Pooling): cls/mean/max,
     # "+normalize" when its modules.json ends in a Normalize module (2_Normalize)
+    architecture: str | None = None  # the class the checkpoint was saved as (config.architectures): BertModel, ...
 
     @property
     def num_layers(self) -> int:
@@ -67,6 +91,22 @@ class LoadedModel:
             where = f"{self.spec.name}@{commit or self.spec.revision or 'main'}"
         return where + (f"/head:{self.spec.head_from}" if self.spec.head_from else "")
 
+    @functools.cached_property
+    def saved(self) -> Saved:
+        """The checkpoint as saved, not the ``*ForMaskedLM`` object it is read through: its class and the
+        parameters an object of that class has (a bare encoder's pooler counted, no placeholder MLM head), at
+        this model's depth (a duplication preview: the deeper model's)."""
+        architecture = self.architecture or type(self.model).__name__
+        cls = saved_class(architecture, self.model.config)
+        if cls is None:  # not a transformers class we know: what is loaded, less a head the checkpoint lacks
+            placeholder = 0 if self.mlm_head == "own" else self.anatomy.head_parameters()
+            return Saved(architecture, sum(p.numel() for p in self.model.parameters()) - placeholder, 0)
+        with torch.device("meta"):  # shapes only: no memory, no initialisation
+            shaped = cls(copy.deepcopy(self.model.config))
+        pooler = getattr(shaped.base_model, "pooler", None)
+        return Saved(architecture, sum(p.numel() for p in shaped.parameters()),
+                     sum(p.numel() for p in pooler.parameters()) if isinstance(pooler, torch.nn.Module) else 0)
+
     @property
     def fingerprint(self) -> str:
         """:attr:`weights_id` and the dtype (bf16 states differ from fp32), for caching results on disk."""
@@ -76,10 +116,10 @@ class LoadedModel:
     def summary(self) -> dict:
         """Plain facts about the model, for the sidebar, the CLI and ``info.json``."""
         return {
-            "name": self.spec.name, "family": self.anatomy.family, "class": type(self.model).__name__,
+            "name": self.spec.name, "family": self.anatomy.family, "class": self.saved.architecture,
             "layers": self.num_layers, "hidden_size": self.anatomy.hidden_size,
             "vocab_size": self.anatomy.vocab_size,
-            "parameters": sum(p.numel() for p in self.model.parameters()),
+            "parameters": self.saved.parameters, "pooler": self.saved.pooler,
             "device": self.spec.device, "dtype": self.spec.dtype, "bytes": self.nbytes,
             "load_seconds": round(self.load_seconds, 3), "mlm_head": self.mlm_head or "none",
             "task_head": self.task or "none", "labels": ", ".join(self.labels or []) or "none",
@@ -277,13 +317,59 @@ def load_model(spec: ModelSpec) -> LoadedModel:
     labels = ([str(config.id2label[i]) for i in sorted(config.id2label)] if task in
               ("SequenceClassification", "TokenClassification") else None)
     mlm_head = None if any(k.startswith(_head_prefixes(family)) for k in missing) else "own"
+    saved_as = architecture if saved_class(architecture, config) else (
+        type(model).__name__ if mlm_head else type(model.base_model).__name__)
     if spec.head_from:
         borrow_head(model, tokenizer, family, spec)
         mlm_head = f"from {spec.head_from}"
     model.to(spec.device).eval().requires_grad_(False)
     return LoadedModel(spec=spec, model=model, tokenizer=tokenizer, anatomy=anatomy_of(model),
                        nbytes=module_nbytes(model), load_seconds=time.perf_counter() - start, mlm_head=mlm_head,
-                       task=task, labels=labels, pooling=sentence_pooling(spec))
+                       task=task, labels=labels, pooling=sentence_pooling(spec), architecture=saved_as)
+
+
+def load_as_saved(spec: ModelSpec, dtype: str) -> tuple[torch.nn.Module, list[str]]:
+    """``spec``'s checkpoint as the class it was saved as (``config.architectures``: a ``BertModel`` keeps its
+    pooler; ``AutoModel`` when the name is not a transformers class for it), on the CPU in ``dtype``, in eval
+    mode; and the weights that class has but the checkpoint lacks (initialised at random, never to be saved)."""
+    config, _ = _config_and_family(spec)
+    cls = saved_class((config.architectures or [None])[0], config) or AutoModel
+    try:
+        with quiet_load_report():
+            model, info = cls.from_pretrained(spec.source, config=config, dtype=DTYPES[dtype],
+                                              use_safetensors=not spec.allow_pickle, output_loading_info=True,
+                                              **_hub_kwargs(spec))
+    except (OSError, ValueError) as exc:
+        raise _load_error(spec, exc) from exc
+    return model.eval(), sorted(info.get("missing_keys", ()))
+
+
+SENTENCE_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
+
+
+def sentence_transformers_files(spec: ModelSpec) -> tuple[Path, list[str]] | None:
+    """Where ``spec``'s sentence-transformers files are (its directory, or a hub snapshot of those files only)
+    and their paths relative to it: ``modules.json``, ``sentence_bert_config.json``,
+    ``config_sentence_transformers.json`` and every module folder ``modules.json`` names (``1_Pooling``,
+    ``2_Normalize``, ...). None for a model that is not a sentence-transformers one (or offline)."""
+    import json
+
+    root = Path(spec.source).expanduser()
+    if not root.is_dir():
+        try:
+            from huggingface_hub import hf_hub_download, snapshot_download
+
+            modules = json.loads(Path(hf_hub_download(spec.source, "modules.json", revision=spec.revision))
+                                 .read_text())
+            folders = [m["path"] for m in modules if m.get("path")]
+            root = Path(snapshot_download(spec.source, revision=spec.revision, allow_patterns=[
+                *SENTENCE_FILES, *(f"{f}/*" for f in folders)]))
+        except Exception:  # not a sentence-transformers repository, or offline
+            return None
+    if not (root / "modules.json").is_file():
+        return None
+    folders = [m["path"] for m in json.loads((root / "modules.json").read_text()) if m.get("path")]
+    return root, [name for name in SENTENCE_FILES if (root / name).is_file()] + folders
 
 
 def has_own_mlm_head(spec: ModelSpec) -> bool:

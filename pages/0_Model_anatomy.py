@@ -34,6 +34,9 @@ else:
     source = "its own" if loaded.mlm_head == "own" else f"borrowed {loaded.mlm_head}"
     st.markdown(f"**MLM head** ({source}): `{type(head).__name__}`, {loaded.anatomy.head_parameters():,} parameters "
                 "(with the output matrix, which most checkpoints tie to the word embeddings).")
+if s["pooler"]:
+    st.markdown(f"**Pooler**: {s['pooler']:,} parameters, the checkpoint's own (fine-tuning's *pooler* head "
+                "starts from it; the analyses read the hidden states).")
 if loaded.task:
     labels = f" with classes {', '.join(loaded.labels)}" if loaded.labels else ""
     st.markdown(f"**Task head**: {loaded.task}{labels} (the checkpoint's own; LayerLens reads the encoder, and "
@@ -43,4 +46,5 @@ if loaded.pooling:
     st.markdown(f"**Sentence pooling**: {mode} (sentence-transformers' `1_Pooling`)"
                 + (", then L2-normalised (its `Normalize` module)" if then == "normalize" else "")
                 + "; the atlas's *model* vector applies it.")
-st.caption(f"Class {s['class']}; loaded in {s['load_seconds']} s.")
+st.caption(f"Class {s['class']} (as saved; parameters counted as that class holds them); loaded in "
+           f"{s['load_seconds']} s.")

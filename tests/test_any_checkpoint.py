@@ -247,3 +247,73 @@ def test_duplicating_a_bare_encoder_exports_an_encoder(tiny_dirs, tmp_path):
     again = load_model(ModelSpec(str(out), device="cpu"))
     assert again.mlm_head is None and again.num_layers == 4  # no placeholder head passed off as pre-trained
     assert json.loads((out / "duplication.json").read_text())["mlm_head"] is None
+
+
+def test_a_headless_checkpoint_is_described_as_saved(tiny_dirs, tmp_path, capsys):
+    """all-MiniLM-L6-v2's case: a BertModel (pooler, no MLM head) is reported as a BertModel with its own
+    parameters, pooler included, not as the BertForMaskedLM it is read through with a placeholder head."""
+    from analysis.cli import main
+    from tests.test_app import run_page
+
+    path = sentence_transformers_dir(tiny_dirs["bert"], tmp_path / "st", normalize=True)
+    plain = AutoModel.from_pretrained(path)
+    own = sum(p.numel() for p in plain.parameters())
+    pooler = sum(p.numel() for p in plain.pooler.parameters())
+    summary = load_model(ModelSpec(str(path), device="cpu")).summary()
+    assert summary["class"] == "BertModel" and summary["parameters"] == own and summary["pooler"] == pooler
+    assert summary["mlm_head"] == "none"
+    capsys.readouterr()
+    assert main(["info", "--model", str(path), "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "BertModel" in out and "ForMaskedLM" not in out and f"  {own}\n" in out
+    borrowed = load_model(ModelSpec(str(path), device="cpu", head_from=str(tiny_dirs["bert"]))).summary()
+    assert borrowed["parameters"] == own and borrowed["mlm_head"] == f"from {tiny_dirs['bert']}"
+    mlm = load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu"))
+    assert mlm.summary()["class"] == "BertForMaskedLM" and mlm.summary()["pooler"] == 0
+    assert mlm.summary()["parameters"] == sum(p.numel() for p in AutoModelForMaskedLM.from_pretrained(
+        tiny_dirs["bert"]).parameters())
+    at = run_page("pages/0_Model_anatomy.py", model=str(path))
+    assert not at.exception
+    assert at.metric[4].value == f"{own:,}"
+    text = " ".join(m.value for m in at.markdown) + " ".join(c.value for c in at.caption)
+    assert "BertModel" in text and "ForMaskedLM" not in text and f"{pooler:,}" in text
+
+
+def test_duplicating_a_sentence_encoder_keeps_its_class_pooler_and_files(tiny_dirs, tmp_path, capsys):
+    from transformers import BertModel
+
+    from analysis.cli import main
+    from analysis.duplication import export, preview
+
+    path = sentence_transformers_dir(tiny_dirs["bert"], tmp_path / "st", normalize=True)
+    loaded = load_model(ModelSpec(str(path), device="cpu"))
+    plan = [0, 0, 1, 2]
+    out = export(loaded, plan, tmp_path / "deeper")
+    assert json.loads((out / "config.json").read_text())["architectures"] == ["BertModel"]
+    source = BertModel.from_pretrained(path)
+    deeper, info = BertModel.from_pretrained(out, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    assert deeper.config.num_hidden_layers == 4
+    for name, p in source.pooler.state_dict().items():  # the checkpoint's own pooler, not a random one
+        assert torch.equal(deeper.pooler.state_dict()[name], p)
+    for new, src in enumerate(plan):
+        for name, p in source.encoder.layer[src].state_dict().items():
+            assert torch.equal(deeper.encoder.layer[new].state_dict()[name], p)
+    for name in ("modules.json", "1_Pooling/config.json", "sentence_bert_config.json",
+                 "config_sentence_transformers.json"):
+        assert json.loads((out / name).read_text()) == json.loads((path / name).read_text()), name
+    assert (out / "2_Normalize").is_dir()
+    again = load_model(ModelSpec(str(out), device="cpu"))
+    assert again.pooling == "mean+normalize" and again.mlm_head is None and again.summary()["class"] == "BertModel"
+    enc = tiny_tokenizer()(list(TEXTS.texts), padding=True, return_tensors="pt")
+    with torch.no_grad():
+        ours = preview(loaded, plan).model.base_model(**enc, output_hidden_states=True).hidden_states
+        theirs = deeper.eval()(**enc, output_hidden_states=True).hidden_states
+    for a, b in zip(ours, theirs, strict=True):
+        assert torch.equal(a, b)
+    capsys.readouterr()
+    assert main(["duplicate", "--model", str(path), "--device", "cpu", "--duplicate-first", "1",
+                 "--out", str(tmp_path / "cli")]) == 0
+    err = capsys.readouterr().err
+    assert "BertModel" in err and "AutoModelForMaskedLM" not in err
+    assert (tmp_path / "cli" / "2_Normalize").is_dir() and (tmp_path / "cli" / "modules.json").is_file()
