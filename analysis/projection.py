@@ -529,6 +529,7 @@ def atlas(loaded: LoadedModel, inputs: TextInputs, config: AtlasConfig = AtlasCo
             "constant_layers": constant, "cache_hit": hit,
             "silhouette_sample": SILHOUETTE_MAX_ROWS if len(inputs) > SILHOUETTE_MAX_ROWS else None,
             "vectors_seconds": round(vectors_seconds, 3),
-            "scoring_seconds": round(scored_at - start - vectors_seconds, 3), "projection_seconds": round(projected_at - scored_at, 3),
+            "scoring_seconds": round(scored_at - start - vectors_seconds, 3),
+            "projection_seconds": round(projected_at - scored_at, 3),
             "seconds": round(time.perf_counter() - start, 3)}
     return AtlasResult(frame, sep, linear_cka(reps, constant=constant), info)
