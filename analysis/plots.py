@@ -12,9 +12,28 @@ COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]
 
 
 def plain(text) -> str:
-    """Text from the data or the user (a class label, a model name) as Plotly shows it: escaped, so ``<a href>``
-    in a label is shown, never rendered as a link."""
-    return html.escape(str(text))
+    """Text from the data or the user (a class label, a token, a model name) as Plotly shows it: ``&``, ``<`` and
+    ``>`` escaped, so ``<a href>`` or ``<b>`` in a label is shown, never rendered as a link or bold. Quotes stay
+    as they are: Plotly's text decodes only ``&lt;``, ``&gt;``, ``&amp;`` and numeric entities, so ``&quot;``
+    would be shown as those six characters."""
+    return html.escape(str(text), quote=False)
+
+
+DEPTH_TITLES = {False: "layer (0 = embeddings)",
+                True: "relative depth (layer / L: 0 = embeddings, 1 = last layer)"}
+
+
+def depth(layers, states: int, relative: bool = False) -> list[float]:
+    """Where hidden states ``layers`` of a model with ``states`` hidden states (``L + 1``) sit on a layer axis:
+    their own indices, or with ``relative`` their relative depth ``layer / L`` (0..1), so that models of
+    different depth can be compared."""
+    layers = [int(v) for v in layers]
+    return [v / max(states - 1, 1) for v in layers] if relative else layers
+
+
+def _names(layer_names, label: str, layers) -> list[str]:
+    """Run ``label``'s own layer names (its model's, :func:`models.anatomy.layer_name`), else the indices."""
+    return list((layer_names or {}).get(label) or [str(int(v)) for v in layers])
 
 
 def _rgba(hex_colour: str, alpha: float) -> str:
@@ -24,19 +43,27 @@ def _rgba(hex_colour: str, alpha: float) -> str:
 
 def accuracy_curve(runs: dict[str, pd.DataFrame], layer_names: dict[str, list[str]] | None = None,
                    title: str = "Reconstruction accuracy by layer",
-                   positions: dict[str, list[float]] | None = None) -> go.Figure:
+                   positions: dict[str, list[float]] | None = None, relative: bool = False) -> go.Figure:
     """Token accuracy per layer (solid) and the sentence mean with its 95% percentile-bootstrap interval over
     sentences (dashed, shaded) for each run.
 
-    ``runs`` maps a label (e.g. a model name) to a ``layers`` table (:data:`LAYER_COLUMNS`); ``positions``
-    optionally places a run's layers elsewhere on the x axis (a duplicated model's original layers at their
-    last copy, :func:`analysis.duplication.aligned_positions`).
+    ``runs`` maps a label (e.g. a model name) to a ``layers`` table (:data:`LAYER_COLUMNS`) and ``layer_names``
+    to its own model's layer names (the hover's). Each run sits at its own layer indices, or with ``relative``
+    at ``layer / L`` (:func:`depth`). ``positions`` optionally places a run's layers on another run's axis (a
+    duplicated model's original layers at their last copy, :func:`analysis.duplication.aligned_positions`);
+    only then, or when every run has the same layers, do the ticks carry layer names.
     """
     fig = go.Figure()
+    placed = {label for label in runs if (positions or {}).get(label)}
+    axis_names = {tuple(_names(layer_names, label, layers["layer"])) for label, layers in runs.items()
+                  if label not in placed}
     for i, (label, layers) in enumerate(runs.items()):
         colour = COLOURS[i % len(COLOURS)]
-        x = list((positions or {}).get(label) or layers["layer"].tolist())
-        names = (layer_names or {}).get(label) or [str(v) for v in x]
+        names = _names(layer_names, label, layers["layer"])
+        if label in placed:  # on the axis of the run that is not placed
+            x = depth(positions[label], len(next(iter(axis_names), names)), relative)
+        else:
+            x = depth(layers["layer"], len(names), relative)
         fig.add_trace(go.Scatter(
             x=x + x[::-1], y=layers["ci_high"].tolist() + layers["ci_low"].tolist()[::-1], fill="toself", mode="lines",
             fillcolor=_rgba(colour, 0.15), line={"width": 0}, hoverinfo="skip", showlegend=False,
@@ -50,18 +77,24 @@ def accuracy_curve(runs: dict[str, pd.DataFrame], layer_names: dict[str, list[st
             name=f"{plain(label)}: token accuracy",
             legendgroup=label, customdata=np.c_[names, layers["correct"], layers["tokens"]],
             hovertemplate="%{customdata[0]}: %{y:.3f} (%{customdata[1]} of %{customdata[2]} tokens)<extra></extra>"))
-    longest = max((names for names in (layer_names or {}).values() if names), key=len, default=[])
-    axis = ({"tickvals": list(range(len(longest))), "ticktext": longest} if any("←" in n for n in longest)
-            else {"dtick": 1})  # a duplicated model: ticks say "new ← source", as the title promises
-    fig.update_layout(title=title, xaxis_title="layer (0 = embeddings)", yaxis_title="accuracy",
+    shared = list(next(iter(axis_names))) if len(axis_names) == 1 else []
+    if relative:
+        axis = {"range": [-0.03, 1.03]}
+    elif any("←" in n for n in shared):  # one duplicated model's axis: ticks say "new ← source", as the title says
+        axis = {"tickvals": list(range(len(shared))), "ticktext": shared}
+    else:  # models of different depth: each at its own indices, its own names in the hover
+        axis = {"dtick": 1}
+    fig.update_layout(title=title, xaxis_title=DEPTH_TITLES[relative], yaxis_title="accuracy",
                       yaxis={"range": [0, 1.02]}, xaxis=axis, hovermode="x unified",
                       legend={"orientation": "h", "y": -0.2}, margin={"t": 50, "b": 10})
     return fig
 
 
-def divergence_curves(runs: dict[str, pd.DataFrame], layer_names: dict[str, list[str]] | None = None) -> go.Figure:
+def divergence_curves(runs: dict[str, pd.DataFrame], layer_names: dict[str, list[str]] | None = None,
+                      relative: bool = False) -> go.Figure:
     """Per layer, KL to the final layer's distribution (nats, left) and top-1 agreement with the final layer
-    (right, 0..1) for each run that has them (``kl_to_final``, ``agreement``: the raw head and a tuned lens)."""
+    (right, 0..1) for each run that has them (``kl_to_final``, ``agreement``: the raw head and a tuned lens),
+    each at its own layer indices or, with ``relative``, at ``layer / L``."""
     from plotly.subplots import make_subplots
 
     fig = make_subplots(rows=1, cols=2, subplot_titles=("KL to the final layer (nats; 0 = reads as the final layer)",
@@ -70,15 +103,16 @@ def divergence_curves(runs: dict[str, pd.DataFrame], layer_names: dict[str, list
         if "kl_to_final" not in layers:
             continue
         colour = COLOURS[i % len(COLOURS)]
-        names = np.c_[(layer_names or {}).get(label) or layers["layer"].astype(str).tolist()]
+        own = _names(layer_names, label, layers["layer"])
+        names, x = np.c_[own], depth(layers["layer"], len(own), relative)
         for col, column in ((1, "kl_to_final"), (2, "agreement")):
-            fig.add_trace(go.Scatter(x=layers["layer"], y=layers[column], mode="lines+markers", name=plain(label),
+            fig.add_trace(go.Scatter(x=x, y=layers[column], mode="lines+markers", name=plain(label),
                                      line={"color": colour}, legendgroup=label, showlegend=col == 1,
                                      customdata=names, hovertemplate=f"%{{customdata[0]}}: {column.replace('_', ' ')} "
                                      "%{y:.3f}<extra>" + plain(label) + "</extra>"), row=1, col=col)
     fig.update_yaxes(rangemode="tozero", row=1, col=1)
     fig.update_yaxes(range=[0, 1.02], row=1, col=2)
-    fig.update_xaxes(title="layer (0 = embeddings)", dtick=1)
+    fig.update_xaxes(title=DEPTH_TITLES[relative], **({} if relative else {"dtick": 1}))
     fig.update_layout(height=340, legend={"orientation": "h", "y": -0.25}, margin={"t": 40, "b": 10})
     return fig
 
@@ -92,11 +126,11 @@ def token_heatmap(tokens: pd.DataFrame, layer_names: list[str], title: str = "")
     layers = sorted(tokens["layer"].unique())
     grid = tokens.pivot(index="layer", columns="position", values="prob").reindex(index=layers, columns=positions)
     first = tokens[tokens["layer"] == layers[0]].set_index("position").reindex(positions)
-    labels = [f"{p}: {t}" for p, t in zip(positions, first["input_token"].astype(str), strict=True)]
+    labels = [f"{p}: {plain(t)}" for p, t in zip(positions, first["input_token"].astype(str), strict=True)]
     hover = tokens.assign(text=[
-        f"input <b>{html.escape(str(r.input_token))}</b> · predicted <b>{html.escape(str(r.predicted_token))}</b>"
+        f"input <b>{plain(r.input_token)}</b> · predicted <b>{plain(r.predicted_token)}</b>"
         f"<br>p(input) {r.prob:.3f} · rank {r.rank}<br>top: "
-        + ", ".join(f"{html.escape(str(t))} {p:.2f}" for t, p in zip(r.top_tokens, r.top_probs, strict=True))
+        + ", ".join(f"{plain(t)} {p:.2f}" for t, p in zip(r.top_tokens, r.top_probs, strict=True))
         for r in tokens.itertuples()
     ]).pivot(index="layer", columns="position", values="text").reindex(index=layers, columns=positions)
     fig = go.Figure(go.Heatmap(
@@ -141,9 +175,13 @@ LEGEND_TITLES = {"label": "class", "prediction": "predicted class", "correct": "
 
 
 def atlas_grid(coords: pd.DataFrame, texts: dict[int, str], layer_names: list[str], title: str = "",
-               columns: int = 3, colour_by: str = "label") -> go.Figure:
+               columns: int = 3, colour_by: str = "label",
+               explained: dict[int, tuple[float, float] | None] | None = None) -> go.Figure:
     """Small multiples: one 2-D scatter per layer of ``coords`` (layer, example_id, x, y, label), coloured by
-    label with shared colours; hover shows the example id, label and text (``texts[example_id]``)."""
+    label with shared colours; hover shows the example id, label and text (``texts[example_id]``). Panels are
+    titled with ``layer_names`` (the names of the model the coordinates come from). ``explained``: per layer,
+    the share of the variance on each PCA axis (``AtlasResult.info["explained_variance"]``), written on the
+    panel's axes as ``PC1 (23.4%)``; None for a layer with no variance (a constant one) or a method without."""
     from plotly.subplots import make_subplots
 
     layers = list(dict.fromkeys(coords["layer"]))
@@ -158,13 +196,19 @@ def atlas_grid(coords: pd.DataFrame, texts: dict[int, str], layer_names: list[st
         part = coords[coords["layer"] == layer]
         for label, group in part.groupby(part[colour_by].map(CORRECT_NAMES.get if colour_by == "correct" else str),
                                          sort=True):
-            hover = [html.escape(texts.get(i, "")[:120]) for i in group["example_id"]]
-            template = f"<b>{html.escape(label)}</b> · row %{{customdata[0]}}<br>%{{customdata[1]}}<extra></extra>"
+            hover = [plain(texts.get(i, "")[:120]) for i in group["example_id"]]
+            template = f"<b>{plain(label)}</b> · row %{{customdata[0]}}<br>%{{customdata[1]}}<extra></extra>"
             fig.add_trace(scatter(
                 x=group["x"], y=group["y"], mode="markers", name=plain(label), legendgroup=label, showlegend=n == 0,
                 marker={"color": colours[label], "size": 5 if webgl else 6, "opacity": 0.75},
                 customdata=np.c_[group["example_id"], hover], hovertemplate=template),
                 row=n // columns + 1, col=n % columns + 1)
+        if ratio := (explained or {}).get(layer):
+            where = {"row": n // columns + 1, "col": n % columns + 1}
+            fig.update_xaxes(title={"text": f"PC1 ({100 * ratio[0]:.1f}%)", "font": {"size": 11}, "standoff": 2},
+                             **where)
+            fig.update_yaxes(title={"text": f"PC2 ({100 * ratio[1]:.1f}%)", "font": {"size": 11}, "standoff": 2},
+                             **where)
     fig.update_xaxes(showticklabels=False)
     fig.update_yaxes(showticklabels=False)
     fig.update_layout(title=title, height=300 * rows + 80, margin={"t": 80, "b": 10, "l": 10, "r": 10},
@@ -172,10 +216,12 @@ def atlas_grid(coords: pd.DataFrame, texts: dict[int, str], layer_names: list[st
     return fig
 
 
-def separability_curve(runs: dict[str, pd.DataFrame], layer_names: list[str] | None = None) -> go.Figure:
+def separability_curve(runs: dict[str, pd.DataFrame], layer_names: dict[str, list[str]] | None = None,
+                       relative: bool = False) -> go.Figure:
     """Linear-probe accuracy (mean over folds; shaded: the 95% Wilson interval of the pooled out-of-fold
     accuracy, inside [0, 1]) with the majority-class baseline (dotted), and silhouette per layer, one colour
-    per run. Hover: std over folds and macro-F1."""
+    per run. Hover: the layer's name (``layer_names[run]``: each run's own model's), std over folds and
+    macro-F1. Each run sits at its own layer indices, or with ``relative`` at ``layer / L`` (:func:`depth`)."""
     from plotly.subplots import make_subplots
 
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, row_heights=[0.6, 0.4],
@@ -183,8 +229,9 @@ def separability_curve(runs: dict[str, pd.DataFrame], layer_names: list[str] | N
                                         "silhouette (euclidean)"])
     for i, (label, sep) in enumerate(runs.items()):
         colour = COLOURS[i % len(COLOURS)]
-        x = sep["layer"].tolist()
-        names = [layer_names[v] for v in x] if layer_names else [str(v) for v in x]
+        names = _names(layer_names, label, sep["layer"])
+        x = depth(sep["layer"], len(names), relative)
+        names = [names[v] for v in sep["layer"]]
         low, high = sep["probe_ci_low"], sep["probe_ci_high"]
         fig.add_trace(go.Scatter(x=x + x[::-1], y=high.tolist() + low.tolist()[::-1], fill="toself", mode="lines",
                                  fillcolor=_rgba(colour, 0.15), line={"width": 0}, hoverinfo="skip",
@@ -196,21 +243,21 @@ def separability_curve(runs: dict[str, pd.DataFrame], layer_names: list[str] | N
                                  hovertemplate="%{customdata[0]}: accuracy %{y:.3f} (std over folds "
                                                "%{customdata[1]:.3f}; 95% interval %{customdata[3]:.3f}–"
                                                "%{customdata[4]:.3f}), macro-F1 %{customdata[2]:.3f}"
-                                               "<extra>" + html.escape(label) + "</extra>"), row=1, col=1)
+                                               "<extra>" + plain(label) + "</extra>"), row=1, col=1)
         fig.add_trace(go.Scatter(x=x, y=sep["majority_baseline"], mode="lines", legendgroup=label, showlegend=False,
                                  line={"color": colour, "dash": "dot", "width": 1},
-                                 hovertemplate="majority class: %{y:.3f}<extra>" + html.escape(label) + "</extra>"),
+                                 hovertemplate="majority class: %{y:.3f}<extra>" + plain(label) + "</extra>"),
                       row=1, col=1)
         fig.add_trace(go.Scatter(x=x, y=sep["silhouette"], mode="lines+markers", name=plain(label), legendgroup=label,
                                  showlegend=False, line={"color": colour}, customdata=np.c_[names],
-                                 hovertemplate="%{customdata[0]}: silhouette %{y:.3f}<extra>" + html.escape(label)
+                                 hovertemplate="%{customdata[0]}: silhouette %{y:.3f}<extra>" + plain(label)
                                                + "</extra>"), row=2, col=1)
-    fig.update_xaxes(dtick=1)
+    fig.update_xaxes(**({"range": [-0.03, 1.03]} if relative else {"dtick": 1}))
     fig.update_yaxes(range=[0, 1.02], row=1, col=1)
     values = [v for sep in runs.values() for v in sep["silhouette"] if np.isfinite(v)]
     low, high = min([-0.1, *values]), max([0.1, *values])  # silhouette is in [-1, 1]: never zoom into noise
     fig.update_yaxes(range=[low - 0.02, high + 0.02], row=2, col=1)
-    fig.update_xaxes(title_text="layer (0 = embeddings)", row=2, col=1)
+    fig.update_xaxes(title_text=DEPTH_TITLES[relative], row=2, col=1)
     fig.update_layout(title="Separability by layer", height=480, legend={"orientation": "h", "y": -0.15},
                       margin={"t": 60, "b": 10})
     return fig
@@ -229,19 +276,28 @@ def cka_heatmap(cka: np.ndarray, layer_names: list[str], title: str = "Linear CK
 
 # --- fine-tuning -------------------------------------------------------------------------------------------
 
+HISTORY_SERIES = (("train_loss", "train loss (epoch mean)", "y"), ("val_loss", "validation loss", "y"),
+                  ("val_accuracy", "validation accuracy", "y2"), ("val_macro_f1", "validation macro-F1", "y2"))
+
+
 def history_chart(history: list[dict]) -> go.Figure:
-    """Per-epoch training and validation loss (left axis) and validation accuracy / macro-F1 (right axis)."""
+    """Per-epoch training and validation loss (left axis, dashed) and validation accuracy / macro-F1 (right
+    axis). After a single epoch there are no lines to draw: the four points are markers set side by side
+    around the epoch (equal losses or scores would otherwise hide each other), on an axis one epoch wide."""
     epochs = [h["epoch"] for h in history]
+    one = len(epochs) == 1
     fig = go.Figure()
-    for key, name, colour in (("train_loss", "train loss (epoch mean)", COLOURS[0]),
-                              ("val_loss", "validation loss", COLOURS[1])):
-        fig.add_trace(go.Scatter(x=epochs, y=[h[key] for h in history], name=name, mode="lines+markers",
-                                 line={"color": colour, "dash": "dash"}))
-    for key, name, colour in (("val_accuracy", "validation accuracy", COLOURS[2]),
-                              ("val_macro_f1", "validation macro-F1", COLOURS[3])):
-        fig.add_trace(go.Scatter(x=epochs, y=[h[key] for h in history], name=name, mode="lines+markers",
-                                 line={"color": colour}, yaxis="y2"))
-    fig.update_layout(xaxis={"title": "epoch", "dtick": 1}, yaxis={"title": "loss"},
+    for n, (key, name, axis) in enumerate(HISTORY_SERIES):
+        x = [e + (n - 1.5) * 0.12 for e in epochs] if one else epochs
+        fig.add_trace(go.Scatter(x=x, y=[h[key] for h in history], name=name, yaxis=axis,
+                                 mode="markers" if one else "lines+markers", customdata=epochs,
+                                 hovertemplate=f"{name}, epoch %{{customdata}}: %{{y:.3f}}<extra></extra>",
+                                 marker={"size": 10 if one else 6,
+                                         "symbol": ["circle", "square", "diamond", "triangle-up"][n]},
+                                 line={"color": COLOURS[n], "dash": "dash" if axis == "y" else None}))
+    xaxis = ({"title": "epoch", "tickvals": epochs, "range": [epochs[0] - 0.5, epochs[0] + 0.5]} if one
+             else {"title": "epoch", "dtick": 1})
+    fig.update_layout(xaxis=xaxis, yaxis={"title": "loss"},
                       yaxis2={"title": "score", "overlaying": "y", "side": "right", "range": [0, 1.02],
                               "tickmode": "linear", "dtick": 0.2, "showgrid": False},
                       height=320, margin={"t": 30, "b": 10}, legend={"orientation": "h", "y": -0.25})

@@ -76,7 +76,11 @@ st.caption(f"{main.n_texts} texts · {int(main.layers['tokens'].iloc[0]):,} coun
            + (f" · every model reads these same {main.n_texts} texts" if len(results) > 1 else ""))
 
 st.subheader("Accuracy by layer")
-fig = accuracy_curve({k: r.layers for k, r in results.items()}, {k: r.layer_names for k, r in results.items()})
+names = {k: r.layer_names for k, r in results.items()}  # each model's own
+relative = len({len(n) for n in names.values()}) > 1 and st.checkbox(
+    "Relative depth (layer / L)", key="probe_relative", help="These models have different numbers of layers: "
+    "place each one's layers at layer / L (0 = embeddings, 1 = its last layer) instead of at its own indices.")
+fig = accuracy_curve({k: r.layers for k, r in results.items()}, names, relative=relative)
 if st.checkbox("Zoom the accuracy axis to the data", key="probe_zoom", help="The axis runs from 0 to 1 by default, "
                "so small differences are not blown up; zoom in to see close curves apart (the axis then says where "
                "it starts)."):
@@ -91,8 +95,7 @@ if lens_dir is not None:
         st.info("This lens was trained to match the final layer at **masked** positions, where the model has to "
                 "predict. Unmasked, the final layer mostly copies its input (Kao et al.), and a lens reading can sit "
                 "further from it than the raw head's: choose Mode **masked** to see what the lens was trained for.")
-    chart(divergence_curves({k: r.layers for k, r in results.items()}, {k: r.layer_names for k, r in results.items()}),
-          "reconstruction_lens")
+    chart(divergence_curves({k: r.layers for k, r in results.items()}, names, relative), "reconstruction_lens")
 for i, (label, r) in enumerate(results.items()):
     with st.expander(f"Table: {label}", expanded=i == 0):
         table(r.layers, LAYER_HEADERS)

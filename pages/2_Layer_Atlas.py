@@ -10,6 +10,7 @@ from analysis.inputs import InputError
 from analysis.plots import atlas_grid, cka_heatmap, separability_curve
 from analysis.projection import (
     COLOR_BY,
+    METHOD_NAMES,
     METHODS,
     SEPARABILITY_HEADERS,
     AtlasConfig,
@@ -22,8 +23,6 @@ from models.loading import ModelSpec
 from ui.inputs import labelled_inputs
 from ui.results import chart, for_each_model, md_plain, result_key, shared_result, table, wait_for_run
 from ui.sidebar import model_cache, start_page
-
-METHOD_NAMES = {"pca": "PCA", "umap": "UMAP", "tsne": "t-SNE"}
 
 loaded = start_page("Layer atlas", (
     "Each layer's sentence vector (the **[CLS]** / first token's hidden state, or the **mean** of the text's "
@@ -84,9 +83,12 @@ if "classifier_correct" in info:
     st.caption(f"{loaded.spec.name}'s own head is right on {info['classifier_correct']:,} of "
                f"{info['classifier_rows']:,} rows ({info['classifier_correct'] / info['classifier_rows']:.3f}; the "
                f"majority class alone: {max(info['classes'].values()) / info['rows']:.3f}).")
-st.caption(f"{info['rows']:,} rows · classes: {classes} · {info['seconds']:.2f} s"
-           + (" · vectors from the disk cache" if info["cache_hit"] else ""))
-names = loaded.anatomy.layer_names()
+st.caption(f"{info['rows']:,} rows · classes: {classes} · "
+           + ("vectors read from the disk cache" if info["cache_hit"] else
+              f"vectors computed in {info['vectors_seconds']:.2f} s")
+           + f" · scoring {info['scoring_seconds']:.2f} s · projection ({METHOD_NAMES[method]}) "
+           f"{info['projection_seconds']:.2f} s")
+names = info["layer_names"]  # each result carries its own model's layer names
 if info["constant_layers"]:
     st.info(f"{', '.join(names[i] for i in info['constant_layers'])}: the vector is the same for every text "
             "(at the embeddings, [CLS] is just its token and position embedding), so its plot is a single "
@@ -97,17 +99,25 @@ if info["silhouette_sample"]:
 
 texts = dict(zip(inputs.ids, inputs.texts, strict=True))
 for i, (label, result) in enumerate(results.items()):
-    title = f"{label}: {METHOD_NAMES[method]} of the {'[CLS]' if pooling == 'cls' else 'mean'} vector"
-    chart(atlas_grid(result.coords, texts, names, title, colour_by=result.info.get("color_by", "label")),
+    title = f"{label}: {METHOD_NAMES[method]} of the {result.info['pooling_name']}"
+    explained = dict(zip(result.info["layers"], result.info["explained_variance"] or [], strict=False))
+    chart(atlas_grid(result.coords, texts, result.info["layer_names"], title,
+                     colour_by=result.info.get("color_by", "label"), explained=explained),
           f"atlas_{method}" + ("_compared" if i else ""),
           key=f"atlas_grid_{i}")
     if len(inputs) > 2000:
         st.caption(f"All {len(inputs):,} points are drawn (WebGL).")
 
 left, right = st.columns([3, 2])
-chart(separability_curve({k: r.separability for k, r in results.items()}, names), "separability", left)
+relative = len(results) > 1 and left.checkbox(
+    "Relative depth (layer / L)", key="atlas_relative", help="Place each model's layers at layer / L (0 = "
+    "embeddings, 1 = its last layer) to compare models of different depth; otherwise each sits at its own "
+    "layer indices.")
+chart(separability_curve({k: r.separability for k, r in results.items()},
+                         {k: r.info["layer_names"] for k, r in results.items()}, relative), "separability", left)
 view = right.radio("CKA of", list(results), horizontal=True, key="atlas_cka") if len(results) > 1 else None
-chart(cka_heatmap(results.get(view, main).cka, names), "cka", right)
+shown = results.get(view, main)
+chart(cka_heatmap(shown.cka, shown.info["layer_names"]), "cka", right)
 
 for i, (label, result) in enumerate(results.items()):
     with st.expander(f"Tables and downloads: {label}", expanded=False):

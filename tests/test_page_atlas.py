@@ -1,6 +1,7 @@
 """AppTest of the layer atlas page: the numbers it shows are the engine's; bad input is a message."""
 
 import pandas as pd
+import pytest
 
 from analysis.inputs import read_file
 from analysis.projection import AtlasConfig, atlas
@@ -59,3 +60,73 @@ def test_more_rows_than_the_limit_needs_an_explicit_sample(tiny_dirs, monkeypatc
     at.button(key="atlas_run").click().run()
     assert not at.exception and not at.error
     assert any(c.value.startswith("100 rows") for c in at.caption)
+
+
+def figure(element) -> dict:
+    """A Plotly chart shown by the page, as the figure's JSON."""
+    import json
+
+    return json.loads(element.proto.spec)
+
+
+def deeper_export(tiny_dirs, tmp_path_factory):
+    """A 5-layer duplication export of the 3-layer tiny BERT, made as the duplication page makes it."""
+    from analysis.duplication import export
+
+    out = tmp_path_factory.mktemp("deeper") / "bert_deeper"
+    if not out.is_dir():
+        export(load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu")), [0, 0, 1, 1, 2], out)
+    return out
+
+
+def test_a_second_model_of_another_depth_keeps_its_own_layers(tiny_dirs, tmp_path_factory):
+    """Issue 24.2: comparing with a deeper model (a duplication export) crashed; each grid is titled with its
+    own model's layer names, each curve sits at its own indices, and relative depth puts layer i of L at i / L."""
+    deeper = deeper_export(tiny_dirs, tmp_path_factory)
+    own = {str(tiny_dirs["bert"]): load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu")).anatomy.layer_names(),
+           str(deeper): load_model(ModelSpec(str(deeper), device="cpu")).anatomy.layer_names()}
+    assert own[str(deeper)][3] == "3 ← 2"
+    at = run_page(PAGE, model=str(tiny_dirs["bert"]))
+    at.text_input(key="atlas_layers").set_value("all").run()
+    at.text_input(key="atlas_compare").set_value(str(deeper)).run()
+    at.button(key="atlas_run").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    charts = [figure(c) for c in at.get("plotly_chart")]
+    for grid, names in zip(charts[:2], own.values(), strict=True):
+        assert [a["text"] for a in grid["layout"]["annotations"]] == names
+    curve = charts[2]
+    for label, names in own.items():
+        probe = [t for t in curve["data"] if t.get("legendgroup") == label and t.get("customdata")]
+        assert probe and all(t["x"] == list(range(len(names))) for t in probe)
+        assert all([c[0] for c in t["customdata"]] == names for t in probe)
+    at.radio(key="atlas_cka").set_value(str(deeper)).run()
+    assert figure(at.get("plotly_chart")[3])["data"][0]["y"] == own[str(deeper)]  # its CKA, its own names
+    at.checkbox(key="atlas_relative").check().run()
+    assert not at.exception
+    curve = figure(at.get("plotly_chart")[2])
+    assert "relative depth" in curve["layout"]["xaxis2"]["title"]["text"]
+    for label, names in own.items():
+        for t in (t for t in curve["data"] if t.get("legendgroup") == label and t.get("customdata")):
+            assert t["x"] == pytest.approx([i / (len(names) - 1) for i in range(len(names))])
+
+
+def test_titles_name_the_pooling_and_the_pca_variance_and_the_times_are_split(tiny_dirs):
+    """Issue 24.10: the title names the pooling used, each PCA panel says its axes' share of the variance (the
+    engine's numbers), and the caption says which stage took the time."""
+    import re
+
+    at = run_page(PAGE, model=str(tiny_dirs["bert"]))
+    at.radio(key="atlas_pool").set_value("mean").run()
+    at.button(key="atlas_run").click().run()
+    assert not at.exception and not at.error
+    expected = atlas(load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu")),
+                     read_file(DEMO_LABELLED, label_column="label"), AtlasConfig(pooling="mean"))
+    grid = figure(at.get("plotly_chart")[0])
+    assert grid["layout"]["title"]["text"].endswith("PCA of the mean of the text's tokens")
+    for n, ratio in enumerate(expected.info["explained_variance"]):
+        suffix = "" if n == 0 else str(n + 1)
+        assert grid["layout"][f"xaxis{suffix}"]["title"]["text"] == f"PC1 ({100 * ratio[0]:.1f}%)"
+        assert grid["layout"][f"yaxis{suffix}"]["title"]["text"] == f"PC2 ({100 * ratio[1]:.1f}%)"
+    times = [c.value for c in at.caption if "scoring" in c.value]
+    assert times and re.search(r"vectors (read from the disk cache|computed in [\d.]+ s) · scoring [\d.]+ s · "
+                               r"projection \(PCA\) [\d.]+ s", times[0])

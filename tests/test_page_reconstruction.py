@@ -86,3 +86,34 @@ def test_a_lens_job_is_queued_from_the_page(tmp_path, monkeypatch):
     assert not at.exception and "queued" in at.success[0].value
     job = JobStore(tmp_path / "jobs").list()[0]
     assert (job.config["kind"], job.config["steps"], job.config["corpus"], job.status) == ("lens", 20, "demo", "queued")
+
+
+def test_a_second_model_of_another_depth_is_drawn_at_its_own_layers(tiny_dirs, tmp_path_factory):
+    """Issue 24.2: the 3-layer curve was drawn under the 5-layer export's ticks ("3 ← 2"); each curve now sits at
+    its own indices with its own names in the hover, or at relative depth i / L."""
+    import json
+
+    import pytest
+
+    from tests.test_page_atlas import deeper_export
+
+    deeper = deeper_export(tiny_dirs, tmp_path_factory)
+    own = {str(tiny_dirs["bert"]): load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu")).anatomy.layer_names(),
+           str(deeper): load_model(ModelSpec(str(deeper), device="cpu")).anatomy.layer_names()}
+    at = run_page(PAGE, model=str(tiny_dirs["bert"]))
+    at.text_input(key="probe_compare").set_value(str(deeper)).run()
+    at.button(key="probe_run").click().run()
+    assert not at.exception and not at.error
+    curve = json.loads(at.get("plotly_chart")[0].proto.spec)
+    assert "ticktext" not in curve["layout"]["xaxis"]  # no model's names under the other's points
+    for label, names in own.items():
+        traces = [t for t in curve["data"] if t.get("legendgroup") == label and t.get("customdata")]
+        assert traces and all(t["x"] == list(range(len(names))) for t in traces)
+        assert all([c[0] for c in t["customdata"]] == names for t in traces)
+    at.checkbox(key="probe_relative").check().run()
+    assert not at.exception
+    curve = json.loads(at.get("plotly_chart")[0].proto.spec)
+    assert "relative depth" in curve["layout"]["xaxis"]["title"]["text"]
+    for label, names in own.items():
+        for t in (t for t in curve["data"] if t.get("legendgroup") == label and t.get("customdata")):
+            assert t["x"] == pytest.approx([i / (len(names) - 1) for i in range(len(names))])
