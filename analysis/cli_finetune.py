@@ -122,8 +122,8 @@ def cmd_finetune(args: argparse.Namespace, callbacks: list = ()) -> int:
           f"class {base.get('accuracy', float('nan')):.4f}), macro-F1 {metrics.get('macro_f1', float('nan')):.4f}; "
           f"head parameters {metrics['head_trainable_parameters']:,}"
           + ("; every prediction is one class" if metrics.get("one_class") else ""))
-    print(f"wrote {args.out}/metrics.json, predictions.csv, run.json" + (", checkpoint/" if options.folds == 1 else ""),
-          file=sys.stderr)
+    written = sorted(f"{p.name}/" if p.is_dir() else p.name for p in Path(out).iterdir())  # what is there, all of it
+    print(f"wrote {args.out}/: {', '.join(written)}", file=sys.stderr)
     return 0
 
 

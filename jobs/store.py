@@ -20,6 +20,7 @@ from analysis.store import layerlens_home
 
 STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
 FINISHED = ("succeeded", "failed", "cancelled")
+LOG_NAME = "job.log"  # in each job's directory
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -76,7 +77,7 @@ class Job:
 
     @property
     def log_path(self) -> Path:
-        return self.directory / "job.log"
+        return self.directory / LOG_NAME
 
     @property
     def artifacts(self) -> Path:
@@ -231,14 +232,24 @@ class JobStore:
             db.execute("UPDATE jobs SET progress=? WHERE id=?", (json.dumps(progress, default=float), job_id))
 
     def finish(self, job_id: int, status: str, error: str | None = None, metrics: dict | None = None) -> bool:
-        """Mark a queued or running job finished; False if it had finished already."""
+        """Mark a queued or running job finished; False if it had finished already. A cancelled job's log ends
+        with a line saying so (the job's own process cannot write it: it was stopped)."""
         assert status in FINISHED
         with self._connect() as db:
             cur = db.execute("UPDATE jobs SET status=?, finished=?, error=?, metrics=COALESCE(?, metrics) "
                              "WHERE id=? AND status IN ('queued', 'running')",
                              (status, time.time(), error, json.dumps(metrics, default=float) if metrics else None,
                               job_id))
-            return cur.rowcount == 1
+            done = cur.rowcount == 1
+        if done and status == "cancelled":
+            try:
+                log_path = self.directory(job_id) / LOG_NAME
+                log_path.parent.mkdir(parents=True, exist_ok=True)
+                with open(log_path, "a") as log:
+                    log.write(f"\ncancelled on request at {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+            except OSError:  # the status says it; a log that cannot be written loses nothing else
+                pass
+        return done
 
     def request_cancel(self, job_id: int) -> str:
         """Cancel: a queued job is cancelled at once; a running one is flagged for its worker to stop.

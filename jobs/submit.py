@@ -78,6 +78,25 @@ def validate(config: dict) -> tuple[dict, str]:
     return options.to_dict(), spec.device
 
 
+GENERIC_FOLDERS = {"model", "models", "checkpoint", "checkpoints", "encoder", "final", "best", "output", "outputs",
+                   "out", "export", "exports", "artifacts", "hf", "weights"}
+
+
+def model_label(model: str) -> str:
+    """How a job's name shows its model: a hub id whole (``org/name``); a local folder by its name, with its
+    parent when the name alone says nothing (``sst2-seed3/model``, ``job7/encoder``)."""
+    path = Path(str(model)).expanduser()
+    if not path.exists():
+        return str(model)
+    name = path.resolve().name
+    if name.lower() in GENERIC_FOLDERS or len(name) < 3:
+        parent = path.resolve().parent.name
+        if parent.lower() in GENERIC_FOLDERS | {"checkpoint"}:  # jobs/<id>/artifacts/checkpoint/encoder
+            parent = f"{path.resolve().parent.parent.name}/{parent}"
+        return f"{parent}/{name}"
+    return name
+
+
 def job_name(options: dict) -> str:
     """``attention · demo · demo set · epochs 1, lr 0.003``: head, model, data, the preset and the training
     options that differ from what the model and the preset give by default."""
@@ -85,7 +104,7 @@ def job_name(options: dict) -> str:
 
     if options.get("kind") == "lens":
         corpus = str(options.get("corpus") or "")
-        return " · ".join(["tuned lens", Path(str(options.get("model", "demo"))).name,
+        return " · ".join(["tuned lens", model_label(options.get("model", "demo")),
                            "demo set" if corpus == "demo" else corpus[3:] if corpus.startswith("hf:") else
                            Path(corpus).name, f"{options.get('steps')} steps"])
     defaults = defaults_for(options.get("model", "demo"), options.get("preset"))
@@ -95,7 +114,7 @@ def job_name(options: dict) -> str:
                f"{k.replace('_', ' ')} {options[k]}" for k in FinetuneConfig.model_fields
                if k not in ("head", "save_vectors") and k in options and options[k] != defaults[k]]
     preset = [f"preset {options['preset']}"] if options.get("preset") else []
-    return " · ".join([options.get("head", "cls"), Path(str(options.get("model", "demo"))).name, data,
+    return " · ".join([options.get("head", "cls"), model_label(options.get("model", "demo")), data,
                        ", ".join(preset + changed) or "defaults"])
 
 

@@ -20,7 +20,7 @@ from jobs import backends
 from jobs.store import FINISHED, JobStore
 from jobs.submit import SubmitError, submit, submit_sweep
 from ui.inputs import server_file
-from ui.jobs import comparison_table, job_table, score_line
+from ui.jobs import comparison_table, job_table, score_line, shown
 from ui.options import option_input, reset_form
 from ui.results import chart, md_plain
 from ui.sidebar import start_page
@@ -177,13 +177,11 @@ def live() -> None:
     if not jobs:
         st.caption("No jobs yet.")
         return
-    st.dataframe(job_table(jobs), hide_index=True, width="stretch", column_config={
+    st.dataframe(shown(job_table(jobs)), hide_index=True, width="stretch", column_config={
         "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0, width="small"),
         "name": st.column_config.TextColumn("name", width="medium"),
         "batch loss": st.column_config.NumberColumn("batch loss", help="the last mini-batch's loss (live); the "
-                                                    "curves below show each epoch's mean", format="%.3f"),
-        **{c: st.column_config.NumberColumn(c, format="%.3f") for c in ("val accuracy", "accuracy",
-                                                                         "majority class", "macro-F1")}})
+                                                    "curves below show each epoch's mean")})
     labels = {j.id: f"#{j.id} {j.name} ({j.status})" for j in jobs}
     chosen = st.selectbox("Job", list(labels), format_func=labels.get, key="job_view")
     job = store.get(chosen)
@@ -212,7 +210,7 @@ if finished:
         if picked_group != "all finished runs":
             finished = [j for j in finished if j.group == picked_group]
     table = comparison_table(finished)
-    st.dataframe(table, hide_index=True, width="stretch")
+    st.dataframe(shown(table), hide_index=True, width="stretch")
     st.caption("majority class: the accuracy of always predicting the most frequent class of the run's training "
                "rows, scored on the rows it was evaluated on (the same baseline as the ensemble's below).")
     if table["evaluated on"].nunique() > 1:

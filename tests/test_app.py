@@ -107,3 +107,13 @@ def test_an_incompatible_mlm_head_blocks_only_the_pages_that_need_a_head(tiny_di
     for path in ("pages/1_Reconstruction.py", "pages/4_Layer_Duplication.py"):
         at = page(path)
         assert any("needs an MLM head" in e.value and "family bert vs roberta" in e.value for e in at.error), path
+
+
+def test_the_servers_file_watcher_skips_the_venv(monkeypatch):
+    """Streamlit watches the imported modules under the app's folder; .venv is there and must not be watched
+    (read as the server reads its options, from the folder it starts in)."""
+    import streamlit.config
+
+    monkeypatch.chdir(ROOT)
+    streamlit.config.get_config_options(force_reparse=True)
+    assert ".venv" in streamlit.config.get_option("server.folderWatchBlacklist")

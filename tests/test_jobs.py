@@ -81,7 +81,19 @@ def test_cancel_stops_a_running_job_within_seconds(setup):
     start = time.time()
     job = drive(worker, store, job_id)
     assert job.status == "cancelled" and time.time() - start < 10
-    assert job.log_path.is_file()
+    assert job.log_path.read_text().rstrip().splitlines()[-1].startswith("cancelled on request at ")
+
+
+def test_job_names_say_which_model_when_its_folder_is_generic(tmp_path):
+    from jobs.submit import job_name
+
+    run = tmp_path / "runs" / "sst2-seed3" / "model"
+    run.mkdir(parents=True)
+    assert job_name({"model": str(run), "head": "attention", "train": "demo"}).startswith(
+        "attention · sst2-seed3/model · demo set")
+    assert job_name({"model": "textattack/bert-base-uncased-SST-2", "train": "demo"}).startswith(
+        "cls · textattack/bert-base-uncased-SST-2 · ")
+    assert job_name({"model": "demo", "train": "demo"}).startswith("cls · demo · demo set")
 
 
 def test_cancel_a_queued_job_at_once(setup):
@@ -89,6 +101,7 @@ def test_cancel_a_queued_job_at_once(setup):
     job_id = submit(config, store, start_worker=False)
     assert store.request_cancel(job_id) == "cancelled"
     assert store.claim("cpu", 1) is None
+    assert "cancelled on request at " in store.get(job_id).log_path.read_text()
 
 
 def test_a_crash_is_failed_with_the_log_tail(setup, tmp_path):

@@ -247,3 +247,14 @@ def test_a_form_filled_by_another_page_keeps_the_users_first_change(home, tiny_d
     assert not at.exception
     (job,) = home.list()
     assert (job.config["head"], job.config["epochs"]) == ("attention", 2) and job.config["model"].endswith("deeper")
+
+
+def test_the_jobs_table_leaves_missing_values_empty(home, tiny_dirs):
+    """A queued job has no loss, accuracy or baseline yet: its cells are empty, never 'None' or 'nan'."""
+    from ui.jobs import job_table, shown
+
+    home.submit({"model": "demo", "train": "demo", "head": "cls"}, "cpu", "cls · demo · demo set · defaults")
+    table = job_table(home.list())
+    assert table["accuracy"].isna().all()
+    html = shown(table).to_html()
+    assert "None" not in html and "nan" not in html and "cls · demo · demo set" in html

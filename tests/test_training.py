@@ -222,7 +222,7 @@ def write_tsv(path, inputs: TextInputs):
     return path
 
 
-def test_cli_writes_the_contract_files_and_reads_a_config_file(bert4, tmp_path):
+def test_cli_writes_the_contract_files_and_reads_a_config_file(bert4, tmp_path, capsys):
     train_file = write_tsv(tmp_path / "train.tsv", synthetic(24))
     val_file = write_tsv(tmp_path / "val.tsv", synthetic(12, seed=1))
     config = tmp_path / "run.yaml"
@@ -237,6 +237,9 @@ def test_cli_writes_the_contract_files_and_reads_a_config_file(bert4, tmp_path):
     assert list(pd.read_csv(out / "layer_weights.csv").columns)[:2] == ["example_id", "layer_0"]
     assert (out / "checkpoint" / "encoder" / "config.json").is_file() and (out / "checkpoint" / "head.json").is_file()
     assert json.loads((out / "run.json").read_text())["config"]["batch_size"] == 8
+    said = capsys.readouterr().err.split("wrote ", 1)[1].splitlines()[0]  # every file and folder it wrote
+    assert said == f"{out}/: " + ", ".join(sorted(p.name + "/" * p.is_dir() for p in out.iterdir()))
+    assert "layer_weights.csv" in said and "epochs/" in said
 
 
 @pytest.mark.parametrize("extra, message", [

@@ -45,6 +45,19 @@ def job_table(jobs) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+SCORE_COLUMNS = ("batch loss", "val accuracy", "accuracy", "majority class", "macro-F1", "macro_f1", "lr",
+                 "layer decay")
+
+
+def shown(table: pd.DataFrame):
+    """``table`` as the page shows it: numbers to 3 significant places, and an empty cell (not "None" or
+    "nan") where a job has no such value yet."""
+    numbers = [c for c in table.columns if c in SCORE_COLUMNS]
+    return table.style.format(lambda v: "" if v is None or v != v else f"{v:.3g}" if abs(v) < 1e-2 else
+                              f"{v:.3f}", subset=numbers, na_rep="").format(na_rep="", subset=[
+                                  c for c in table.columns if c not in numbers and table[c].dtype == object])
+
+
 def comparison_table(jobs) -> pd.DataFrame:
     """Finished runs side by side: what differs between them (model, data, head, lr, epochs, layer decay) and
     their scores with the baseline, on which rows."""
