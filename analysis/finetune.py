@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from analysis.activations import position_limit
+from analysis.activations import encode_truncated, position_limit
 from analysis.csvout import to_csv
 from analysis.inputs import DEMO_LABELLED, InputError, TextInputs
 from analysis.parallel import Ranks, ranks_for
@@ -135,7 +135,7 @@ def further_pretrain(spec: ModelSpec, texts, steps: int, out: Path, batch_size: 
     loaded = load_model(dataclasses.replace(spec, dtype="float32"))
     model, tok = loaded.model.train().requires_grad_(True), loaded.tokenizer
     autocast = loaded.spec.device.startswith("cuda") and torch.cuda.is_bf16_supported()
-    enc = tok(list(texts), truncation=True, max_length=max_length)["input_ids"]
+    enc = encode_truncated(tok, list(texts), None, max_length, "head")[0]  # the one tokenisation
     collate = DataCollatorForLanguageModeling(tok, mlm_probability=0.15, seed=seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     rng = np.random.default_rng(seed)

@@ -444,14 +444,13 @@ def classify(loaded: LoadedModel, inputs: TextInputs, max_length: int | None = N
         loaded.spec.source, dtype=DTYPES[loaded.spec.dtype], use_safetensors=not loaded.spec.allow_pickle,
         revision=loaded.spec.revision, trust_remote_code=False).to(loaded.spec.device).eval()
     limit = min(max_length or 10**9, max_input_length(loaded))
+    encoded = encode(loaded.tokenizer, inputs, limit)  # the one tokenisation, as for the vectors it colours
     names, probs = [], []
     with torch.no_grad():
         for start in range(0, len(inputs), batch_size):
-            texts = list(inputs.texts[start:start + batch_size])
-            pairs = list(inputs.pairs[start:start + batch_size]) if inputs.pairs else None
-            enc = loaded.tokenizer(texts, pairs, truncation=True, max_length=limit, padding=True,
-                                   return_tensors="pt").to(loaded.spec.device)
-            p = model(**enc).logits.float().softmax(-1)
+            batch = make_batch(encoded, list(range(start, min(start + batch_size, len(inputs)))),
+                               loaded.tokenizer.pad_token_id, loaded.spec.device)
+            p = model(**batch.model_inputs()).logits.float().softmax(-1)
             best = p.argmax(-1)
             names += [loaded.labels[i] if loaded.labels else str(i) for i in best.tolist()]
             probs += p.max(-1).values.tolist()

@@ -1,5 +1,7 @@
 """Layer duplication (Kao et al. 2020, §3): a deeper model from the pre-trained layers, previewed without training."""
 
+from pathlib import Path
+
 import plotly.graph_objects as go
 import streamlit as st
 
@@ -13,6 +15,7 @@ from analysis.duplication import (
     duplicate_first,
     duplicate_last,
     export,
+    loads_with,
     parse_plan,
     sweep,
 )
@@ -127,7 +130,7 @@ exported, exported_plan = st.session_state.get("dup_exported") or (None, None)
 if exported and exported_plan != plan:  # the plan changed since: that export is not what the page shows
     exported = None
 if exported:
-    c1.success(f"Saved to {exported} (loads with AutoModelForMaskedLM.from_pretrained).")
+    c1.success(f"Saved to {exported} ({loads_with(Path(exported))}).")
 
     if c2.button("Fine-tune this model", key="dup_finetune"):  # the form shows this model's defaults
         prefill("pages/5_Fine_Tune_Jobs.py", {"job_model": exported, "job_reset": True})

@@ -201,7 +201,8 @@ def test_a_deeper_model_names_its_layers_by_source_through_export_and_fine_tunin
     fig = accuracy_curve({"original": probe(loaded, TextInputs(("a film .", "it was good ."))).layers,
                           "deeper": probe(again, TextInputs(("a film .", "it was good ."))).layers},
                          {"original": loaded.anatomy.layer_names(), "deeper": names})
-    assert list(fig.layout.xaxis.ticktext) == names
+    assert fig.layout.xaxis.ticktext is None  # two models of different depth: each at its own indices
+    assert [c[0] for c in fig.data[-1].customdata] == names  # the deeper model's own names, in its hover
 
 
 def test_the_original_layers_sit_at_their_last_copy_on_the_deeper_axis():
