@@ -152,7 +152,8 @@ class FinetuneOptions(FinetuneConfig):
     """Everything a fine-tuning run or job carries: the model, the data, the hyper-parameters."""
 
     model: str = Field(DEMO_NAME, min_length=1, title="model", description="hub id, local save_pretrained "
-                       "directory, or 'demo'; e.g. " + ", ".join(SUGGESTED_MODELS[1:]))
+                       "directory, or 'demo'; e.g. " + ", ".join(SUGGESTED_MODELS[1:]) + "; random:NAME is NAME's "
+                       "architecture with seeded random weights (the control)")
     revision: str | None = Field(None, title="revision", description="hub branch, tag or commit")
     device: str = Field("auto", pattern=rf"^({'|'.join(DEVICES)})(:\d+)?$", title="device",
                         description="auto: cuda, then mps, then cpu")

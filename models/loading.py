@@ -24,6 +24,8 @@ from models.spec import (  # noqa: F401  (re-exported: the names every caller im
     DEMO_NAME,
     DEVICES,
     DTYPE_NAMES,
+    RANDOM_PREFIX,
+    RANDOM_SEED,
     SUGGESTED_MODELS,
     ModelLoadError,
     ModelSpec,
@@ -88,7 +90,12 @@ class LoadedModel:
             where = "sha256:" + directory_digest(path)
         else:
             commit = getattr(self.model.config, "_commit_hash", None)
-            where = f"{self.spec.name}@{commit or self.spec.revision or 'main'}"
+            where = f"{self.spec.source}@{commit or self.spec.revision or 'main'}"
+        if self.spec.random_init:  # the config's model, initialised by this torch and transformers
+            import transformers
+
+            where = f"random(seed {RANDOM_SEED}, torch {torch.__version__}, transformers {transformers.__version__})" \
+                    f":{where}"
         return where + (f"/head:{self.spec.head_from}" if self.spec.head_from else "")
 
     @functools.cached_property
@@ -220,7 +227,7 @@ def _hub_kwargs(spec: ModelSpec) -> dict:
 
 
 def _config_and_family(spec: ModelSpec):
-    if spec.name == DEMO_NAME and not (DEMO_DIR / "config.json").is_file():
+    if spec.source == str(DEMO_DIR) and not (DEMO_DIR / "config.json").is_file():
         raise ModelLoadError(f"the demo model is missing from {DEMO_DIR}; run `python -m models.pretrain` first")
     try:
         config = AutoConfig.from_pretrained(spec.source, **_hub_kwargs(spec))
@@ -261,8 +268,8 @@ def load_encoder(spec: ModelSpec):
     kwargs = _hub_kwargs(spec)
     config, _ = _config_and_family(spec)
     try:
-        encoder = AutoModel.from_pretrained(spec.source, config=config, dtype=torch.float32,
-                                            use_safetensors=not spec.allow_pickle, **kwargs)
+        encoder = random_model(AutoModel, config, torch.float32) if spec.random_init else AutoModel.from_pretrained(
+            spec.source, config=config, dtype=torch.float32, use_safetensors=not spec.allow_pickle, **kwargs)
         tokenizer = AutoTokenizer.from_pretrained(spec.source, **kwargs)
     except (OSError, ValueError) as exc:
         raise _load_error(spec, exc) from exc
@@ -287,6 +294,14 @@ def quiet_load_report():
         hf_logging.set_verbosity(before)
 
 
+def random_model(auto_class, config, dtype: torch.dtype):
+    """``auto_class.from_config(config)``: transformers' own initialisation of a new model (its
+    ``initializer_range``), seeded with :data:`RANDOM_SEED` without touching the caller's random state."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(RANDOM_SEED)
+        return auto_class.from_config(config).to(dtype)
+
+
 def load_model(spec: ModelSpec) -> LoadedModel:
     """Load any checkpoint of a supported family in eval mode with gradients off. Raises :class:`ModelLoadError`.
 
@@ -299,11 +314,14 @@ def load_model(spec: ModelSpec) -> LoadedModel:
     kwargs = _hub_kwargs(spec)
     config, family = _config_and_family(spec)
     try:
-        with quiet_load_report():  # a head the checkpoint lacks is expected here, and said in LoadedModel
-            model, info = AutoModelForMaskedLM.from_pretrained(
-                spec.source, config=config, dtype=DTYPES[spec.dtype], use_safetensors=not spec.allow_pickle,
-                output_loading_info=True, **kwargs,
-            )
+        if spec.random_init:
+            model, info = random_model(AutoModelForMaskedLM, config, DTYPES[spec.dtype]), {}
+        else:
+            with quiet_load_report():  # a head the checkpoint lacks is expected here, and said in LoadedModel
+                model, info = AutoModelForMaskedLM.from_pretrained(
+                    spec.source, config=config, dtype=DTYPES[spec.dtype], use_safetensors=not spec.allow_pickle,
+                    output_loading_info=True, **kwargs,
+                )
         tokenizer = AutoTokenizer.from_pretrained(spec.source, **kwargs)
     except (OSError, ValueError) as exc:
         raise _load_error(spec, exc) from exc

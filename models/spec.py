@@ -10,6 +10,8 @@ DEMO_DIR = Path(__file__).resolve().parent / "demo"
 DEMO_NAME = "demo"
 SUGGESTED_MODELS = (DEMO_NAME, "bert-base-uncased", "albert-base-v2", "roberta-base", "distilbert-base-uncased")
 DEVICES = ("auto", "cpu", "cuda", "mps")
+RANDOM_PREFIX = "random:"  # random:NAME is NAME's architecture (its config and tokenizer) with random weights
+RANDOM_SEED = 0  # the seed of those weights: the same random model in every session, run and process
 DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")  # models.loading.DTYPES maps them to torch dtypes
 
 
@@ -21,7 +23,10 @@ class ModelLoadError(RuntimeError):
 class ModelSpec:
     """What to load. ``name`` is a hub id, a local ``save_pretrained`` directory, or ``"demo"``: any checkpoint
     of the supported families (a masked LM, a bare encoder, a task model, a sentence encoder). ``head_from``
-    names a masked LM whose pre-trained MLM head reads this model's layers (Kao et al. Fig. 2)."""
+    names a masked LM whose pre-trained MLM head reads this model's layers (Kao et al. Fig. 2).
+
+    ``random:NAME`` is the control a reviewer asks for: NAME's architecture, config and tokenizer with weights
+    initialised as transformers initialises a new model, seeded with :data:`RANDOM_SEED` (MLM head included)."""
 
     name: str = DEMO_NAME
     revision: str | None = None
@@ -35,15 +40,23 @@ class ModelSpec:
             raise ModelLoadError("no model named: give a hub id, a local directory or 'demo'")
         object.__setattr__(self, "name", self.name.strip())
         object.__setattr__(self, "head_from", (self.head_from or "").strip() or None)
+        if self.random_init and not self.source:
+            raise ModelLoadError(f"'{self.name}': name the model whose architecture to use, e.g. random:demo")
         if self.device.split(":")[0] not in DEVICES:
             raise ModelLoadError(f"unknown device '{self.device}'; choose one of {', '.join(DEVICES)}")
         if self.dtype not in DTYPE_NAMES:
             raise ModelLoadError(f"unknown dtype '{self.dtype}'; choose one of {', '.join(DTYPE_NAMES)}")
 
     @property
+    def random_init(self) -> bool:
+        """Whether this is ``random:NAME``: NAME's architecture with seeded random weights."""
+        return self.name.startswith(RANDOM_PREFIX)
+
+    @property
     def source(self) -> str:
-        """The path or hub id handed to ``from_pretrained``."""
-        return str(DEMO_DIR) if self.name == DEMO_NAME else self.name
+        """The path or hub id handed to ``from_pretrained`` (for ``random:NAME``, NAME's: config and tokenizer)."""
+        name = self.name.removeprefix(RANDOM_PREFIX).strip()
+        return str(DEMO_DIR) if name == DEMO_NAME else name
 
     def resolved(self) -> ModelSpec:
         """The same spec with ``auto`` device and dtype made concrete (what the cache keys on)."""

@@ -21,7 +21,7 @@ from analysis.projection import (
 )
 from models.loading import ModelSpec
 from ui.inputs import labelled_inputs
-from ui.results import chart, for_each_model, md_plain, result_key, shared_result, table, wait_for_run
+from ui.results import COMPARE_HELP, chart, for_each_model, md_plain, result_key, shared_result, table, wait_for_run
 from ui.sidebar import model_cache, start_page
 
 loaded = start_page("Layer atlas", (
@@ -41,8 +41,9 @@ method = c2.radio("Projection", METHODS, format_func=METHOD_NAMES.get, horizonta
                   help="PCA is exact and fast; UMAP and t-SNE take longer and run only when you press the button.")
 layers = c3.text_input("Layers", "-6:", key="atlas_layers", help="all, a slice (-6: is the last six) or a list 0,4,8")
 folds = c4.number_input("Folds", 2, 10, 5, key="atlas_folds", help="folds of the linear probe")
-compare = c5.text_input("Compare with (optional)", key="atlas_compare", placeholder="hub id or local directory",
-                        help="A second model on the same data, e.g. a fine-tuned checkpoint (Fig. 2 a-d).").strip()
+compare = c5.text_input("Compare with (optional)", key="atlas_compare",
+                        placeholder="hub id, local directory, job:N or random",
+                        help=f"A second model on the same data (Fig. 2 a-d): {COMPARE_HELP}.").strip()
 colour_by = "label"
 if loaded.task == "SequenceClassification":
     colour_by = st.radio("Colour points by", COLOR_BY, horizontal=True, key="atlas_colour", format_func={

@@ -154,3 +154,35 @@ def test_save_tiny_is_deterministic(tmp_path):
     a = AutoModelForMaskedLM.from_pretrained(save_tiny("bert", tmp_path / "a"))
     b = AutoModelForMaskedLM.from_pretrained(save_tiny("bert", tmp_path / "b"))
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
+
+
+def test_random_weights_are_the_architecture_seeded_as_transformers_initialises_it():
+    """random:NAME (the control of a random-weights model): NAME's config and tokenizer, every weight equal to a
+    plain seeded AutoModelForMaskedLM.from_config, the caller's random state untouched."""
+    import torch
+    from transformers import AutoConfig, AutoModelForMaskedLM
+
+    from models.spec import DEMO_DIR, RANDOM_SEED
+
+    torch.manual_seed(123)
+    before = torch.random.get_rng_state()
+    loaded = load_model(ModelSpec("random:demo", device="cpu", dtype="float32"))
+    assert torch.equal(torch.random.get_rng_state(), before)
+    torch.manual_seed(RANDOM_SEED)
+    plain = AutoModelForMaskedLM.from_config(AutoConfig.from_pretrained(DEMO_DIR)).eval()
+    ours = loaded.model.state_dict()
+    assert ours.keys() == plain.state_dict().keys()
+    for name, value in plain.state_dict().items():
+        assert torch.equal(ours[name], value), name
+    trained = load_model(ModelSpec("demo", device="cpu", dtype="float32"))
+    assert not torch.equal(ours["bert.encoder.layer.0.attention.self.query.weight"],
+                           trained.model.state_dict()["bert.encoder.layer.0.attention.self.query.weight"])
+    assert loaded.tokenizer.get_vocab() == trained.tokenizer.get_vocab() and loaded.mlm_head == "own"
+    assert loaded.weights_id != trained.weights_id and loaded.weights_id.startswith("random(seed 0")
+    again = load_model(ModelSpec("random:demo", device="cpu", dtype="float32"))
+    assert all(torch.equal(v, again.model.state_dict()[k]) for k, v in ours.items())
+
+
+def test_random_needs_a_model_name():
+    with pytest.raises(ModelLoadError, match="random:demo"):
+        ModelSpec("random:")

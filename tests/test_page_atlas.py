@@ -130,3 +130,12 @@ def test_titles_name_the_pooling_and_the_pca_variance_and_the_times_are_split(ti
     times = [c.value for c in at.caption if "scoring" in c.value]
     assert times and re.search(r"vectors (read from the disk cache|computed in [\d.]+ s) · scoring [\d.]+ s · "
                                r"projection \(PCA\) [\d.]+ s", times[0])
+
+
+def test_the_random_weights_control_is_a_second_model():
+    """'random' in Compare with: the sidebar model's architecture with seeded random weights, labelled so."""
+    at = run_page(PAGE)
+    at.text_input(key="atlas_compare").set_value("random").run()
+    at.button(key="atlas_run").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert at.radio(key="atlas_cka").options == ["demo", "demo with random weights"]

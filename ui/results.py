@@ -13,7 +13,7 @@ from collections.abc import Callable
 import streamlit as st
 
 from analysis.inputs import InputError
-from models.loading import LoadedModel, ModelLoadError, ModelSpec
+from models.loading import RANDOM_PREFIX, LoadedModel, ModelLoadError, ModelSpec
 
 
 class ResultStore:
@@ -106,10 +106,18 @@ def stopped_note() -> None:
         st.info(f"{what} stopped; nothing was kept from it.")
 
 
-def compared_model(compare: str) -> tuple[str, str | None, str]:
-    """(what to load, whose MLM head reads it, how to label it) for a comparison field: ``job:N`` is job N's
-    fine-tuned encoder read by the pre-trained MLM head of the model it started from, labelled ``job #N (head,
-    model)``; anything else is a model name labelled as itself, with its own head."""
+COMPARE_HELP = ("a hub id or local directory; job:N (job N's fine-tuned layers, read by the MLM head it started "
+                "from); or random: the sidebar model's architecture with random weights (seed 0), the control a "
+                "reviewer asks for")
+
+
+def compared_model(compare: str, base: str) -> tuple[str, str | None, str]:
+    """(what to load, whose MLM head reads it, how to label it) for a comparison field next to the sidebar's
+    model ``base``: ``job:N`` is job N's fine-tuned encoder read by the pre-trained MLM head of the model it
+    started from, labelled ``job #N (head, model)``; ``random`` is ``random:<base>`` (its architecture with
+    seeded random weights, head included); anything else is a model name labelled as itself, with its own head."""
+    if compare.strip().lower() == "random":
+        return f"{RANDOM_PREFIX}{base.removeprefix(RANDOM_PREFIX)}", None, f"{base} with random weights"
     if not compare.startswith("job:"):
         return compare, None, compare
     from jobs.store import JobStore
@@ -131,7 +139,7 @@ def for_each_model(what: str, request_key: str, loaded: LoadedModel, compare: st
     try:
         results[loaded.spec.name] = compute(loaded.spec, loaded.spec.name)
         if compare:
-            name, head_from, label = compared_model(compare)
+            name, head_from, label = compared_model(compare, loaded.spec.name)
             results[label] = compute(dataclasses.replace(loaded.spec, name=name, revision=None, head_from=head_from),
                                      label)
     except (ModelLoadError, InputError) as exc:

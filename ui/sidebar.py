@@ -10,7 +10,7 @@ import torch
 
 from analysis.lens import label as lens_label
 from models.cache import ModelCache, shared_cache
-from models.loading import DEMO_NAME, SUGGESTED_MODELS, LoadedModel, ModelLoadError, ModelSpec
+from models.loading import DEMO_NAME, RANDOM_SEED, SUGGESTED_MODELS, LoadedModel, ModelLoadError, ModelSpec
 from ui.results import CHART_FORMAT, stopped_note
 
 KEY_MODEL, KEY_OTHER = "ll_model", "ll_model_other"
@@ -152,7 +152,8 @@ def has_line(loaded: LoadedModel) -> str:
     pooling = f" · pooling: {loaded.pooling}" if loaded.pooling else ""
     lenses = available_lenses(loaded)
     tuned = f" · tuned lenses: {', '.join(map(lens_label, lenses))}" if lenses else ""
-    return f"encoder · MLM head: {head}{task}{pooling}{tuned}"
+    weights = f" · random weights (seed {RANDOM_SEED})" if loaded.spec.random_init else ""
+    return f"encoder · MLM head: {head}{task}{pooling}{tuned}{weights}"
 
 
 def available_lenses(loaded: LoadedModel) -> list:
