@@ -17,6 +17,9 @@ from pathlib import Path
 
 FORMATS = ("txt", "csv", "tsv", "jsonl")
 DEMO_LABELLED = Path(__file__).resolve().parent / "data" / "demo_sentiment.csv"  # the bundled labelled set
+# the bundled set on which layers differ: Conneau et al. 2018's bigram shift on UD English-EWT sentences (CC BY-SA
+# 4.0), written by scripts/make_demo_wordorder.py
+DEMO_WORDORDER = Path(__file__).resolve().parent / "data" / "demo_wordorder.csv"
 
 
 class InputError(ValueError):

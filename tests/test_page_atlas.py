@@ -139,3 +139,44 @@ def test_the_random_weights_control_is_a_second_model():
     at.button(key="atlas_run").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert at.radio(key="atlas_cka").options == ["demo", "demo with random weights"]
+
+
+def test_the_word_order_demo_set_is_balanced_bigram_shift():
+    """The bundled word-order set: 500 original and 500 swapped sentences, each from a different treebank
+    sentence."""
+    from analysis.inputs import DEMO_WORDORDER
+
+    frame = pd.read_csv(DEMO_WORDORDER, keep_default_na=False)
+    assert list(frame.columns) == ["text", "label", "sent_id"] and frame["sent_id"].is_unique
+    assert frame["label"].value_counts().to_dict() == {"original": 500, "swapped": 500}
+
+
+def test_the_word_order_demo_set_is_what_its_script_writes_from_the_treebank(tmp_path):
+    """Rebuilt from UD English-EWT dev (shared data): the same bytes; every swapped row is its treebank sentence
+    with two adjacent words exchanged (the same words, one pair in the other order)."""
+    from analysis.inputs import DEMO_WORDORDER
+    from scripts.make_demo_wordorder import main, sentences, text_of
+    from tests.conftest import shared_file
+
+    source = shared_file("ud_english_ewt/en_ewt-ud-dev.conllu.gz")
+    main(source, tmp_path / "again.csv")
+    assert (tmp_path / "again.csv").read_bytes() == DEMO_WORDORDER.read_bytes()
+    original = {i: (w, s) for i, w, s in sentences(source)}
+    frame = pd.read_csv(DEMO_WORDORDER, keep_default_na=False)
+    for row in frame.itertuples():
+        words, spaces = original[row.sent_id]
+        if row.label == "original":
+            assert row.text == text_of(words, spaces)
+            continue
+        swaps = [k for k in range(len(words) - 1)
+                 if row.text == text_of([*words[:k], words[k + 1], words[k], *words[k + 2:]], spaces)]
+        assert len(swaps) == 1 and words[swaps[0]] != words[swaps[0] + 1], row
+
+
+def test_the_word_order_set_is_offered_and_says_what_it_is():
+    at = run_page(PAGE)
+    at.radio(key="atlas_source").set_value("Demo word-order set").run()
+    assert not at.exception
+    assert any("bigram shift" in c.value for c in at.caption)
+    at.radio(key="atlas_source").set_value("Demo sentiment set").run()
+    assert any("Lexically easy" in c.value for c in at.caption)

@@ -7,6 +7,7 @@ import streamlit as st
 from analysis.dataroots import data_roots, hub_dataset_name, server_file_picker_label, server_files
 from analysis.inputs import (
     DEMO_LABELLED,
+    DEMO_WORDORDER,
     FORMATS,
     LABEL_HINTS,
     PROBE_ROW_LIMIT,
@@ -62,7 +63,7 @@ def text_inputs(key: str, example: str, row_limit: int = DEFAULT_ROW_LIMIT, pair
     return inputs
 
 
-SOURCES = ["Demo sentiment set", "Upload a file", "Hugging Face dataset"]
+SOURCES = ["Demo sentiment set", "Demo word-order set", "Upload a file", "Hugging Face dataset"]
 
 
 def preview(inputs: TextInputs, what: str, rows: int = 3) -> None:
@@ -95,14 +96,23 @@ def labelled_inputs(key: str, row_limit: int) -> TextInputs | None:
     try:
         if source == job_source:
             inputs = _job_rows(job_id)
-        elif source == SOURCES[0]:
+        elif source == "Demo sentiment set":
             pair = st.checkbox("Add the aspect term as a second text ([CLS] sentence [SEP] aspect [SEP]); keeps only "
                                "the rows that have one", key=f"{key}_demo_pair")
             inputs = parse(DEMO_LABELLED.read_bytes(), DEMO_LABELLED.name, "text", "aspect" if pair else None,
                            label_column="label")
             st.caption(f"{len(inputs)} short reviews written for LayerLens: positive, negative and neutral, five "
-                       "domains, most naming an aspect term.")
-        elif source == SOURCES[1]:
+                       "domains, most naming an aspect term. **Lexically easy**: one opinion word decides the label, "
+                       "so even the embedding layer separates the classes well and layers differ little; the "
+                       "*Demo word-order set* is one where they do.")
+        elif source == "Demo word-order set":
+            inputs = parse(DEMO_WORDORDER.read_bytes(), DEMO_WORDORDER.name, "text", None, label_column="label")
+            st.caption(f"{len(inputs)} sentences of UD English-EWT (CC BY-SA 4.0), in half of which two adjacent "
+                       "words were swapped: Conneau et al. (2018)'s *bigram shift*. Every word stays in the "
+                       "sentence, so a bag of words says almost nothing (the embedding layer sits near chance, "
+                       "0.5) and what a layer knows of word order decides. Compare with `random` to see a "
+                       "random-weights model of the same architecture stay at chance.")
+        elif source == "Upload a file":
             upload = st.file_uploader("A .csv, .tsv or .jsonl file with a text column and a label column "
                                       "(TSV is read with quoting off)", type=["csv", "tsv", "jsonl"], key=f"{key}_file")
             if upload is None:
