@@ -1,6 +1,7 @@
 # LayerLens: two commands from a fresh clone.
 #   make run    create .venv if missing, install what is needed, start the dashboard on the demo model
-#   make test   the same environment plus the test tools, then the test suite
+#   make test   the same environment plus the test tools, then the test suite without the slow tests
+#   make test-all  every test, the slow ones too (real processes, the browser, whole-file checks): what CI runs
 #   `make install` also puts the `layerlens` command in .venv/bin (an editable install of this clone)
 # Installing is skipped when requirements*.txt and constraints.txt have not changed since the last install
 # (a stamp file in .venv). Switches:
@@ -18,12 +19,16 @@ PIP := $(BIN)/python -m pip
 PIN := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 TORCH_INDEX := $(if $(filter cpu,$(TORCH)),--index-url https://download.pytorch.org/whl/cpu)
 
-.PHONY: run test install install-deps install-dev lock clean
+.PHONY: run test test-all install install-deps install-dev lock clean
 
 run: $(VENV)/.installed
 	$(BIN)/python -m streamlit run app.py --server.port $(PORT)
 
 test: $(VENV)/.installed-dev
+	$(BIN)/python -m ruff check .
+	$(BIN)/python -m pytest -q -m "not slow"
+
+test-all: $(VENV)/.installed-dev
 	$(BIN)/python -m ruff check .
 	$(BIN)/python -m pytest -q
 

@@ -110,3 +110,19 @@ def _full_streamlit_errors():
 
     config.set_option("client.showErrorDetails", "full")
     yield
+
+
+# Tests that take more than ~5 s each: `make test` runs `pytest -m "not slow"`, `make test-all` (and CI) everything.
+SLOW_MODULES = {"test_browser", "test_parallel", "test_demo_model", "test_backends"}
+SLOW_TESTS = {"test_a_probe_killed_midway_keeps_the_previous_result", "test_concurrent_mixed_traffic_keeps_budget",
+              "test_nonlinear_methods_give_finite_coordinates", "test_a_killed_worker_never_blocks_the_queue",
+              "test_ctrl_c_checkpoints_and_the_same_command_resumes", "test_submit_runs_to_success_with_artifacts",
+              "test_a_lens_job_runs_through_the_store_and_is_found_for_the_model",
+              "test_a_read_only_out_is_one_line", "test_submit_starts_a_worker_that_runs_the_job",
+              "test_cancel_stops_a_running_job_within_seconds"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.module.__name__.rsplit(".", 1)[-1] in SLOW_MODULES or item.originalname in SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)
