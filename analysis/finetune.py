@@ -197,9 +197,14 @@ def run_finetune(spec: ModelSpec, splits: Splits, config: FinetuneConfig, out: P
         model, state = _one_run(encoder, tokenizer, len(labels), train_data, val_data, config, device, out, callbacks)
         target, name = (test_data, "test") if test_data is not None else (val_data, "validation")
         ev = evaluate(model, target, config.batch_size, tokenizer.pad_token_id, device, ranks=ranks)
+        chosen = (f"validation loss on the {len(val_data):,} validation rows" if config.early_stopping else
+                  f"none: the last of {config.epochs} epoch(s) is scored (the per-epoch history selects nothing)")
         result.update(evaluated_on=name, history=state.history, steps=state.step, stopped=len(state.history)
                       < config.epochs and state.step < state.total_steps,
-                      steps_per_process=ranks.all_gather(state.step))  # equal: see analysis.training.share
+                      steps_per_process=ranks.all_gather(state.step),  # equal: see analysis.training.share
+                      epoch_chosen_on=chosen,
+                      # early stopping scored on the rows that chose its epoch: optimistic, and said so
+                      scored_on_selection_rows=bool(config.early_stopping and test_data is None))
         if target.labels[0] >= 0:
             result.update(ev.metrics(target.labels, names, train_data.labels))
         if ranks.is_main:
@@ -331,7 +336,7 @@ def _cross_validate(encoder, tokenizer, labels, data: TaskData, test: TaskData |
               "history is measured on the held-out fold and selects nothing)")
     result = {"folds": folds, "accuracy": float(acc.mean()), "accuracy_std": float(acc.std()),
               "macro_f1": float(f1.mean()), "macro_f1_std": float(f1.std()), "evaluated_on": "out-of-fold",
-              "epoch_chosen_on": chosen}
+              "epoch_chosen_on": chosen, "scored_on_selection_rows": False}
     majority = majority_class(data.labels, list(range(len(names))))
     pooled = classification_metrics(oof, data.labels, names, majority)  # every row once, out of fold
     result.update({k: pooled[k] for k in ("baseline", "predicted_classes", "one_class", "confusion_matrix",

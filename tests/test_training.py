@@ -166,6 +166,16 @@ def test_early_stopping_keeps_the_best_epoch(bert4, tmp_path):
     best = min(h["val_loss"] for h in history)
     assert len(history) < 12 and history[-1]["val_loss"] > best
     assert metrics["loss"] == pytest.approx(best, rel=1e-5)  # the restored weights are the best epoch's
+    # no test set: the validation rows both chose the epoch and were scored, and metrics.json and the page say so
+    assert metrics["evaluated_on"] == "validation" and metrics["scored_on_selection_rows"] is True
+    assert metrics["epoch_chosen_on"] == "validation loss on the 20 validation rows"
+    from ui.jobs import score_line
+
+    assert "also chose the epoch" in score_line(metrics)
+    plain = run_finetune(ModelSpec(str(bert4), device="cpu"), splits, FinetuneConfig(epochs=1, batch_size=8),
+                         tmp_path / "plain")
+    assert plain["scored_on_selection_rows"] is False and plain["epoch_chosen_on"].startswith("none")
+    assert "chose the epoch" not in score_line(plain)
 
 
 def test_cross_validation_and_ensemble(bert4, tmp_path):

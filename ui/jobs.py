@@ -21,6 +21,9 @@ def score_line(metrics: dict | None) -> str:
     base = metrics.get("baseline") or {}
     line = (f"accuracy {metrics['accuracy']:.3f} (majority class {base.get('accuracy', float('nan')):.3f}), "
             f"macro-F1 {metrics.get('macro_f1', float('nan')):.3f}")
+    if metrics.get("scored_on_selection_rows"):
+        line += (" · scored on the validation rows that also chose the epoch (early stopping): optimistic; give a "
+                 "test set for an unbiased score")
     return line + (" · ONE CLASS PREDICTED" if metrics.get("one_class") else "")
 
 
