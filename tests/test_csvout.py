@@ -33,3 +33,32 @@ def test_cli_files_are_safe_and_parquet_keeps_the_text(tmp_path, tiny_dirs):
     tokens = pd.read_parquet(tmp_path / "p" / "tokens.parquet")
     assert len(tokens)  # parquet: exact tokens, nothing prefixed
     assert not tokens["input_token"].astype(str).str.startswith("'").any()
+
+
+def test_tables_on_the_pages_show_formula_cells_neutralised():
+    """Streamlit's own table toolbar downloads what the table shows: every table the pages draw (ui.results.table,
+    the data preview, the jobs tables) shows text cells neutralised as our CSV files write them."""
+    from streamlit.testing.v1 import AppTest
+
+    def page():
+        import pandas as pd
+
+        from ui.results import table
+
+        table(pd.DataFrame({"text": ["=cmd|' /C calc'!A0", "plain", "-1.5"], "accuracy": [0.5, 0.25, 1.0]}),
+              {"accuracy": ("accuracy", "help")})
+
+    at = AppTest.from_function(page).run()
+    assert not at.exception
+    shown = at.dataframe[0].value
+    assert shown["text"].tolist() == ["'=cmd|' /C calc'!A0", "plain", "-1.5"]
+    assert shown["accuracy"].tolist() == [0.5, 0.25, 1.0]
+
+
+def test_the_jobs_table_shows_names_neutralised(tmp_path):
+    from jobs.store import JobStore
+    from ui.jobs import job_table, shown
+
+    store = JobStore(tmp_path / "jobs")
+    store.submit({"model": "demo", "train": "demo"}, "cpu", "=HYPERLINK(\"http://x\")")
+    assert shown(job_table(store.list())).data["name"].tolist() == ["'=HYPERLINK(\"http://x\")"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from analysis.csvout import safe
 from analysis.dataroots import data_roots, hub_dataset_name, server_file_picker_label, server_files
 from analysis.inputs import (
     DEMO_LABELLED,
@@ -76,7 +77,7 @@ def preview(inputs: TextInputs, what: str, rows: int = 3) -> None:
     if inputs.labels:
         frame["label"] = list(inputs.labels[:rows])
     st.caption(f"Using {what}: {len(inputs):,} rows; the first {min(rows, len(inputs))}:")
-    st.dataframe(pd.DataFrame(frame), hide_index=True, width="stretch")
+    st.dataframe(safe(pd.DataFrame(frame)), hide_index=True, width="stretch")  # toolbar download: no formulas
 
 
 def _pick(container, label: str, columns: list[str], preferred: tuple[str, ...], key: str, optional: bool = False):

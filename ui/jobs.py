@@ -6,6 +6,8 @@ import time
 
 import pandas as pd
 
+from analysis.csvout import safe
+
 
 def _ago(t: float | None) -> str:
     if not t:
@@ -56,6 +58,7 @@ def shown(table: pd.DataFrame):
     """``table`` as the page shows it: numbers to 3 significant places, and an empty cell (not "None" or
     "nan") where a job has no such value yet."""
     numbers = [c for c in table.columns if c in SCORE_COLUMNS]
+    table = safe(table)  # text cells formula-neutralised, as in our CSV files: the toolbar download is safe too
     return table.style.format(lambda v: "" if v is None or v != v else f"{v:.3g}" if abs(v) < 1e-2 else
                               f"{v:.3f}", subset=numbers, na_rep="").format(na_rep="", subset=[
                                   c for c in table.columns if c not in numbers and table[c].dtype == object])

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import streamlit as st
 
+from analysis.csvout import safe
 from analysis.inputs import InputError
 from models.loading import RANDOM_PREFIX, LoadedModel, ModelLoadError, ModelSpec
 
@@ -154,10 +155,11 @@ def for_each_model(what: str, request_key: str, loaded: LoadedModel, compare: st
 
 def table(frame, headers: dict[str, tuple[str, str]], container=None, **kwargs) -> None:
     """A dataframe whose columns carry the analysis' own header names and help (``headers``: column ->
-    (header, help)), numbers to 4 decimals."""
+    (header, help)), numbers to 4 decimals. Text cells are shown formula-neutralised (:func:`analysis.csvout.safe`),
+    so the download in Streamlit's table toolbar is as safe as our own CSV files."""
     config = {col: st.column_config.NumberColumn(name, help=text, format="%.4f") for col, (name, text)
               in headers.items() if col in frame.columns}
-    (container or st).dataframe(frame, hide_index=True, width="stretch", column_config=config, **kwargs)
+    (container or st).dataframe(safe(frame), hide_index=True, width="stretch", column_config=config, **kwargs)
 
 
 def md_plain(text) -> str:
