@@ -185,6 +185,50 @@ def test_bad_config_files_are_one_line_naming_the_file(tmp_path, capsys, content
     assert time.perf_counter() - start < 30  # (a guard against the alias bomb hanging the suite, not a benchmark)
 
 
+def alias_doubling_bomb() -> str:
+    """Issue 25.7's file: 12 KB and 50 aliases, under the alias cap; a 2,000-string list doubled 25 times
+    expands to 67 billion strings when anything walks the value (the options' error message did: MemoryError)."""
+    parts = ["&a0 [" + ", ".join(["xxxx"] * 2000) + "]"]
+    parts += [f"&a{i} [*a{i - 1}, *a{i - 1}]" for i in range(1, 26)]
+    return "lr: [" + ",\n  ".join(parts) + "]\n"
+
+
+@pytest.fixture
+def memory_capped():
+    """The address space of this process capped at 2 GiB above what it maps now, so that a regression fails with
+    MemoryError instead of taking the machine's memory (the bomb needs more than 4 GB)."""
+    import os
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    mapped = int(open("/proc/self/statm").read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    resource.setrlimit(resource.RLIMIT_AS, (mapped + 2 * 2**30, hard))
+    yield
+    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+@pytest.mark.parametrize("argv", [["finetune", "--out", "OUT", "--config"],
+                                  ["jobs", "submit", "--no-worker", "--config"]])
+def test_an_alias_bomb_under_the_alias_cap_is_refused_while_loading(tmp_path, capsys, argv, memory_capped):
+    path = tmp_path / "job.yaml"
+    path.write_text(alias_doubling_bomb())
+    assert len(path.read_bytes()) < 13_000 and alias_doubling_bomb().count("*") == 50
+    argv = [str(tmp_path / "o") if a == "OUT" else a for a in argv]
+    assert main([*argv, str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(path) in err, err
+    assert "more than 100,000 YAML nodes" in err and "MemoryError" not in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_recursive_alias_is_refused(tmp_path, capsys):
+    path = tmp_path / "job.yaml"
+    path.write_text("lr: &a [1, *a]\n")
+    assert main(["jobs", "submit", "--no-worker", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(path) in err and "refers to itself" in err, err
+
+
 def test_a_huge_config_file_is_refused(tmp_path, capsys):
     path = tmp_path / "job.yaml"
     path.write_text("lr: 1e-4\n" + "#" * 2**20)
