@@ -1,9 +1,9 @@
 """Which server files the dashboard may read (the CLI reads any path its user gives).
 
 A browser user picks data files from the **data roots**: ``LAYERLENS_DATA_DIRS`` (folders separated by ``:``),
-by default the bundled data (``analysis/data``) and ``LAYERLENS_HOME/uploads`` (where uploads are saved). Names are
-resolved (symlinks too) and refused outside the roots, so neither ``../`` nor a symlink in an upload folder leads
-elsewhere. A Hugging Face dataset typed in the browser must be a dataset name (``glue``, ``user/name``), never a
+by default the bundled data (``analysis/data``), and always ``LAYERLENS_HOME/uploads`` (where uploads are saved).
+Names are resolved (symlinks too) and refused outside the roots, so neither ``../`` nor a symlink in an upload
+folder leads elsewhere. A Hugging Face dataset typed in the browser must be a dataset name (``glue``, ``user/name``), never a
 local path or folder.
 """
 
@@ -21,11 +21,16 @@ MAX_LISTED = 2000  # files offered in a select box
 HUB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
 
 
+def uploads() -> Path:
+    """Where the dashboard saves uploaded files (a data root whatever ``LAYERLENS_DATA_DIRS`` says: a job
+    submitted from the browser reads its upload from there)."""
+    return layerlens_home() / "uploads"
+
+
 def data_roots() -> list[Path]:
     given = os.environ.get("LAYERLENS_DATA_DIRS")
-    roots = [Path(p).expanduser() for p in given.split(os.pathsep) if p] if given else [
-        BUNDLED, layerlens_home() / "uploads"]
-    return [r.resolve() for r in roots]
+    roots = [Path(p).expanduser() for p in given.split(os.pathsep) if p] if given else [BUNDLED]
+    return list(dict.fromkeys(r.resolve() for r in [*roots, uploads()]))
 
 
 def within_roots(path: Path | str, roots: list[Path] | None = None) -> Path:

@@ -257,10 +257,16 @@ def resolve(*given: dict) -> FinetuneOptions:
     return FinetuneOptions(**{**model_defaults(str(model)), **PRESETS.get(preset, {}), **explicit})
 
 
-def grid(items: list[str]) -> list[dict]:
+# What a sweep from the browser may vary: the training engine's hyper-parameters (FinetuneConfig), never the
+# data, the columns, the model, pickle loading, the preset or where the job runs (the CLI trusts its user).
+SWEEPABLE: tuple[str, ...] = tuple(FinetuneConfig.model_fields)
+
+
+def grid(items: list[str], allowed: typing.Iterable[str] | None = None) -> list[dict]:
     """A sweep: ``["head=cls,attention", "lr=2e-5,5e-5"]`` -> the cross product as option dicts, the first key
     varying slowest. Keys are option names (dashes or a plural ``s`` allowed: ``heads``, ``num-processes``);
-    values stay as typed, the schema checks them when each job is resolved."""
+    values stay as typed, the schema checks them when each job is resolved. ``allowed``: the keys that may
+    vary (the browser's: :data:`SWEEPABLE`); any other is an :class:`InputError`."""
     import itertools
 
     axes: dict[str, list[str]] = {}
@@ -274,6 +280,9 @@ def grid(items: list[str]) -> list[dict]:
             raise InputError(f"grid item '{item}' is not KEY=VALUE[,VALUE...]")
         if name not in FinetuneOptions.model_fields:
             raise InputError(f"grid: unknown option '{key}' (use the option names, e.g. head, lr, layer_decay)")
+        if allowed is not None and name not in allowed:
+            raise InputError(f"grid: '{name}' cannot be swept from the browser: a sweep varies the training "
+                             f"options ({', '.join(allowed)}); the data, model and where it runs are the form's")
         if name in axes:
             raise InputError(f"grid: '{name}' is given twice")
         vals = [v.strip() for v in values.split(",") if v.strip()]

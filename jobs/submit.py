@@ -6,6 +6,11 @@ submitted with. Checked at submit: every option's type and bounds (a negative le
 "abc" or 0, an unknown truncation, ...), that the model's config
 loads and the head fits it (``gru-share-5`` on 12 layers, ``pooler`` on DistilBERT), that the data sources
 read, that the text/pair/label columns exist and that the training labels have at least two classes.
+
+A job from the browser (``browser=True``: the jobs page, the lens form) is checked as the browser's own input
+before anything is read: its data sources are ``demo``, a hub dataset *name* or a file under the data roots
+(:func:`analysis.dataroots.browser_source`), pickle loading is off, and a sweep varies only
+:data:`analysis.options.SWEEPABLE`. The CLI trusts its user and reads what it is given.
 """
 
 from __future__ import annotations
@@ -30,7 +35,19 @@ class SubmitError(ValueError):
 KINDS = ("finetune", "lens")  # what a job does: fine-tune a head, or train a tuned lens (analysis.lens)
 
 
-def validate_lens(config: dict) -> tuple[dict, str]:
+def browser_checked(options):
+    """``options`` (fine-tuning or lens) as the browser may submit them, or an :class:`InputError`: every data
+    source ``demo``, a hub dataset name or a file under the data roots (stored resolved), no pickle loading."""
+    from analysis.dataroots import browser_source
+
+    if options.allow_pickle:
+        raise InputError("allow_pickle: pickle weights are never loaded for the browser (use the CLI)")
+    data = {k: browser_source(str(getattr(options, k))) for k in ("train", "val", "test", "corpus")
+            if getattr(options, k, None)}
+    return options.replace(**data)
+
+
+def validate_lens(config: dict, browser: bool = False) -> tuple[dict, str]:
     """A tuned-lens job: its options (:class:`analysis.options.LensOptions`), the texts, the model's MLM head."""
     from analysis.lens import read_corpus
     from analysis.options import LensOptions
@@ -38,6 +55,8 @@ def validate_lens(config: dict) -> tuple[dict, str]:
 
     try:
         options = LensOptions(**{k: v for k, v in config.items() if k != "kind"})
+        if browser:
+            options = browser_checked(options)
         texts = read_corpus(options)
         if len(texts) <= options.eval_texts:
             raise InputError(f"{len(texts)} texts: a lens needs more than eval_texts={options.eval_texts}")
@@ -50,16 +69,19 @@ def validate_lens(config: dict) -> tuple[dict, str]:
     return {"kind": "lens", **options.to_dict()}, spec.device
 
 
-def validate(config: dict) -> tuple[dict, str]:
-    """(the job's resolved options, every field, the device the job will run on) or :class:`SubmitError`."""
+def validate(config: dict, browser: bool = False) -> tuple[dict, str]:
+    """(the job's resolved options, every field, the device the job will run on) or :class:`SubmitError`.
+    ``browser``: also :func:`browser_checked`, before anything is read."""
     kind = config.get("kind", "finetune")
     if kind not in KINDS:
         raise SubmitError(f"unknown job kind '{kind}' (choose from {', '.join(KINDS)})")
     if kind == "lens":
-        return validate_lens(config)
+        return validate_lens(config, browser)
     config = {k: v for k, v in config.items() if k != "kind"}
     try:
         options = resolve(config)
+        if browser:
+            options = browser_checked(options)
         if not options.train:
             raise InputError("no training data: set train (a file, 'demo' or hf:NAME[/CONFIG]:SPLIT)")
         spec = options.spec().resolved()
@@ -119,11 +141,12 @@ def job_name(options: dict) -> str:
 
 
 def submit(config: dict, store: JobStore | None = None, name: str = "", start_worker: bool = True,
-           group: str | None = None) -> int:
+           group: str | None = None, browser: bool = False) -> int:
     """Validate and queue ``config`` (in sweep ``group``); start a local worker if none runs, or send it to
-    Slurm (backend ``slurm``). Returns the job id."""
+    Slurm (backend ``slurm``). ``browser``: submitted from the dashboard (:func:`browser_checked`). Returns the
+    job id."""
     store = store or JobStore()
-    config, device = validate(config)
+    config, device = validate(config, browser)
     job_id = store.submit(config, device, name or job_name(config), group)
     if config.get("backend") == "slurm":
         try:
@@ -136,19 +159,27 @@ def submit(config: dict, store: JobStore | None = None, name: str = "", start_wo
 
 
 def submit_sweep(config: dict, points: list[dict], store: JobStore | None = None, group: str | None = None,
-                 start_worker: bool = True) -> tuple[str, list[int]]:
+                 start_worker: bool = True, browser: bool = False) -> tuple[str, list[int]]:
     """Queue one job per grid point (:func:`analysis.options.grid`) on top of ``config``, all in one ``group``
-    (default: ``sweep <time>: <keys>``). Every point is checked before any is queued. Returns the group name and
-    the job ids."""
+    (default: ``sweep <time>: <keys>``). Every point is checked before any is queued; from the ``browser`` a
+    point varies only :data:`analysis.options.SWEEPABLE` and each merged point is :func:`browser_checked`.
+    Returns the group name and the job ids."""
     import time
+
+    from analysis import options as schema
 
     checked = []
     for point in points:
+        refused = [k for k in point if browser and k not in schema.SWEEPABLE]
         try:
-            checked.append(validate({**config, **point}))
+            if refused:
+                raise SubmitError(f"{', '.join(refused)} cannot be swept from the browser: a sweep varies the "
+                                  "training options only")
+            checked.append(validate({**config, **point}, browser))
         except SubmitError as exc:
             raise SubmitError(f"{', '.join(f'{k}={v}' for k, v in point.items())}: {exc}") from None
     store = store or JobStore()
     group = group or f"sweep {time.strftime('%Y-%m-%d %H:%M:%S')}: {' x '.join(points[0]) if points else ''}"
-    ids = [submit(options, store, start_worker=start_worker, group=group) for options, _ in checked]
+    ids = [submit(options, store, start_worker=start_worker, group=group, browser=browser)
+           for options, _ in checked]
     return group, ids

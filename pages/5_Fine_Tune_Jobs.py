@@ -12,7 +12,7 @@ from analysis.dataroots import browser_source
 from analysis.finetune import majority_vote
 from analysis.heads import head_names
 from analysis.inputs import FORMATS, InputError, columns_of, safe_suffix
-from analysis.options import PRESETS, grid, model_config, model_defaults, resolve, sources
+from analysis.options import PRESETS, SWEEPABLE, grid, model_config, model_defaults, resolve, sources
 from analysis.plots import history_chart, plain
 from analysis.scores import classification_metrics
 from analysis.store import layerlens_home
@@ -113,7 +113,9 @@ with st.expander("Where it runs: this machine or Slurm, processes"):
                "clusters'). With several processes the batch size stays the global batch.")
 sweep = st.text_input("Sweep (optional)", key="job_grid", placeholder="head=cls,attention lr=2e-5,5e-5",
                       help="one job per combination, in one group the comparison below can pick: option=value,value "
-                      "... separated by spaces; the values replace the form's")
+                      "... separated by spaces; the values replace the form's. A sweep varies the training options "
+                      f"only ({', '.join(SWEEPABLE)}); the data, the columns, the model, the preset and where it "
+                      "runs are the form's")
 config = {"model": model, "train": train, "text_column": text_col, "pair_column": pair_col, "label_column": label_col,
           "preset": None if preset == "(none)" else preset, **values}
 try:
@@ -127,7 +129,7 @@ try:
 except InputError:
     pass  # shown when submitting
 try:
-    points = grid(sweep.split()) if sweep.strip() else []
+    points = grid(sweep.split(), allowed=SWEEPABLE) if sweep.strip() else []
 except InputError as exc:
     points = None
     st.error(str(exc))
@@ -136,11 +138,11 @@ if st.button(label, type="primary", key="job_submit", disabled=not train or poin
     start = not os.environ.get("LAYERLENS_JOBS_NO_WORKER")
     try:
         if points:
-            group, ids = submit_sweep(config, points, store, start_worker=start)
+            group, ids = submit_sweep(config, points, store, start_worker=start, browser=True)
             st.success(f"{len(ids)} jobs queued in group '{group}' (jobs {ids[0]}–{ids[-1]}).")
             job_id = ids[0]
         else:
-            job_id = submit(config, store, start_worker=start)
+            job_id = submit(config, store, start_worker=start, browser=True)
             st.success(f"Job {job_id} queued ({store.get(job_id).where}): it starts as soon as the device is free.")
         st.session_state["job_view"] = job_id  # show the new job below
     except SubmitError as exc:

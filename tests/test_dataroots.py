@@ -22,7 +22,7 @@ def root(tmp_path, monkeypatch):
 
 
 def test_files_under_the_roots_and_nothing_else(root, tmp_path):
-    assert data_roots() == [root.resolve()]
+    assert data_roots()[0] == root.resolve() and data_roots()[1].name == "uploads"  # uploads: always a root
     assert server_files() == [root / "a.csv", root / "sub" / "b.txt"]
     assert within_roots(root / "sub" / ".." / "a.csv") == root / "a.csv"
     for outside in (tmp_path / "secret.csv", root / "link.csv", root / ".." / "secret.csv", "/etc/hostname"):

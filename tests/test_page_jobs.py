@@ -258,3 +258,25 @@ def test_the_jobs_table_leaves_missing_values_empty(home, tiny_dirs):
     assert table["accuracy"].isna().all()
     html = shown(table).to_html()
     assert "None" not in html and "nan" not in html and "cls · demo · demo set" in html
+
+
+def labelled_csv(path, label="secret-label"):
+    """A small labelled file the browser must not reach (issue 25.1)."""
+    path.write_text("text,label\n" + "".join(f"private text {i},{label}{i % 2}\n" for i in range(12)))
+    return path
+
+
+def test_a_sweep_cannot_reach_data_models_or_code_loading(home, tiny_dirs, tmp_path):
+    """Issue 25.1: the Sweep field varies the training options only; a sweep naming the data, the model, the
+    backend or pickle loading is refused with a message and nothing is queued."""
+    private = labelled_csv(tmp_path / "private.csv")
+    at = run_page(JOBS, model=str(tiny_dirs["bert"]))
+    for hostile in (f"head=attention train={private} epochs=1", f"val={private}", f"tests={private}",
+                    "text_column=label", f"model={tiny_dirs['albert']}", "allow_pickle=true", "backend=slurm",
+                    "preset=sun2019"):
+        at.text_input(key="job_grid").set_value(hostile).run()
+        assert not at.exception
+        assert at.error and "cannot be swept from the browser" in at.error[0].value, (hostile, at.error)
+        assert at.button(key="job_submit").disabled  # a browser cannot click it (AppTest refuses too)
+    assert home.list() == []
+    assert any("training options" in (w.help or "") for w in [at.text_input(key="job_grid")])
