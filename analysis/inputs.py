@@ -12,7 +12,10 @@ import dataclasses
 import hashlib
 import io
 import json
+import math
 import random
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 FORMATS = ("txt", "csv", "tsv", "jsonl")
@@ -105,32 +108,44 @@ def format_of(name: str) -> str:
     return suffix
 
 
-def _rows(text: str, fmt: str, name: str) -> tuple[list[dict], list[str]]:
-    """Records and column names of a tabular text."""
+def _rows(text: str, fmt: str, name: str) -> tuple[list[dict], list[str], list[int]]:
+    """Records, column names and each record's first line in a tabular text. A column named twice, a key
+    repeated in a JSON object and a CSV quote that is never closed are errors naming the line and column."""
     if fmt == "jsonl":
-        rows = []
+        rows, lines = [], []
         for n, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = json.loads(line, object_pairs_hook=_unique_keys)
             except json.JSONDecodeError as exc:
                 raise InputError(f"{name}, line {n}: not valid JSON ({exc.msg})") from None
+            except _RepeatedKey as exc:
+                raise InputError(f"{name}, line {n}, column {exc.args[0]}: the object names this key twice") from None
             if not isinstance(row, dict):
                 raise InputError(f"{name}, line {n}: expected a JSON object per line")
             rows.append(row)
+            lines.append(n)
         columns = list(dict.fromkeys(k for row in rows for k in row))
-        return rows, columns
+        return rows, columns, lines
     delimiter = "\t" if fmt == "tsv" else ","
     quoting = csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting)
-    header, rows = None, []
+    physical = list(io.StringIO(text, newline=""))  # the lines the csv module counts (\n, \r\n or \r)
+    reader = csv.reader(physical, delimiter=delimiter, quoting=quoting)
+    header, rows, lines = None, [], []
     try:
+        start = 1
         for r in reader:
+            if fmt == "csv" and reader.line_num == len(physical):
+                _check_quotes_closed(physical, start, name)  # an open quote reads every later line as one field
             if not r:
-                continue
-            if header is None:
+                pass
+            elif header is None:
                 header = [h.strip() for h in r]
+                for i, h in enumerate(header):
+                    if h in header[:i]:
+                        raise InputError(f"{name}, line {reader.line_num}, column {i + 1}: the header repeats the "
+                                         f"name of column {header.index(h) + 1} (each column needs its own name)")
             elif len(r) != len(header):  # a field too many shifts the others: text would become label
                 inside = ("quote texts that hold a comma" if fmt == "csv" else
                           "TSV is read with quoting off, so a text cannot hold a tab")
@@ -138,9 +153,44 @@ def _rows(text: str, fmt: str, name: str) -> tuple[list[dict], list[str]]:
                                  f"({inside})")
             else:
                 rows.append(dict(zip(header, r, strict=True)))
+                lines.append(start)
+            start = reader.line_num + 1
     except csv.Error as exc:
         raise InputError(f"{name}: not a valid {fmt.upper()} file ({exc})") from None
-    return rows, header or []
+    return rows, header or [], lines
+
+
+class _RepeatedKey(Exception):
+    pass
+
+
+def _unique_keys(pairs: list[tuple]) -> dict:
+    keys = [k for k, _ in pairs]
+    for i, key in enumerate(keys):
+        if key in keys[:i]:
+            raise _RepeatedKey(key)
+    return dict(pairs)
+
+
+def _check_quotes_closed(lines: list[str], start: int, name: str) -> None:
+    """An :class:`InputError` at the quote that opens a field of the CSV record beginning at line ``start`` (the
+    file's last) and is never closed; the csv module (non-strict) would read the rest of the file into it."""
+    opened, state = None, "start"  # start of a field, in a plain field, in a quoted field, after a quote in one
+    for n, line in enumerate(lines[start - 1:], start=start):
+        for col, ch in enumerate(line, start=1):
+            if state == "start" and ch == '"':
+                opened, state = (n, col), "quoted"
+            elif state == "quoted":
+                state = "after quote" if ch == '"' else "quoted"
+            elif ch == "," or ch in "\r\n":
+                state = "start"
+            elif state == "after quote" and ch == '"':
+                state = "quoted"  # a doubled quote inside quotes
+            else:
+                state = "plain"
+    if state == "quoted":
+        raise InputError(f"{name}, line {opened[0]}, column {opened[1]}: a quote opened here is never closed "
+                         "(a text that starts with a quote must end with one; double quotes inside it)")
 
 
 def columns_of(data: bytes, name: str) -> list[str]:
@@ -155,10 +205,25 @@ def _clean(value) -> str:
     return "" if value is None else " ".join(str(value).split())
 
 
-def _label(value) -> str:
-    """A label as text: JSON numbers and numeric strings agree (1, 1.0 and "1" are all "1")."""
+KINDS = {dict: "a JSON object", list: "a JSON array"}
+
+
+def _text(value, where: Callable[[], str]) -> str:
+    """A text cell as text (numbers become their digits); an object or array is an error, never its repr."""
+    if isinstance(value, dict | list):
+        raise InputError(f"{where()}: {KINDS[type(value)]}, not a text")
+    return _clean(value)
+
+
+def _label(value, where: Callable[[], str] = lambda: "a label") -> str:
+    """A label as text: JSON numbers and numeric strings agree (1, 1.0 and "1" are all "1"). A label is a text or
+    a finite number: an object, an array, NaN or infinity (JSON ``NaN``, ``1e999``) is an error."""
     if isinstance(value, bool):
         return str(value).lower()
+    if isinstance(value, dict | list):
+        raise InputError(f"{where()}: {KINDS[type(value)]}, not a label (a label is a text or a number)")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError(f"{where()}: not a finite number (NaN or infinity); a label is a text or a number")
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     text = _clean(value)
@@ -166,7 +231,7 @@ def _label(value) -> str:
         number = float(text)
     except ValueError:
         return text
-    return str(int(number)) if number.is_integer() else text
+    return str(int(number)) if math.isfinite(number) and number.is_integer() else text
 
 
 TEXT_HINTS = ("text", "sentence", "sentence1", "review", "content", "tweet", "question", "premise", "document")
@@ -179,7 +244,7 @@ def guess_text_column(data: bytes, name: str, exclude: tuple[str, ...] = ()) -> 
     ``sentence`` and never the ids). None for a .txt file."""
     if format_of(name) == "txt":
         return None
-    rows, columns = _rows(decode(data, name), format_of(name), name)
+    rows, columns, _ = _rows(decode(data, name), format_of(name), name)
     candidates = [c for c in columns if c not in exclude] or columns
     for hint in TEXT_HINTS:
         for column in candidates:
@@ -204,19 +269,29 @@ def parse(data: bytes | str, name: str = "input.txt", column: str = "text", pair
             raise InputError("text pairs and labels need a .csv, .tsv or .jsonl file with named columns")
         rows = [{"text": line.strip()} for line in text.splitlines() if line.strip()]  # blank lines separate
         return from_records(rows, ["text"], name, "text", limit=limit)
-    rows, columns = _rows(text, fmt, name)
-    return from_records(rows, columns, name, column, pair_column, label_column, limit)
+    rows, columns, lines = _rows(text, fmt, name)
+    return from_records(rows, columns, name, column, pair_column, label_column, limit, lines,
+                        numbered=fmt != "jsonl")
 
 
 def from_records(rows: list[dict], columns: list[str], name: str, column: str = "text", pair_column: str | None = None,
-                 label_column: str | None = None, limit: int | None = None) -> TextInputs:
-    """Texts (pairs, labels) from records; ``name`` is the source, for messages."""
+                 label_column: str | None = None, limit: int | None = None, lines: list[int] | None = None,
+                 numbered: bool = False) -> TextInputs:
+    """Texts (pairs, labels) from records; ``name`` is the source and ``lines`` each record's line in it, for
+    messages (``numbered``: columns are named by their position too, as in a CSV file)."""
     for wanted in filter(None, (column, pair_column, label_column)):
         if wanted not in columns:
             found = ", ".join(columns[:12]) or "none"
             raise InputError(f"{name} has no column '{wanted}' (columns found: {found})")
-    kept = [(i, _clean(r.get(column)), _clean(r.get(pair_column)) if pair_column else "",
-             _label(r.get(label_column)) if label_column else "") for i, r in enumerate(rows)]
+
+    def at(i: int, col: str) -> str:
+        row = f"line {lines[i]}" if lines is not None else f"row {i + 1}"
+        return f"{name}, {row}, column " + (f"{columns.index(col) + 1} ({col})" if numbered else str(col))
+
+    kept = [(i, _text(r.get(column), partial(at, i, column)),
+             _text(r.get(pair_column), partial(at, i, pair_column)) if pair_column else "",
+             _label(r.get(label_column), partial(at, i, label_column)) if label_column else "")
+            for i, r in enumerate(rows)]
     usable = [row for row in kept if row[1] and (row[2] or not pair_column) and (row[3] or not label_column)]
     if not usable:
         raise InputError(f"{name} has no usable rows: every text{', pair' if pair_column else ''}"

@@ -100,3 +100,49 @@ def test_a_row_with_the_wrong_number_of_fields_is_an_error_not_data(name, conten
 def test_quoted_commas_stay_in_their_field():
     data = parse(b'text,label\n"bad, really bad",neg\n', "rows.csv", label_column="label")
     assert data.texts == ("bad, really bad",) and data.labels == ("neg",)
+
+
+UNCLOSED = 'text,label\ngood film,pos\nbad film,"neg\n' + "fine,pos\n" * 50  # the quote on line 3 swallows the rest
+
+
+@pytest.mark.parametrize("name, content, where, why", [
+    ("rows.csv", "text,text,label\na,b,pos\n", "rows.csv, line 1, column 2", "the header repeats the name of column 1"),
+    ("rows.tsv", "label\ttext\tlabel\na\tb\tpos\n", "rows.tsv, line 1, column 3",
+     "the header repeats the name of column 1"),
+    ("rows.jsonl", '{"text": "a", "label": "pos"}\n{"text": "b", "text": "c", "label": "neg"}\n',
+     "rows.jsonl, line 2, column text", "the object names this key twice"),
+    ("rows.jsonl", '{"text": "a", "label": "pos"}\n{"text": {"secret": 1}, "label": "neg"}\n',
+     "rows.jsonl, line 2, column text", "a JSON object, not a text"),
+    ("rows.jsonl", '{"text": "a", "label": "pos"}\n\n{"text": "b", "label": ["neg"]}\n',
+     "rows.jsonl, line 3, column label", "a JSON array, not a label"),
+    ("rows.jsonl", '{"text": "a", "label": 1}\n{"text": "b", "label": NaN}\n',
+     "rows.jsonl, line 2, column label", "not a finite number"),
+    ("rows.jsonl", '{"text": "a", "label": 1}\n{"text": "b", "label": 1e999}\n',
+     "rows.jsonl, line 2, column label", "not a finite number"),
+    ("rows.jsonl", '{"text": "a", "label": 1}\n{"text": "b", "label": -Infinity}\n',
+     "rows.jsonl, line 2, column label", "not a finite number"),
+    ("rows.csv", UNCLOSED, "rows.csv, line 3, column 10", "a quote opened here is never closed"),
+    ("rows.csv", 'text,label\n"good,pos\n' + "fine,pos\n" * 5, "rows.csv, line 2, column 1",
+     "a quote opened here is never closed"),
+    ("rows.csv", 'text,label\ngood film,pos\nbad film,"neg', "rows.csv, line 3, column 10",
+     "a quote opened here is never closed"),  # on the last line, no newline after it
+])
+def test_malformed_data_is_an_error_naming_file_line_and_column(name, content, where, why):
+    with pytest.raises(InputError) as caught:
+        parse(content.encode(), name, label_column="label")
+    message = str(caught.value)
+    assert message.startswith(where + ": ") and why in message and "\n" not in message, message
+    assert "secret" not in message and "neg" not in message and "fine" not in message  # never the file's content
+
+
+def test_labels_are_text_or_finite_numbers():
+    data = parse(b'{"text": "a", "label": 1.0}\n{"text": "b", "label": "1"}\n{"text": "c", "label": "NaN"}\n'
+                 b'{"text": "d", "label": 2.5}\n', "x.jsonl", label_column="label")
+    assert data.labels == ("1", "1", "NaN", "2.5")  # a label typed as text stays text, numbers agree
+    data = parse(b"text,label\na,NaN\nb,1e999\nc,1.0\n", "x.csv", label_column="label")
+    assert data.labels == ("NaN", "1e999", "1")  # CSV cells are text: kept as typed
+
+
+def test_a_quoted_field_closed_on_a_later_line_is_still_one_text():
+    data = parse(b'text,label\n"two\nlines",pos\n"say ""hi""",neg\n', "x.csv", label_column="label")
+    assert data.texts == ("two lines", 'say "hi"') and data.labels == ("pos", "neg")
