@@ -260,14 +260,28 @@ def resolve(*given: dict) -> FinetuneOptions:
 # What a sweep from the browser may vary: the training engine's hyper-parameters (FinetuneConfig), never the
 # data, the columns, the model, pickle loading, the preset or where the job runs (the CLI trusts its user).
 SWEEPABLE: tuple[str, ...] = tuple(FinetuneConfig.model_fields)
+MAX_SWEEP = 256  # points in one sweep; LAYERLENS_MAX_SWEEP raises it
+
+
+def max_sweep() -> int:
+    import os
+
+    given = os.environ.get("LAYERLENS_MAX_SWEEP", "").strip()
+    if not given:
+        return MAX_SWEEP
+    if not given.isdigit() or int(given) < 1:
+        raise InputError(f"LAYERLENS_MAX_SWEEP must be a whole number of at least 1, got {given!r}")
+    return int(given)
 
 
 def grid(items: list[str], allowed: typing.Iterable[str] | None = None) -> list[dict]:
     """A sweep: ``["head=cls,attention", "lr=2e-5,5e-5"]`` -> the cross product as option dicts, the first key
     varying slowest. Keys are option names (dashes or a plural ``s`` allowed: ``heads``, ``num-processes``);
     values stay as typed, the schema checks them when each job is resolved. ``allowed``: the keys that may
-    vary (the browser's: :data:`SWEEPABLE`); any other is an :class:`InputError`."""
+    vary (the browser's: :data:`SWEEPABLE`); any other is an :class:`InputError`. More points than
+    :func:`max_sweep` are refused from the value counts, before any point is built."""
     import itertools
+    import math
 
     axes: dict[str, list[str]] = {}
     for item in items:
@@ -289,6 +303,11 @@ def grid(items: list[str], allowed: typing.Iterable[str] | None = None) -> list[
         if not vals:
             raise InputError(f"grid: '{key}' has no values")
         axes[name] = vals
+    count, cap = math.prod(len(v) for v in axes.values()), max_sweep()
+    if count > cap:
+        raise InputError(f"grid: {' x '.join(str(len(v)) for v in axes.values())} values make {count:,} points, "
+                         f"more than the {cap:,} a sweep may have: fewer values, or raise LAYERLENS_MAX_SWEEP "
+                         "on the machine that submits")
     return [dict(zip(axes, combo, strict=True)) for combo in itertools.product(*axes.values())]
 
 

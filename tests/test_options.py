@@ -118,3 +118,53 @@ def test_the_default_learning_rate_follows_the_models_size_not_its_name(tmp_path
     assert resolve({"model": "bert-base-uncased"}).lr == 2e-5  # offline here: its config is unknown, so 2e-5
     name = job_name(resolve({"model": str(deeper), "train": "demo", "head": "attention", "epochs": 2}).to_dict())
     assert name == "attention · deeper · demo set · epochs 2"
+
+
+def test_a_sweep_is_capped_before_it_is_expanded(monkeypatch):
+    """Issue 25.6: 5 keys x 20 values (3.2 M points) or 12 x 10 (10^12) is refused from the value counts, before
+    any point is built; LAYERLENS_MAX_SWEEP raises the cap (256 by default)."""
+    import itertools
+
+    from analysis.options import grid
+
+    def never(*args, **kwargs):
+        raise AssertionError("the points were being built")
+
+    values = ",".join(str(i) for i in range(1, 21))
+    five = [f"{k}={values}" for k in ("epochs", "batch_size", "patience", "folds", "max_length")]
+    monkeypatch.setattr(itertools, "product", never)
+    monkeypatch.delenv("LAYERLENS_MAX_SWEEP", raising=False)
+    with pytest.raises(InputError, match=r"3,200,000 points.*256.*LAYERLENS_MAX_SWEEP"):
+        grid(five)
+    twelve = [f"{k}={','.join(str(i) for i in range(1, 11))}" for k in (
+        "epochs", "batch_size", "patience", "folds", "max_length", "seed", "max_steps", "further_pretrain_steps",
+        "lr", "dropout", "warmup", "weight_decay")]
+    with pytest.raises(InputError, match=r"1,000,000,000,000 points"):
+        grid(twelve)
+    monkeypatch.undo()
+    assert len(grid(["epochs=1,2,3,4,5,6,7,8", "seed=" + ",".join(map(str, range(32)))])) == 256
+    with pytest.raises(InputError, match="261 points"):
+        grid(["epochs=1,2,3,4,5,6,7,8,9", "seed=" + ",".join(map(str, range(29)))])  # 261
+    monkeypatch.setenv("LAYERLENS_MAX_SWEEP", "300")
+    assert len(grid(["epochs=1,2,3,4,5,6,7,8,9", "seed=" + ",".join(map(str, range(29)))])) == 261
+    monkeypatch.setenv("LAYERLENS_MAX_SWEEP", "lots")
+    with pytest.raises(InputError, match="LAYERLENS_MAX_SWEEP"):
+        grid(["epochs=1,2"])
+
+
+def test_the_cli_and_the_page_refuse_a_sweep_over_the_cap(tmp_path, monkeypatch, capsys):
+    """Issue 25.6: the same cap, one line, nothing queued, from ``jobs submit --grid`` and the page."""
+    monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path))
+    monkeypatch.setenv("LAYERLENS_JOBS_NO_WORKER", "1")
+    monkeypatch.delenv("LAYERLENS_MAX_SWEEP", raising=False)
+    config = tmp_path / "job.json"
+    config.write_text(json.dumps({"model": "demo", "train": "demo"}))
+    values = ",".join(str(i) for i in range(1, 21))
+    five = [f"{k}={values}" for k in ("epochs", "batch_size", "patience", "folds", "max_length")]
+    assert main(["jobs", "submit", "--config", str(config), "--no-worker", "--grid", *five]) == 2
+    err = capsys.readouterr().err
+    assert "3,200,000 points" in err and "256" in err and len(err.strip().splitlines()) == 1
+    at = run_page("pages/5_Fine_Tune_Jobs.py")
+    at.text_input(key="job_grid").set_value(" ".join(five)).run()
+    assert not at.exception and "3,200,000 points" in at.error[0].value and at.button(key="job_submit").disabled
+    assert JobStore(tmp_path / "jobs").list() == []
