@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import re
 
 import numpy as np
 import pandas as pd
@@ -11,12 +12,24 @@ import plotly.graph_objects as go
 COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]
 
 
+# characters that are invisible or reorder what follows: C0/C1 controls, line/paragraph separators and the
+# bidirectional marks, embeddings, overrides and isolates (U+202E shows "evil" as "live"); joiners are kept
+INVISIBLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+def visible(text) -> str:
+    """``text`` with every :data:`INVISIBLE` character written out as its ``\\uXXXX`` escape, so that a label
+    shows what was typed and cannot hide or reorder characters; everything else is kept as it is."""
+    return INVISIBLE.sub(lambda m: f"\\u{ord(m[0]):04x}", str(text))
+
+
 def plain(text) -> str:
-    """Text from the data or the user (a class label, a token, a model name) as Plotly shows it: ``&``, ``<`` and
-    ``>`` escaped, so ``<a href>`` or ``<b>`` in a label is shown, never rendered as a link or bold. Quotes stay
-    as they are: Plotly's text decodes only ``&lt;``, ``&gt;``, ``&amp;`` and numeric entities, so ``&quot;``
-    would be shown as those six characters."""
-    return html.escape(str(text), quote=False)
+    """Text from the data or the user (a class label, a token, a model name) as Plotly shows it: exactly as
+    typed, with :func:`visible` controls. ``&``, ``<`` and ``>`` are escaped, so ``<a href>`` or ``<b>`` in a
+    label is shown, never rendered as a link or bold. Quotes stay as they are: Plotly's text decodes only
+    ``&lt;``, ``&gt;``, ``&amp;``, a few named and the numeric entities, so ``&quot;`` would be shown as those
+    six characters."""
+    return html.escape(visible(text), quote=False)
 
 
 DEPTH_TITLES = {False: "layer (0 = embeddings)",

@@ -63,6 +63,50 @@ def test_labels_are_shown_as_text_never_rendered():
     assert md_plain("[x](http://e) **b**") == r"\[x\]\(http\://e\) \*\*b\*\*"
 
 
+TYPED = '"a" <b>x</b> \u202eevil\u2066'  # markup, quotes, a right-to-left override and an isolate
+SHOWN = '"a" <b>x</b> \\u202eevil\\u2066'  # as typed, the bidi controls written out so that nothing reorders
+
+
+def plotly_shows(text: str) -> str:
+    """What Plotly displays for a text piece: it renders tags (none may come from the data) and decodes only
+    ``&mu; &amp; &lt; &gt; &nbsp; &times; &plusmn; &deg;`` and numeric entities (plotly.js ``convertEntities``)."""
+    import html
+    import re
+
+    assert not re.search(r"<[A-Za-z/]", text), text
+    named = {"mu", "amp", "lt", "gt", "nbsp", "times", "plusmn", "deg"}
+    return re.sub(r"&(#\d+|#x[\da-fA-F]+|[a-z]+);",
+                  lambda m: html.unescape(m[0]) if m[1][0] == "#" or m[1] in named else m[0], text)
+
+
+def test_a_label_is_shown_exactly_as_typed_with_bidi_controls_made_visible():
+    """Issue 25.12: quotes were shown as &quot;, and U+202E reversed the rest of a legend entry."""
+    import re
+
+    from analysis.plots import atlas_grid, plain, separability_curve
+    from ui.results import md_plain
+
+    coords = pd.DataFrame({"layer": [0] * 4, "example_id": range(4), "x": [0.0, 1, 2, 3], "y": [0.0, 1, 0, 1],
+                           "label": [TYPED, TYPED, "ok", "ok"]})
+    fig = atlas_grid(coords, {i: f"text {i} {TYPED}" for i in range(4)}, ["embeddings"])
+    trace = next(t for t in fig.data if t.name != "ok")
+    assert plotly_shows(trace.name) == SHOWN  # the legend
+    ours = r"</?(b|br|extra)>"  # the hover template's own markup
+    assert SHOWN in plotly_shows(re.sub(ours, "", trace.hovertemplate))
+    assert all(plotly_shows(h) == f"text {i} {SHOWN}" for i, h in zip((0, 1), (c[1] for c in trace.customdata),
+                                                                       strict=True))
+    sep = separability_table(3)
+    curve = separability_curve({TYPED: sep}, {TYPED: ["embeddings", "layer 1", "layer 2"]})
+    assert plotly_shows(curve.data[1].name) == SHOWN and SHOWN in plotly_shows(re.sub(ours, "", curve.data[1]
+                                                                                          .hovertemplate))
+    assert "\u202e" not in str(fig.to_plotly_json()) + str(curve.to_plotly_json())
+    assert plotly_shows(plain("tab\there, NUL \x00, RLM \u200f")) == r"tab\u0009here, NUL \u0000, RLM \u200f"
+    assert plotly_shows(plain("emoji 👨\u200d👩 and ünïcode")) == "emoji 👨\u200d👩 and ünïcode"  # joiners kept
+    # Streamlit markdown: every markdown/HTML character escaped, so the text is shown, never rendered
+    md = md_plain(TYPED)
+    assert "\u202e" not in md and re.sub(r"\\(.)", r"\1", md) == SHOWN
+
+
 # --- issue 24: models of different depth, hovers, PCA variance, one epoch ----------------------------------
 
 def probe_layers(states: int) -> pd.DataFrame:

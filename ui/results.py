@@ -164,7 +164,10 @@ def table(frame, headers: dict[str, tuple[str, str]], container=None, **kwargs) 
 
 def md_plain(text) -> str:
     """Text from the data or the user inside a Streamlit caption or message (markdown): markdown and HTML
-    characters escaped, so a label such as ``[click](http://x)`` or ``**x**`` is shown as typed."""
+    characters escaped, so a label such as ``[click](http://x)`` or ``**x**`` is shown as typed; controls and
+    bidirectional overrides written out as in charts (:func:`analysis.plots.visible`)."""
     import re
 
-    return re.sub(r"([\\`*_{}\[\]()#+\-.!|<>~$:])", r"\\\1", str(text))
+    from analysis.plots import visible
+
+    return re.sub(r"([\\`*_{}\[\]()#+\-.!|<>~$:])", r"\\\1", visible(text))
