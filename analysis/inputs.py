@@ -143,7 +143,7 @@ def _rows(text: str, fmt: str, name: str) -> tuple[list[dict], list[str], list[i
             elif header is None:
                 header = [h.strip() for h in r]
                 for i, h in enumerate(header):
-                    if h in header[:i]:
+                    if h and h in header[:i]:  # unnamed columns (a spreadsheet's trailing commas) are unused
                         raise InputError(f"{name}, line {reader.line_num}, column {i + 1}: the header repeats the "
                                          f"name of column {header.index(h) + 1} (each column needs its own name)")
             elif len(r) != len(header):  # a field too many shifts the others: text would become label

@@ -146,3 +146,9 @@ def test_labels_are_text_or_finite_numbers():
 def test_a_quoted_field_closed_on_a_later_line_is_still_one_text():
     data = parse(b'text,label\n"two\nlines",pos\n"say ""hi""",neg\n', "x.csv", label_column="label")
     assert data.texts == ("two lines", 'say "hi"') and data.labels == ("pos", "neg")
+
+
+def test_unnamed_columns_may_repeat():
+    """A spreadsheet's export with empty trailing columns: their names (none) repeat, and no one can choose them."""
+    data = parse(b"text,label,,\na,pos,,\nb,neg,,\n", "x.csv", label_column="label")
+    assert data.texts == ("a", "b") and data.labels == ("pos", "neg")
