@@ -20,7 +20,7 @@ import functools
 import typing
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from analysis.inputs import InputError
 from models.spec import DEMO_NAME, DEVICES, DTYPE_NAMES, SUGGESTED_MODELS
@@ -31,6 +31,7 @@ ATLAS_POOLINGS = ("cls", "mean", "model")  # model: a sentence encoder's own poo
 ATLAS_METHODS = ("pca", "umap", "tsne")
 COLOR_BY = ("label", "prediction", "correct")  # a classifier's own predictions can colour the atlas
 
+MAX_SEED = 2**32 - 1  # numpy's and scikit-learn's random_state take no more
 SCHEDULES = ("linear", "epoch-decay")
 Truncation = Literal[TRUNCATIONS]  # type: ignore[valid-type]
 Schedule = Literal[SCHEDULES]  # type: ignore[valid-type]
@@ -131,7 +132,7 @@ class FinetuneConfig(Options):
     val_fraction: float = Field(0.2, gt=0, lt=1, title="validation fraction", description="held out of the "
                                 "training rows (stratified) when no validation set is given; with k-fold and early "
                                 "stopping, of each fold's training rows")
-    seed: int = Field(0, ge=0, title="seed")
+    seed: int = Field(0, ge=0, le=MAX_SEED, title="seed", description="k-fold: fold k uses seed + k")
     early_stopping: bool = Field(False, title="early stopping", description="stop when validation loss stops "
                                  "improving (patience epochs) and keep the best epoch")
     patience: int = Field(2, ge=1, title="patience", description="epochs without improvement before stopping")
@@ -184,6 +185,14 @@ class FinetuneOptions(FinetuneConfig):
     slurm_gpus: int = Field(1, ge=0, le=16, title="Slurm GPUs", description="jobs on slurm: GPUs per job (0: "
                             "CPU only)")
 
+    @model_validator(mode="after")
+    def _fold_seeds(self):
+        """Fold k runs with seed + k (analysis.finetune): the last fold's seed must be a seed too."""
+        if self.seed + self.folds - 1 > MAX_SEED:
+            raise ValueError(f"seed: with {self.folds} folds the folds use seeds {self.seed} to "
+                             f"{self.seed + self.folds - 1}, and a seed must be at most {MAX_SEED}")
+        return self
+
     def training(self) -> FinetuneConfig:
         return FinetuneConfig.from_dict(self.to_dict())
 
@@ -231,7 +240,7 @@ class LensOptions(Options):
                             "measure the lens")
     save_every: int = Field(50, ge=1, title="save every", description="steps between checkpoints (stop and "
                             "resume)")
-    seed: int = Field(0, ge=0, title="seed")
+    seed: int = Field(0, ge=0, le=MAX_SEED, title="seed")
 
     def spec(self):
         from models.spec import ModelSpec
@@ -345,6 +354,9 @@ def describe(exc: ValidationError, schema: type[BaseModel]) -> str:
                 "finite_number": "must be a finite number"}
     parts = []
     for err in exc.errors():
+        if err["type"] == "value_error" and not err["loc"]:  # a check across options: its message is whole
+            parts.append(str(err["ctx"]["error"]))
+            continue
         name = str(err["loc"][0]) if err["loc"] else "options"
         field = schema.model_fields.get(name)
         label = f"{name} ({field.title})" if field is not None and field.title and field.title != name else name

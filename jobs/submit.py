@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analysis.finetune import split_reader
+from analysis.finetune import split_off, split_reader
 from analysis.heads import build_head
 from analysis.inputs import InputError
 from analysis.options import resolve
@@ -69,6 +69,35 @@ def validate_lens(config: dict, browser: bool = False) -> tuple[dict, str]:
     return {"kind": "lens", **options.to_dict()}, spec.device
 
 
+def check_held_out(options, train) -> None:
+    """The validation rows the run will hold out of ``train`` (with ``val_fraction``), held out now with the
+    run's own function (:func:`analysis.finetune.split_off`), so a fraction that leaves a class without a row in
+    the held-out or the training part is refused at submit, not after the model has loaded. k-fold: every class
+    needs a row per fold, and with early stopping each fold's training rows are split as the run splits them."""
+    def hold_out(rows, seed: int) -> None:
+        try:
+            split_off(rows, options.val_fraction, seed)
+        except InputError as exc:
+            raise InputError(f"val_fraction (validation fraction) {options.val_fraction:g}: {exc}") from None
+
+    if options.folds == 1:
+        if not options.val:
+            hold_out(train, options.seed)
+        return
+    from collections import Counter
+
+    import numpy as np
+    from sklearn.model_selection import StratifiedKFold
+
+    rare, count = min(Counter(train.labels).items(), key=lambda kv: kv[1])
+    if count < options.folds:
+        raise InputError(f"class '{rare}' has {count} row(s): too few for {options.folds}-fold cross-validation")
+    if options.early_stopping:
+        folds = StratifiedKFold(options.folds, shuffle=True, random_state=options.seed)
+        for k, (rows, _) in enumerate(folds.split(np.zeros(len(train)), train.labels)):
+            hold_out(train.subset(sorted(rows)), options.seed + k)
+
+
 def validate(config: dict, browser: bool = False) -> tuple[dict, str]:
     """(the job's resolved options, every field, the device the job will run on) or :class:`SubmitError`.
     ``browser``: also :func:`browser_checked`, before anything is read."""
@@ -90,6 +119,7 @@ def validate(config: dict, browser: bool = False) -> tuple[dict, str]:
         train = read(options.train)
         others = [read(s) for s in (options.val, options.test) if s]
         label_ids(train.labels, *(o.labels for o in others))
+        check_held_out(options, train)
         build_head(options.head, model_config.num_hidden_layers, model_config.hidden_size, 2,
                    pooler=object() if getattr(model_config, "model_type", "") not in ("distilbert", "electra")
                    else None)

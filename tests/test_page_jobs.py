@@ -280,3 +280,15 @@ def test_a_sweep_cannot_reach_data_models_or_code_loading(home, tiny_dirs, tmp_p
         assert at.button(key="job_submit").disabled  # a browser cannot click it (AppTest refuses too)
     assert home.list() == []
     assert any("training options" in (w.help or "") for w in [at.text_input(key="job_grid")])
+
+
+def test_values_the_run_would_refuse_are_refused_on_the_page(home):
+    """Issue 25.10: a validation fraction that leaves a class without a row is refused at Submit; the seed
+    field stops at the largest seed."""
+    at = run_page(JOBS)
+    assert at.number_input(key="job_seed").max == 2**32 - 1
+    for fraction in (0.999, 0.001):
+        at.number_input(key="job_val_fraction").set_value(fraction).run()
+        at.button(key="job_submit").click().run()
+        assert not at.exception and "Not queued: val_fraction (validation fraction)" in at.error[0].value
+    assert home.list() == []

@@ -60,3 +60,37 @@ def test_grid_refuses_keys_outside_the_allowed():
     with pytest.raises(InputError, match="cannot be swept from the browser"):
         schema.grid(["train=/etc/passwd"], allowed=schema.SWEEPABLE)
     assert schema.grid(["heads=cls,attention"], allowed=schema.SWEEPABLE) == [{"head": "cls"}, {"head": "attention"}]
+
+
+def test_what_run_time_refuses_is_refused_at_submit(store, tmp_path):
+    """Issue 25.10: a seed numpy cannot take, a validation fraction that leaves a class without a row in the
+    held-out or the training part (0.001 or 0.999 of the demo set's 381 rows, 3 classes): not queued, one message
+    naming the option; the schema's bound holds for config files and the CLI too."""
+    demo = {"model": "demo", "train": "demo", "epochs": 1}
+    for bad, message in (({"seed": 2**32}, "seed"), ({"seed": 2**40}, "seed"),
+                         ({"seed": 2**32 - 2, "folds": 3}, "seed"),
+                         ({"val_fraction": 0.999}, "val_fraction"),
+                         ({"val_fraction": 0.001}, r"val_fraction \(validation fraction\) 0.001"),
+                         ({"val_fraction": 0.001, "folds": 3, "early_stopping": True}, "validation"),
+                         ({"folds": 7, "train": str(private_csv(tmp_path / "p.csv"))}, "too few")):
+        with pytest.raises(SubmitError, match=message) as err:
+            submit({**demo, **bad}, store, start_worker=False)
+        assert "\n" not in str(err.value)
+    with pytest.raises(InputError, match=r"seed: must be at most 4294967295"):
+        schema.resolve({"seed": 2**32})
+    assert store.list() == []
+    # the edges that run: the largest seed; a fraction the data allows; any fraction when a validation set is given
+    for good in ({"seed": 2**32 - 1}, {"seed": 2**32 - 3, "folds": 3}, {"val_fraction": 0.01},
+                 {"val_fraction": 0.999, "val": "demo"}):
+        submit({**demo, **good}, store, start_worker=False)
+    assert len(store.list()) == 4
+
+
+def test_the_run_refuses_the_same_fractions(tmp_path):
+    """What submit now refuses is what the run itself refuses (the same analysis.finetune.split_off)."""
+    from analysis.finetune import read_split, split_off
+
+    rows = read_split("demo", "text", None, "label")
+    for fraction in (0.999, 0.001):
+        with pytest.raises(InputError, match="cannot hold out"):
+            split_off(rows, fraction, 0)
