@@ -3,14 +3,15 @@
 A browser user picks data files from the **data roots**: ``LAYERLENS_DATA_DIRS`` (folders separated by ``:``),
 by default the bundled data (``analysis/data``), and always ``LAYERLENS_HOME/uploads`` (where uploads are saved).
 Names are resolved (symlinks too) and refused outside the roots, so neither ``../`` nor a symlink in an upload
-folder leads elsewhere. A Hugging Face dataset typed in the browser must be a dataset name (``glue``, ``user/name``), never a
-local path or folder.
+folder leads elsewhere. A Hugging Face dataset typed in the browser must be a dataset name (``glue``,
+``user/name``), never a local path or folder. Uploads are saved whole or not at all (:func:`save_upload`).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import threading
 from pathlib import Path
 
 from analysis.inputs import FORMATS, InputError
@@ -25,6 +26,28 @@ def uploads() -> Path:
     """Where the dashboard saves uploaded files (a data root whatever ``LAYERLENS_DATA_DIRS`` says: a job
     submitted from the browser reads its upload from there)."""
     return layerlens_home() / "uploads"
+
+
+def save_upload(data: bytes, name: str) -> Path:
+    """Save an uploaded file's ``data`` under :func:`uploads`, named by its hash and ``name``'s (safe) suffix,
+    whole or not at all: written to a hidden temporary file in the same folder (never offered: not a data
+    suffix) and renamed into place. A failed write (a full disk) removes the temporary file and is an
+    :class:`InputError`."""
+    import hashlib
+
+    from analysis.inputs import safe_suffix
+
+    folder = uploads()
+    saved = folder / f"{hashlib.sha256(data).hexdigest()[:16]}{safe_suffix(name)}"
+    temporary = folder / f".{saved.name}.{os.getpid()}.{threading.get_ident()}.part"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        temporary.write_bytes(data)
+        os.replace(temporary, saved)
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        raise InputError(f"cannot save the upload {name!r} on the server: {exc.strerror or exc}") from None
+    return saved
 
 
 def data_roots() -> list[Path]:

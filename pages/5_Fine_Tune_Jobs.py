@@ -1,6 +1,5 @@
 """Fine-tuning jobs: submit background runs, watch them live, stop them, compare heads, vote an ensemble."""
 
-import hashlib
 import os
 
 import numpy as np
@@ -8,14 +7,13 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from analysis.dataroots import browser_source
+from analysis.dataroots import browser_source, save_upload
 from analysis.finetune import majority_vote
 from analysis.heads import head_names
-from analysis.inputs import FORMATS, InputError, columns_of, safe_suffix
+from analysis.inputs import FORMATS, InputError, columns_of
 from analysis.options import PRESETS, SWEEPABLE, grid, model_config, model_defaults, resolve, sources
 from analysis.plots import history_chart, plain
 from analysis.scores import classification_metrics
-from analysis.store import layerlens_home
 from jobs import backends
 from jobs.store import FINISHED, JobStore
 from jobs.submit import SubmitError, submit, submit_sweep
@@ -45,10 +43,8 @@ try:
         upload = st.file_uploader("A .csv, .tsv or .jsonl file", type=list(FORMATS[1:]), key="job_upload")
         if upload is not None:
             data = upload.getvalue()
-            saved = layerlens_home() / "uploads" / f"{hashlib.sha256(data).hexdigest()[:16]}{safe_suffix(upload.name)}"
-            saved.parent.mkdir(parents=True, exist_ok=True)
-            saved.write_bytes(data)  # the job process reads it from here
-            train, columns = str(saved), columns_of(data, upload.name)
+            columns = columns_of(data, upload.name)
+            train = str(save_upload(data, upload.name))  # whole or absent; the job process reads it from there
             c1, c2, c3 = st.columns(3)
             text_col = c1.selectbox("Text column", columns, key="job_text_col")
             pair_col = c2.selectbox("Second text", ["(none)", *columns], key="job_pair_col")

@@ -292,3 +292,33 @@ def test_values_the_run_would_refuse_are_refused_on_the_page(home):
         at.button(key="job_submit").click().run()
         assert not at.exception and "Not queued: val_fraction (validation fraction)" in at.error[0].value
     assert home.list() == []
+
+
+def test_an_upload_that_fails_midway_leaves_nothing_offered(home, monkeypatch):
+    """Issue 25.9a: a full disk while an upload is saved is a message; no partial file is left under the uploads
+    folder, so none is offered as a server file to any session. A complete upload is offered."""
+    import errno
+    from pathlib import Path
+
+    from analysis.dataroots import server_files, uploads
+
+    data = b"text,label\n" + b"".join(b"good film %d,pos\nbad film %d,neg\n" % (i, i) for i in range(200))
+    real = Path.write_bytes
+
+    def disk_full(self, content):
+        real(self, content[: len(content) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    at = run_page(JOBS)
+    at.radio(key="job_source").set_value("Upload a file").run()
+    with monkeypatch.context() as patch:
+        patch.setattr(Path, "write_bytes", disk_full)
+        at.file_uploader(key="job_upload").set_value(("films.csv", data, "text/csv")).run()
+    assert not at.exception and "No space left on device" in at.error[0].value
+    assert at.button(key="job_submit").disabled
+    assert not [p for p in server_files() if p.is_relative_to(uploads().resolve())]
+    assert not [p for p in uploads().iterdir() if p.suffix == ".csv"]
+    at.run()  # the disk has room again
+    assert not at.exception and not at.error
+    (saved,) = [p for p in server_files() if p.is_relative_to(uploads().resolve())]
+    assert saved.read_bytes() == data
