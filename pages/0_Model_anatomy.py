@@ -3,6 +3,7 @@
 import pandas as pd
 import streamlit as st
 
+from ui.results import md_plain
 from ui.sidebar import human_bytes, start_page
 
 loaded = start_page("Model anatomy", (
@@ -38,7 +39,7 @@ if s["pooler"]:
     st.markdown(f"**Pooler**: {s['pooler']:,} parameters, the checkpoint's own (fine-tuning's *pooler* head "
                 "starts from it; the analyses read the hidden states).")
 if loaded.task:
-    labels = f" with classes {', '.join(loaded.labels)}" if loaded.labels else ""
+    labels = f" with classes {', '.join(map(md_plain, loaded.labels))}" if loaded.labels else ""
     st.markdown(f"**Task head**: {loaded.task}{labels} (the checkpoint's own; LayerLens reads the encoder, and "
                 "fine-tuning replaces this head by the one you choose).")
 if loaded.pooling:

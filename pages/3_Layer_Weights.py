@@ -15,7 +15,7 @@ from analysis.training import read_weights
 from jobs.store import JobStore
 from models.anatomy import layer_name
 from ui.jobs import score_line
-from ui.results import chart
+from ui.results import chart, md_plain
 from ui.sidebar import prefill, start_page
 
 loaded = start_page("Layer weights", (
@@ -41,7 +41,7 @@ try:
     metrics = json.loads((art / "metrics.json").read_text())
     weights = read_weights(art / "layer_weights.csv") if (art / "layer_weights.csv").is_file() else None
 except (OSError, ValueError, InputError) as exc:
-    st.error(f"{job.label}: its artifacts cannot be read ({exc}).")
+    st.error(f"{md_plain(job.label)}: its artifacts cannot be read ({md_plain(str(exc))}).")
     st.stop()
 names = metrics["labels"]
 colours = label_colours(names)
@@ -102,10 +102,10 @@ if not metrics.get("mlm_head_from"):
                "checkpoint), so its fine-tuned layers cannot be read by a pre-trained head here.")
 else:
     base = job.config.get("model", "demo")
-    st.caption(f"Opens the page with {job.label} (its fine-tuned layers read by the pre-trained MLM head of "
-               f"{metrics['mlm_head_from']}) as the "
-               f"comparison; the sidebar's model, {loaded.spec.name}, stays the main one. The atlas uses the rows "
-               "the job never trained on.")
+    st.caption(f"Opens the page with {md_plain(job.label)} (its fine-tuned layers read by the pre-trained MLM head "
+               f"of {md_plain(metrics['mlm_head_from'])}) as the "
+               f"comparison; the sidebar's model, {md_plain(loaded.spec.name)}, stays the main one. The atlas uses "
+               "the rows the job never trained on.")
     if loaded.spec.name != base:
         st.warning(f"The job was fine-tuned from {base}: choose it in the sidebar to compare pre-trained with "
                    "fine-tuned.")
