@@ -45,11 +45,24 @@ def check_available() -> None:
                          "`jobs submit` on a Slurm login node whose filesystem the nodes share (see the README)")
 
 
+def private_folder(folder: Path) -> Path:
+    """``folder`` (created) and the files in it readable and writable by this user only (0o700 / 0o600)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o700)
+    for path in folder.iterdir():
+        if path.is_file() and not path.is_symlink():
+            path.chmod(0o600)
+    return folder
+
+
 def executor(job):
+    """submitit's executor for ``job``. Its folder holds the pickles the node unpickles whatever *allow pickle*
+    says (the function to run and its arguments, then the result): written by this server for itself, so the
+    folder is this user's alone (:func:`private_folder`), and no one else can plant or read one there."""
     import submitit
 
     options = job.config
-    ex = submitit.AutoExecutor(folder=job.directory / "submitit", cluster=cluster())
+    ex = submitit.AutoExecutor(folder=private_folder(job.directory / "submitit"), cluster=cluster())
     params = {"name": f"layerlens-{job.id}", "timeout_min": int(options.get("slurm_time", 120)),
               "gpus_per_node": int(options.get("slurm_gpus", 1)), "tasks_per_node": 1, "nodes": 1}
     if options.get("slurm_partition"):
@@ -66,6 +79,7 @@ def launch(store: JobStore, job_id: int) -> str:
     except Exception as exc:  # sbatch refused it (a partition that does not exist, a time over the limit, ...)
         store.finish(job_id, "failed", f"Slurm did not accept the job: {exc}")
         raise ValueError(f"Slurm did not accept the job: {str(exc).strip().splitlines()[-1]}") from None
+    private_folder(job.directory / "submitit")  # the pickles submitit has just written
     store.set_backend_id(job_id, str(submitted.job_id))
     return str(submitted.job_id)
 

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import sqlite3
+import stat
 import time
 
 import pytest
@@ -75,6 +76,21 @@ def test_a_killed_slurm_job_is_failed_on_refresh(slurm):
         time.sleep(0.2)
     job = store.get(job_id)
     assert job.status == "failed" and "ended without recording a result" in job.error
+
+
+def test_submitit_files_are_readable_by_the_owner_only(slurm):
+    """Issue 25.14a: the node unpickles jobs/<id>/submitit/*.pkl whatever *allow pickle* says; only the
+    server's own user may read or write them (folder 0o700, files 0o600)."""
+    store, config = slurm
+    job_id = submit({**config, "epochs": 100_000}, store)
+    folder = store.get(job_id).directory / "submitit"
+    try:
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+        pickles = list(folder.glob("*.pkl"))
+        assert pickles and {stat.S_IMODE(p.stat().st_mode) for p in pickles} == {0o600}
+    finally:
+        backends.cancel(store, job_id)
+        wait(store, job_id, timeout=60)
 
 
 def test_slurm_needs_sbatch(setup, monkeypatch):  # noqa: F811
