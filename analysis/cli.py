@@ -44,7 +44,7 @@ from analysis.options import ATLAS_METHODS as METHODS
 from analysis.options import ATLAS_POOLINGS as POOLINGS
 from analysis.options import COLOR_BY
 from analysis.parallel import is_main_process
-from jobs.store import ReadOnlyStore
+from jobs.store import StoreError
 from models.spec import DTYPE_NAMES, ModelLoadError
 
 SAVE_DTYPES = ["source", *(d for d in DTYPE_NAMES if d != "auto")]
@@ -322,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         code = args.func(args)
         ok = code == 0
         return code
-    except (ModelLoadError, UserError, InputError, ReadOnlyStore) as exc:
+    except (ModelLoadError, UserError, InputError, StoreError) as exc:  # StoreError: read-only, damaged
         if is_main_process():  # under a launcher every process meets the same bad input: say it once
             print(f"error: {exc}", file=sys.stderr)
         return 2

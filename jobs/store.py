@@ -103,8 +103,16 @@ class Job:
         return out
 
 
-class ReadOnlyStore(PermissionError):
+class StoreError(Exception):
+    """The job store cannot be used; the message (one line) names it and says what to do."""
+
+
+class ReadOnlyStore(StoreError, PermissionError):
     """The job store cannot be written (a read-only LAYERLENS_HOME); the message says so."""
+
+
+class CorruptStore(StoreError):
+    """The job database is damaged or not a database."""
 
 
 def jobs_home() -> Path:
@@ -146,6 +154,10 @@ class JobStore:
                 raise ReadOnlyStore(f"the job store {self.root} is read-only: jobs can be listed, not changed") \
                     from None
             raise
+        except sqlite3.DatabaseError as exc:  # "file is not a database", "database disk image is malformed"
+            raise CorruptStore(f"the job database {self.path} cannot be read ({exc}): move it aside (e.g. rename "
+                               "it to jobs.db.broken); jobs then start afresh, and the jobs' folders beside it "
+                               "are kept") from None
         finally:
             db.close()
 

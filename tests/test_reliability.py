@@ -135,3 +135,27 @@ def test_a_read_only_out_is_one_line(tmp_path):
         locked.chmod(0o755)
     assert done.returncode == 2 and f"no permission to write in {locked}" in done.stderr, done.stderr[-1000:]
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("damage", ["not a database", "a damaged page"])
+def test_a_corrupt_job_database_is_one_line_naming_it(damage, tmp_path, monkeypatch, capsys, bert4):  # noqa: F811
+    """Issue 25.9b: the store, the CLI and the worker name the file and say what to do."""
+    from jobs.store import StoreError
+
+    monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path))
+    db = tmp_path / "jobs" / "jobs.db"
+    if damage == "not a database":
+        db.parent.mkdir()
+        db.write_bytes(b"this is not a database\n" * 200)
+    else:
+        store = JobStore(db.parent)
+        for i in range(200):
+            store.submit({"model": str(bert4), "train": "demo", "note": "x" * 200}, "cpu", name=f"job {i}")
+        data = bytearray(db.read_bytes())
+        data[4096 * 2:4096 * 4] = b"\xff" * 8192  # pages 3 and 4: the file opens, reading the jobs fails
+        db.write_bytes(bytes(data))
+    with pytest.raises(StoreError, match="move it aside"):
+        JobStore(db.parent).list()
+    assert main(["jobs", "list"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(db) in err and "move it aside" in err and "unexpected" not in err, err
