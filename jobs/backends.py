@@ -27,8 +27,8 @@ import signal
 import time
 from pathlib import Path
 
-from jobs.store import FINISHED, JobStore, pid_alive
-from jobs.worker import honour_cancel, record_exit, start_process, tail
+from jobs.store import FINISHED, JobStore, pid_alive, tail
+from jobs.worker import honour_cancel, record_exit, start_process
 
 POLL_S = 1.0
 ACTIVE = ("PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "SUSPENDED", "RESIZING", "UNKNOWN")

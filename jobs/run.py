@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import sqlite3
 import time
 import traceback
 from pathlib import Path
 
 from analysis.parallel import is_main_process
 from analysis.staging import staged
-from jobs.store import JobStore
+from jobs.store import JobStore, StoreError
 
 LOG_EVERY = 10.0  # seconds between progress lines within an epoch
 
@@ -35,6 +36,7 @@ class Reporter:
     def __init__(self, store: JobStore, job_id: int):
         self.store, self.job_id = store, job_id
         self.said, self.stored = time.time(), 0.0
+        self.skipped = False  # a progress write was skipped (said once in the log)
 
     def __call__(self, line: str, progress: dict, force: bool = False) -> None:
         now = time.time()
@@ -43,7 +45,11 @@ class Reporter:
             say(line)
         if force or now - self.stored >= 1.0:
             self.stored = now
-            self.store.update_progress(self.job_id, progress)
+            why = self.store.update_progress(self.job_id, progress)  # never fails the job
+            if why and not self.skipped:
+                self.skipped = True
+                say(f"progress not recorded: {why} (the job goes on; the page shows its progress once the job "
+                    "database can be written again; said once)")
 
 
 def quiet_libraries() -> None:
@@ -135,7 +141,12 @@ def main() -> int:
         traceback.print_exc()
         return 1
     if main_process:
-        store.finish(job.id, "succeeded", metrics=metrics)
+        try:
+            store.finish(job.id, "succeeded", metrics=metrics)
+        except (sqlite3.Error, StoreError) as exc:  # the result is complete on disk; the worker records the exit
+            print(f"error: the job's result could not be recorded in {store.path} ({exc}); its artifacts are "
+                  f"complete in {job.artifacts}", flush=True)
+            return 1
     return 0
 
 

@@ -4,6 +4,10 @@ Statuses: ``queued`` -> ``running`` -> ``succeeded`` | ``failed`` | ``cancelled`
 too). Claiming is one ``BEGIN IMMEDIATE`` transaction, so two workers never take the same job, and two sessions
 submitting at once get two jobs. Every connection is short-lived (WAL mode): the Streamlit server, the worker
 and the job processes all read and write the same file safely.
+
+Faults: a write waits up to 30 s for a lock (progress writes 5 s, then are skipped: :meth:`JobStore.update_progress`
+never fails a job); a read-only store raises :class:`ReadOnlyStore`, a damaged file :class:`CorruptStore`, both
+one readable line naming it (:class:`StoreError`).
 """
 
 from __future__ import annotations
@@ -15,9 +19,11 @@ import sqlite3
 import time
 from pathlib import Path
 
-from analysis.staging import pid_alive  # noqa: F401  (the workers and backends use it from here)
+from analysis.staging import clean_stale, pid_alive
 from analysis.store import layerlens_home
 
+PROGRESS_WAIT_S = 5.0  # how long a progress write waits for a lock before it is skipped
+WORKER_NOTE = "worker.stopped"  # why the last worker stopped, for the next one to record (see jobs.worker.run)
 STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
 FINISHED = ("succeeded", "failed", "cancelled")
 LOG_NAME = "job.log"  # in each job's directory
@@ -115,6 +121,14 @@ class CorruptStore(StoreError):
     """The job database is damaged or not a database."""
 
 
+def tail(path: Path, lines: int = 15) -> str:
+    """The last ``lines`` lines of a job's log ('' when there is none)."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
 def jobs_home() -> Path:
     return layerlens_home() / "jobs"
 
@@ -139,11 +153,11 @@ class JobStore:
             self.read_only = True
 
     @contextlib.contextmanager
-    def _connect(self):
+    def _connect(self, timeout: float = 30):
         if self.read_only:
             db = sqlite3.connect(f"{self.path.as_uri()}?immutable=1", uri=True, isolation_level=None)
         else:
-            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            db = sqlite3.connect(self.path, timeout=timeout, isolation_level=None)
         db.row_factory = sqlite3.Row
         try:
             if not self.read_only:
@@ -239,29 +253,60 @@ class JobStore:
         with self._connect() as db:
             db.execute("UPDATE jobs SET pid=? WHERE id=?", (pid, job_id))
 
-    def update_progress(self, job_id: int, progress: dict) -> None:
-        with self._connect() as db:
-            db.execute("UPDATE jobs SET progress=? WHERE id=?", (json.dumps(progress, default=float), job_id))
+    def update_progress(self, job_id: int, progress: dict) -> str | None:
+        """Record a running job's progress; never fails the job: a write that meets a lock waits up to
+        :data:`PROGRESS_WAIT_S`, and one that still fails (locked, disk full) is skipped. Returns why it was
+        skipped (None when written); the next write brings the progress up to date."""
+        try:
+            with self._connect(timeout=PROGRESS_WAIT_S) as db:
+                db.execute("UPDATE jobs SET progress=? WHERE id=?", (json.dumps(progress, default=float), job_id))
+        except (sqlite3.Error, StoreError) as exc:
+            return str(exc)
+        return None
 
     def finish(self, job_id: int, status: str, error: str | None = None, metrics: dict | None = None) -> bool:
         """Mark a queued or running job finished; False if it had finished already. A cancelled job's log ends
-        with a line saying so (the job's own process cannot write it: it was stopped)."""
+        with a line saying so (the job's own process cannot write it: it was stopped).
+
+        ``succeeded`` is recorded by the job's own process once its artifacts are complete, so it also replaces
+        a ``failed`` recorded while that process still ran (its watcher died: Slurm's submit process killed,
+        then :func:`jobs.backends.refresh`); the log says so. A failed or cancelled job's staging folder is
+        removed once its process has gone (:func:`analysis.staging.clean_stale`)."""
         assert status in FINISHED
+        from_statuses = ("queued", "running", "failed") if status == "succeeded" else ("queued", "running")
         with self._connect() as db:
-            cur = db.execute("UPDATE jobs SET status=?, finished=?, error=?, metrics=COALESCE(?, metrics) "
-                             "WHERE id=? AND status IN ('queued', 'running')",
-                             (status, time.time(), error, json.dumps(metrics, default=float) if metrics else None,
-                              job_id))
-            done = cur.rowcount == 1
-        if done and status == "cancelled":
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                row = db.execute("SELECT status, error FROM jobs WHERE id=?", (job_id,)).fetchone()
+                done = row is not None and row["status"] in from_statuses
+                if done:
+                    db.execute("UPDATE jobs SET status=?, finished=?, error=?, metrics=COALESCE(?, metrics) "
+                               "WHERE id=?", (status, time.time(), error,
+                                              json.dumps(metrics, default=float) if metrics else None, job_id))
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        if not done:
+            return False
+        note = None
+        if status == "cancelled":
+            note = f"\ncancelled on request at {time.strftime('%Y-%m-%d %H:%M:%S')}\n"
+        elif row["status"] == "failed":
+            first = (row["error"] or "").splitlines()[0] if row["error"] else ""
+            note = (f"\n{time.strftime('%Y-%m-%d %H:%M:%S')} the job completed after it had been recorded as failed "
+                    f"({first}); its result is recorded\n")
+        if note:
             try:
                 log_path = self.directory(job_id) / LOG_NAME
                 log_path.parent.mkdir(parents=True, exist_ok=True)
                 with open(log_path, "a") as log:
-                    log.write(f"\ncancelled on request at {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+                    log.write(note)
             except OSError:  # the status says it; a log that cannot be written loses nothing else
                 pass
-        return done
+        if status != "succeeded":
+            clean_stale(self.directory(job_id) / "artifacts")
+        return True
 
     def request_cancel(self, job_id: int) -> str:
         """Cancel: a queued job is cancelled at once; a running one is flagged for its worker to stop.
@@ -276,8 +321,18 @@ class JobStore:
         return self.get(job_id).status
 
     def recover(self) -> list[int]:
-        """Jobs left ``running`` by a worker or server that died: marked failed (interrupted)."""
-        lost = [j.id for j in self.unfinished("local") if j.status == "running" and not pid_alive(j.pid)]
-        for job_id in lost:
-            self.finish(job_id, "failed", "interrupted: the worker or the server stopped while the job ran")
-        return lost
+        """Jobs left ``running`` by a worker or server that died: marked failed (interrupted), with why the last
+        worker stopped when it could say so (:data:`WORKER_NOTE`) and the log's last lines."""
+        note_path = self.root / WORKER_NOTE
+        try:
+            why = note_path.read_text(errors="replace").strip()
+        except OSError:
+            why = ""
+        lost = [j for j in self.unfinished("local") if j.status == "running" and not pid_alive(j.pid)]
+        for job in lost:
+            logs = tail(job.log_path)
+            self.finish(job.id, "failed", f"interrupted: {why or 'the worker or the server stopped while the job ran'}"
+                        + (f"; the log ends:\n{logs}" if logs else ""))
+        with contextlib.suppress(OSError):
+            note_path.unlink(missing_ok=True)
+        return [j.id for j in lost]

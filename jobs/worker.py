@@ -2,14 +2,15 @@
 
     python -m jobs.worker [--idle-exit 300]
 
-It marks jobs orphaned by a dead worker as failed, then loops: watch running jobs whose worker died while their
-process lives on (adopted by process id: cancel reaches them, their end is recorded), claim queued jobs (at most
-``LAYERLENS_JOBS_PER_DEVICE``, default 1, running per device), start each as its own process (``python -m
-jobs.run ID``, or ``accelerate launch -m jobs.run ID`` when the job asks for several processes), stop those
-whose cancel was requested (SIGTERM, SIGKILL after 5 s) and record how each ended. The job process records
+It marks jobs orphaned by a dead worker as failed (a job whose worker died before recording its process id is
+first looked for by its command line, :func:`find_job_process`), then loops: watch running jobs whose worker
+died while their process lives on (adopted by process id: cancel reaches them, their end is recorded), claim
+queued jobs (at most ``LAYERLENS_JOBS_PER_DEVICE``, default 1, running per device), start each as its own process
+(``python -m jobs.run ID``, or ``accelerate launch -m jobs.run ID`` when the job asks for several processes), stop
+those whose cancel was requested (SIGTERM, SIGKILL after 5 s) and record how each ended. The job process records
 success itself; a non-zero exit without a recorded status becomes ``failed`` with the signal or exit status and
-the log's last lines. The
-worker exits after ``--idle-exit`` seconds with nothing queued or running.
+the log's last lines. The worker exits after ``--idle-exit`` seconds with nothing queued or running, and at once
+(one line, exit status 1) when it cannot write the job store (see :func:`run`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import fcntl
 import logging
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -26,17 +28,10 @@ import time
 from pathlib import Path
 
 from analysis.parallel import launch_command
-from jobs.store import JobStore, pid_alive
+from jobs.store import WORKER_NOTE, JobStore, StoreError, pid_alive, tail
 
 log = logging.getLogger("layerlens.worker")
 POLL_S = 0.5
-
-
-def tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
 
 
 UNKNOWN = object()  # the exit status of a process this worker did not start (it cannot wait for it)
@@ -107,12 +102,39 @@ def honour_cancel(job, pid: int, term_sent: float | None) -> float | None:
     return term_sent
 
 
+def job_marker(job_id: int, root: Path) -> list[str]:
+    """The arguments that name a job's process on its command line (``jobs.run ID --root ROOT``)."""
+    return ["jobs.run", str(job_id), "--root", str(root)]
+
+
 def job_command(job, root: Path) -> list[str]:
     processes = int(job.config.get("num_processes", 1) or 1)
-    entry = ["-m", "jobs.run", str(job.id), "--root", str(root)]
+    entry = ["-m", *job_marker(job.id, root)]
     if processes > 1:
         return launch_command(processes, *entry)
     return [sys.executable, *entry]
+
+
+def find_job_process(job_id: int, root: Path) -> int | None:
+    """The process group of job ``job_id``'s live process, found by its command line (:func:`job_marker`) under
+    ``/proc``; None when no such process runs (or there is no ``/proc``). For a job whose worker died between
+    claiming it and recording its process id."""
+    marker = [a.encode() for a in job_marker(job_id, root)]
+    try:
+        entries = [p for p in Path("/proc").iterdir() if p.name.isdigit()]
+    except OSError:
+        return None
+    for entry in entries:
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+            if not any(args[i:i + len(marker)] == marker for i in range(len(args))):
+                continue
+            group = os.getpgid(int(entry.name))
+        except (OSError, ValueError):
+            continue
+        if pid_alive(int(entry.name)):
+            return group
+    return None
 
 
 class Worker:
@@ -127,10 +149,23 @@ class Worker:
         self.running[job.id] = (proc, None)
         log.info("job %d started (pid %d)", job.id, proc.pid)
 
+    def find_started(self) -> None:
+        """Record the process of each running local job that has none recorded and no process of this worker
+        runs: its worker was killed between claiming it and recording the process id, and the process it started
+        runs on (found by its command line). Without this the job would be marked interrupted while it runs,
+        and a second job would start beside it on its device."""
+        for job in self.store.unfinished("local"):
+            if job.status == "running" and not job.pid and job.id not in self.running:
+                pid = find_job_process(job.id, self.store.root)
+                if pid:
+                    self.store.set_pid(job.id, pid)
+                    log.info("found job %d's process (pid %d), started by an earlier worker", job.id, pid)
+
     def adopt(self) -> None:
         """Watch the running local jobs no process of this worker runs (their worker died): a dead one is
         recorded at the next poll, a cancel reaches a live one. Runs at every poll, so no job stays
         ``running`` with a dead process and no queue waits forever behind one."""
+        self.find_started()
         for job in self.store.unfinished("local"):
             if job.status == "running" and job.id not in self.running:
                 self.running[job.id] = (Adopted(job.pid), None)
@@ -157,24 +192,45 @@ class Worker:
         return bool(self.running) or bool(self.store.queued_devices())
 
 
-def run(store: JobStore, idle_exit: float) -> None:
+def run(store: JobStore, idle_exit: float) -> str | None:
+    """The worker's loop, until ``idle_exit`` seconds pass with nothing queued or running. A worker that cannot
+    use the job store (database or disk full, locked past its wait, damaged) stops: it logs one line, leaves
+    the line in :data:`~jobs.store.WORKER_NOTE` where it can (the next worker records it as the reason of the
+    jobs it finds ended) and returns it. The job processes it started run on; the next worker (the next submit
+    starts one) watches them. Returns None when it stopped idle."""
     lock = open(store.root / "worker.lock", "w")
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        log.info("a worker is already running for %s", store.root)
-        return
-    lost = store.recover()
-    if lost:
-        log.warning("marked interrupted jobs as failed: %s", lost)
-    worker, idle_since = Worker(store), time.time()
-    while True:
-        worker.step()
-        if worker.busy():
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("a worker is already running for %s", store.root)
+            return None
+        try:
+            worker = Worker(store)
+            worker.find_started()
+            lost = store.recover()
+            if lost:
+                log.warning("marked interrupted jobs as failed: %s", lost)
             idle_since = time.time()
-        elif time.time() - idle_since > idle_exit:
-            return
-        time.sleep(POLL_S)
+            while True:
+                worker.step()
+                if worker.busy():
+                    idle_since = time.time()
+                elif time.time() - idle_since > idle_exit:
+                    return None
+                time.sleep(POLL_S)
+        except (sqlite3.Error, StoreError) as exc:
+            why = (f"the worker stopped at {time.strftime('%Y-%m-%d %H:%M:%S')}: it cannot use the job store "
+                   f"{store.path} ({exc})")
+            why = " ".join(why.split())  # one line
+            log.error("%s", why)
+            try:
+                (store.root / WORKER_NOTE).write_text(why + "\n")
+            except OSError:
+                pass
+            return why
+    finally:
+        lock.close()
 
 
 def ensure_worker(store: JobStore, idle_exit: float = 300) -> subprocess.Popen | None:
@@ -200,7 +256,12 @@ def main() -> None:
     p.add_argument("--idle-exit", type=float, default=300, help="exit after this many idle seconds")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    run(JobStore(args.root), args.idle_exit)
+    try:
+        stopped = run(JobStore(args.root), args.idle_exit)
+    except StoreError as exc:  # a damaged job database: one line naming it
+        log.error("%s", exc)
+        raise SystemExit(2) from None
+    raise SystemExit(1 if stopped else 0)
 
 
 if __name__ == "__main__":

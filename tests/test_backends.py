@@ -14,8 +14,9 @@ import pytest
 from analysis.inputs import InputError
 from analysis.options import grid
 from jobs import backends
-from jobs.store import JobStore
+from jobs.store import JobStore, pid_alive
 from jobs.submit import SubmitError, submit, submit_sweep
+from tests.test_job_faults import GATE_FINISH, hook, reached  # noqa: F401  (hook is a fixture)
 from tests.test_jobs import setup, wait  # noqa: F401  (setup is a fixture)
 from tests.test_training import bert4  # noqa: F401
 
@@ -76,6 +77,34 @@ def test_a_killed_slurm_job_is_failed_on_refresh(slurm):
         time.sleep(0.2)
     job = store.get(job_id)
     assert job.status == "failed" and "ended without recording a result" in job.error
+
+
+@pytest.mark.slow
+def test_a_result_that_arrives_after_refresh_failed_the_job_is_a_success(slurm, hook):  # noqa: F811
+    """Issue 25.13: the process that watches a Slurm job (submitit's) is killed while the job's own process runs
+    on; refresh marks the job failed. The job then completes: its success is recorded (a note in its log), not
+    left under a "failed" status with complete artifacts."""
+    store, config = slurm
+    gates = hook(GATE_FINISH)
+    job_id = submit(config, store)
+    job = wait(store, job_id, ("running",), timeout=60)
+    deadline = time.time() + 30
+    while job.pid == int(job.backend_id) and time.time() < deadline:  # run_job first records itself, then its child
+        time.sleep(0.1)
+        job = store.get(job_id)
+    assert reached(gates, "finish", until=lambda: store.get(job_id).status != "running")  # artifacts complete
+    os.kill(int(job.backend_id), signal.SIGKILL)  # the submit process, not the job's own
+    deadline = time.time() + 30
+    while not backends.refresh(store) and time.time() < deadline:
+        time.sleep(0.2)
+    assert store.get(job_id).status == "failed"
+    (gates / "finish.open").touch()
+    deadline = time.time() + 60
+    while pid_alive(job.pid) and time.time() < deadline:
+        time.sleep(0.2)
+    job = store.get(job_id)
+    assert job.status == "succeeded" and job.error is None and (job.artifacts / "metrics.json").is_file()
+    assert "after it had been recorded as failed" in job.log_path.read_text()
 
 
 def test_submitit_files_are_readable_by_the_owner_only(slurm):

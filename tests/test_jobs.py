@@ -252,3 +252,18 @@ def test_a_job_killed_by_a_signal_says_so(setup):
     os.killpg(store.get(job_id).pid, signal.SIGKILL)
     job = drive(worker, store, job_id, timeout=30)
     assert job.status == "failed" and job.error.startswith("killed by SIGKILL (exit status -9)")
+
+
+def test_recovery_removes_the_staging_folder_of_a_dead_job(setup):
+    """Issue 25.13: a killed job's half-written ``.artifacts.staging-PID-*`` goes when its end is recorded."""
+    store, config = setup
+    job_id = submit(config, store, start_worker=False)
+    store.claim("cpu", 1)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    store.set_pid(job_id, dead.pid)
+    stage = store.directory(job_id) / f".artifacts.staging-{dead.pid}-abc123"
+    stage.mkdir()
+    (stage / "predictions.csv").write_text("half")
+    assert store.recover() == [job_id]
+    assert not stage.exists() and store.get(job_id).status == "failed"
