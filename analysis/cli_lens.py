@@ -20,7 +20,8 @@ def add_lens_arguments(p: argparse.ArgumentParser) -> None:
     t = sub.add_parser("train", help="train a tuned lens (resumes when --out holds one stopped with the same options)",
                        description="Train one affine translator per layer so that the MLM head reads each layer as "
                        "the final layer's distribution (KL at masked positions). Writes config.json, "
-                       "translators.safetensors and training.json to --out.")
+                       "translators.safetensors, training.json and checkpoint.safetensors (the one file a stopped or "
+                       "killed run resumes from) to --out.")
     g = t.add_argument_group("tuned lens (the keys of a --config file are these names with underscores)")
     g.add_argument("--config", type=Path, help="a .yaml or .json file of these options; flags override it")
     g.add_argument("--out", type=Path, help="directory for the lens")

@@ -19,18 +19,23 @@ Training, as the decoder recipe with what an encoder needs:
   translators; Adam (amsgrad, lr 1e-3 x scale, linear warm-up over min(1000, steps / 5)) as an option;
 - the encoder runs once per batch without a graph; each layer's translator, head and loss are then
   back-propagated one layer at a time, so training memory does not grow with the number of layers.
-Deviations from the reference: no per-step re-centring of the translators (``normalize_``), which only matters
-for its LASSO variant; text files and hub datasets rather than pre-chunked token blocks (an encoder's inputs are
-sentences, padded per batch).
+Deviations from the reference (docs/tuned_lens.md says why): no per-step re-centring of the translators (the
+reference's ``normalize_`` relied on its unembedding starting with a LayerNorm; here the translator sits before the
+whole MLM head, whose first part is a dense layer); text files and hub datasets rather than pre-chunked token
+blocks (an encoder's inputs are sentences, padded per batch).
 
 Artifacts (a directory): ``config.json`` (the model, its weights id, family, layers, hidden size, head),
 ``translators.safetensors``, ``training.json`` (options, loss curve, held-out KL and top-1 agreement per layer
-before and after, raw vs tuned), and ``optimizer.safetensors`` + ``state.json`` to resume. Loading a lens for
-another model is an error.
+before and after, raw vs tuned; written last, its presence with all steps done is what makes a lens finished),
+and ``checkpoint.safetensors`` to resume: the translators, the optimizer's state and the step, curve, options,
+weights and texts they belong to, in one file replaced by one rename, so a run killed at any point resumes from
+one step's state, never from a mix of two. A folder with a checkpoint and no finished ``training.json`` is a
+*partial* lens (:func:`trained`, :func:`label`). Loading a lens for another model is an error.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -49,6 +54,7 @@ from models.spec import DEMO_DIR
 
 FORMAT = 1
 CONFIG, WEIGHTS, TRAINING = "config.json", "translators.safetensors", "training.json"
+CHECKPOINT = "checkpoint.safetensors"  # the one file a run resumes from (earlier versions: optimizer + state.json)
 
 
 class TunedLens(nn.Module):
@@ -83,17 +89,22 @@ def identity(loaded: LoadedModel) -> dict:
 
 
 def save(lens: TunedLens, loaded: LoadedModel, directory: Path, training: dict | None = None) -> Path:
+    """The lens's files: translators, config and (last, marking it finished) ``training.json``."""
     from safetensors.torch import save_file
 
     directory.mkdir(parents=True, exist_ok=True)
     _atomic(directory / WEIGHTS, lambda path: save_file({k: v.detach().cpu().contiguous()
                                                          for k, v in lens.state_dict().items()}, path))
-    _atomic(directory / CONFIG, lambda path: path.write_text(json.dumps({"format": FORMAT, **identity(loaded)},
-                                                                        indent=2) + "\n"))
+    _write_config(loaded, directory)
     if training is not None:
         _atomic(directory / TRAINING, lambda path: path.write_text(json.dumps(training, indent=2, default=float)
                                                                    + "\n"))
     return directory
+
+
+def _write_config(loaded: LoadedModel, directory: Path) -> None:
+    _atomic(directory / CONFIG, lambda path: path.write_text(json.dumps({"format": FORMAT, **identity(loaded)},
+                                                                        indent=2) + "\n"))
 
 
 def _atomic(path: Path, write: Callable[[Path], object]) -> None:
@@ -120,7 +131,8 @@ def read_config(directory: Path) -> dict:
 
 
 def load(directory: Path, loaded: LoadedModel) -> TunedLens:
-    """The lens in ``directory``; an :class:`InputError` when it was trained for other weights."""
+    """The lens in ``directory`` (a partial one: its checkpoint's translators); an :class:`InputError` when it was
+    trained for other weights."""
     from safetensors.torch import load_file
 
     config = read_config(directory)
@@ -130,8 +142,77 @@ def load(directory: Path, loaded: LoadedModel) -> TunedLens:
                          f"not for '{mine['model']}' ({mine['weights_id']}): train one for this model with "
                          "`layerlens lens train`")
     lens = TunedLens(config["num_layers"], config["hidden_size"])
-    lens.load_state_dict(load_file(Path(directory) / WEIGHTS))
+    checkpoint = Path(directory) / CHECKPOINT
+    if finished(directory) or not checkpoint.is_file():
+        lens.load_state_dict(load_file(Path(directory) / WEIGHTS))
+    else:
+        lens.load_state_dict(read_checkpoint(checkpoint)[1]["lens"])
     return lens.to(loaded.spec.device)
+
+
+def read_checkpoint(path: Path) -> tuple[dict, dict]:
+    """``(state, tensors)`` of a checkpoint file, both from one open file (a rename that swaps in a newer checkpoint
+    meanwhile is not seen half): ``tensors`` has ``lens`` (the translators' state dict), ``optimizer`` and
+    ``per_layer`` (the loss curve, steps x layers)."""
+    from safetensors import safe_open
+
+    with safe_open(path, "pt") as f:
+        state = json.loads(f.metadata()["layerlens"])
+        tensors: dict = {"lens": {}, "optimizer": {}}
+        for key in f.keys():
+            part, _, name = key.partition(".")
+            if part in tensors:
+                tensors[part][name] = f.get_tensor(key)
+            else:
+                tensors[key] = f.get_tensor(key)
+    return state, tensors
+
+
+def checkpoint_state(path: Path) -> dict | None:
+    """A checkpoint's state (step, total_steps, options, weights_id, texts), or None when it is not one."""
+    try:
+        from safetensors import safe_open
+
+        with safe_open(path, "pt") as f:
+            state = json.loads((f.metadata() or {})["layerlens"])
+        return state if isinstance(state, dict) and state.get("format") == FORMAT else None
+    except Exception:  # absent, cut short, not safetensors, not ours: not a checkpoint to resume from
+        return None
+
+
+def _measured(directory: Path) -> tuple[int, int] | None:
+    """``(steps, total_steps)`` from ``training.json``, which a run writes last, after measuring the lens."""
+    try:
+        training = json.loads((Path(directory) / TRAINING).read_text())
+        return int(training["steps"]), int(training["total_steps"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def trained(directory: Path) -> tuple[int, int | None] | None:
+    """``(steps trained, steps planned)`` of the lens in ``directory``, from its ``training.json`` when that says
+    all steps ran, else from its checkpoint; planned None for a lens stopped by an earlier version that did not say
+    it; None when the folder says nothing (a lens saved by hand, taken as finished)."""
+    directory = Path(directory)
+    measured = _measured(directory)
+    if measured is not None and measured[0] == measured[1]:
+        return measured
+    state = checkpoint_state(directory / CHECKPOINT)
+    if state is not None:
+        return state["step"], state["total_steps"]
+    if measured is not None:  # stopped by an earlier version, which measured and wrote training.json on a stop
+        return measured
+    try:
+        return int(json.loads((directory / "state.json").read_text())["step"]), None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def finished(directory: Path) -> bool:
+    """Whether the lens in ``directory`` ran all its steps and was measured: not the partial lens of a run that was
+    stopped, cancelled or killed (which :func:`label` marks, and a run with the same options resumes)."""
+    measured = _measured(directory)
+    return (measured is not None and measured[0] == measured[1]) or trained(directory) is None
 
 
 def search_roots() -> list[Path]:
@@ -144,6 +225,10 @@ def search_roots() -> list[Path]:
 
 def label(directory: Path) -> str:
     """How pages name a lens: ``demo lens``, ``job #4``, or its folder's name."""
+    return _name(directory)
+
+
+def _name(directory: Path) -> str:
     directory = Path(directory)
     if directory.name == "artifacts" and directory.parent.name.isdigit():
         return f"job #{directory.parent.name}"
@@ -168,7 +253,7 @@ def find(loaded: LoadedModel, roots: list[Path] | None = None) -> list[Path]:
                 mine = read_config(config.parent)["weights_id"] == loaded.weights_id
             except InputError:
                 continue
-            if mine and (config.parent / WEIGHTS).is_file():
+            if mine and ((config.parent / WEIGHTS).is_file() or (config.parent / CHECKPOINT).is_file()):
                 found.append(config.parent)
     return found
 
@@ -298,11 +383,12 @@ def evaluate(loaded: LoadedModel, lens: TunedLens | None, batches: Batches, opti
 
 
 def train(loaded: LoadedModel, texts: list[str], options, out: Path, progress: Callable | None = None,
-          should_stop: Callable[[], bool] | None = None, log: Callable[[str], None] = lambda s: None) -> dict:
-    """Train a lens for ``loaded`` on ``texts`` (:class:`analysis.options.LensOptions`), saving to ``out`` every
-    ``save_every`` steps and at the end; resumes from ``out`` when it holds a lens of this model and options.
-    ``progress(step, total, losses)`` after every step. Returns ``training.json``'s dict."""
-    from safetensors.torch import load_file, save_file
+          should_stop: Callable[[], bool] | None = None, log: Callable[[str], None] = lambda s: None) -> dict | None:
+    """Train a lens for ``loaded`` on ``texts`` (:class:`analysis.options.LensOptions`), checkpointing to ``out``
+    every ``save_every`` steps and when ``should_stop()``; resumes from the checkpoint in ``out`` (refusing one of
+    other options, weights or texts). ``progress(step, total, losses)`` after every step. Returns
+    ``training.json``'s dict, or None when stopped (a partial lens)."""
+    from safetensors.torch import save_file
 
     from analysis.reconstruction import require_mlm_head
 
@@ -321,39 +407,47 @@ def train(loaded: LoadedModel, texts: list[str], options, out: Path, progress: C
                                                                                          tokens_per_step)))
     lens = TunedLens(loaded.num_layers, loaded.anatomy.hidden_size).to(loaded.spec.device)
     opt, scheduler = make_optimizer(lens, options, steps)
-    state_path, opt_path = out / "state.json", out / "optimizer.safetensors"
+    run = {"format": FORMAT, "options": options.to_dict(), "weights_id": loaded.weights_id,
+           "texts": texts_digest(texts), "total_steps": steps}
+    _clean_stale_temporaries(out)
+    source = _resume_source(out, run)
     start_step, curve = 0, []
-    if state_path.is_file():
-        state = json.loads(state_path.read_text())
-        if state.get("options") != options.to_dict() or read_config(out)["weights_id"] != loaded.weights_id:
-            raise InputError(f"{out} holds a lens trained with other options or for another model: choose a new "
-                             "--out, or the same options to resume")
-        lens.load_state_dict(load_file(out / WEIGHTS))
-        saved = load_file(opt_path)
-        opt.load_state_dict(_optimizer_state(opt, saved, state["optimizer"]))
+    if source is not None:
+        state, tensors = read_checkpoint(source / CHECKPOINT)
+        lens.load_state_dict(tensors["lens"])
+        opt.load_state_dict(_optimizer_state(opt, tensors["optimizer"], state["optimizer"]))
         with warnings.catch_warnings():  # fast-forwarding the schedule to the saved step, before any opt.step()
             warnings.simplefilter("ignore", UserWarning)
             for _ in range(state["step"]):
                 scheduler.step()
-        start_step, curve = state["step"], state["curve"]
+        start_step = state["step"]
+        curve = [{"step": i + 1, "loss": float(np.nansum(row)), "per_layer": row}
+                 for i, row in enumerate(tensors["per_layer"].tolist())]
         log(f"resuming from step {start_step} of {steps}")
     eval_rows = list(range(len(eval_batches.ids)))
     before = evaluate(loaded, None, eval_batches, options, eval_rows)
     started = time.perf_counter()
 
     def checkpoint(step: int) -> None:
+        """The step's translators, optimizer state, loss curve and run in one file, replaced by one rename: the
+        commit point of a checkpoint (config.json, written after it, only makes the folder listed)."""
         tensors, meta = _flat_optimizer_state(opt)
-        save(lens, loaded, out)
-        _atomic(opt_path, lambda path: save_file(tensors, path))
-        _atomic(state_path, lambda path: path.write_text(json.dumps({"step": step, "options": options.to_dict(),
-                                                                     "curve": curve, "optimizer": meta}) + "\n"))
+        flat = {**{f"lens.{k}": v.detach().cpu().contiguous() for k, v in lens.state_dict().items()},
+                **{f"optimizer.{k}": v for k, v in tensors.items()},
+                "per_layer": torch.tensor([c["per_layer"] for c in curve], dtype=torch.float64).reshape(
+                    len(curve), loaded.num_layers)}
+        state = {**run, "step": step, "optimizer": meta}
+        out.mkdir(parents=True, exist_ok=True)
+        _atomic(out / CHECKPOINT, lambda path: save_file(flat, path, metadata={"layerlens": json.dumps(state)}))
+        if not (out / CONFIG).is_file():
+            _write_config(loaded, out)
 
     step = start_step
     for step in range(start_step, steps):
         if should_stop is not None and should_stop():
             checkpoint(step)
             log(f"stopped at step {step} of {steps}; run again with the same options and --out to resume")
-            break
+            return None
         batch, counted = train_batches.batch(train_batches.rows(step))
         losses, positions = layer_losses(loaded, lens, batch, counted, options, step, backward=True)
         if positions:
@@ -367,16 +461,56 @@ def train(loaded: LoadedModel, texts: list[str], options, out: Path, progress: C
             progress(step + 1, steps, losses)
         if (step + 1) % options.save_every == 0 and step + 1 < steps:
             checkpoint(step + 1)
-    else:
-        step = steps
     after = evaluate(loaded, lens, eval_batches, options, eval_rows)
-    training = {"options": options.to_dict(), "steps": step, "total_steps": steps, "texts": len(train_rows),
+    training = {"options": options.to_dict(), "steps": steps, "total_steps": steps, "texts": len(train_rows),
                 "held_out_texts": len(held), "tokens_per_step": float(tokens_per_step),
                 "seconds": round(time.perf_counter() - started, 2), "curve": curve,
                 "held_out": {"raw": before, "tuned": after}, "parameters": sum(p.numel() for p in lens.parameters())}
-    checkpoint(step)
-    _atomic(out / TRAINING, lambda path: path.write_text(json.dumps(training, indent=2, default=float) + "\n"))
+    checkpoint(steps)
+    save(lens, loaded, out, training)  # training.json last: from then on the lens is finished
     return training
+
+
+def texts_digest(texts: list[str]) -> str:
+    """What a checkpoint records of its texts, so that a resume on other texts (an edited corpus) is refused."""
+    h = hashlib.sha256()
+    for text in texts:
+        h.update(text.encode("utf-8", "surrogatepass") + b"\0")
+    return f"{len(texts)}:{h.hexdigest()[:32]}"
+
+
+def _resume_source(out: Path, run: dict) -> Path | None:
+    """The folder whose checkpoint a run resumes from: ``out``'s own (an :class:`InputError` when it belongs to
+    another run, or ``out`` holds a lens without a checkpoint this version reads), else None."""
+    own = out / CHECKPOINT
+    if own.exists() or (out / CONFIG).exists():
+        state = checkpoint_state(own)
+        if state is None:
+            raise InputError(f"{out} holds a lens without a checkpoint this version can resume from (an earlier "
+                             "version's, whose files could be of different steps, or none): choose a new --out")
+        if state["weights_id"] != run["weights_id"]:
+            raise InputError(f"{out} holds a lens trained for other weights ({state['weights_id']}): choose a new "
+                             "--out")
+        changed = sorted(k for k in {**state["options"], **run["options"]}
+                         if state["options"].get(k) != run["options"].get(k))
+        if changed:
+            raise InputError(f"{out} holds a lens trained with other options ({', '.join(changed)}): choose a new "
+                             "--out, or the same options to resume")
+        if state["texts"] != run["texts"]:
+            raise InputError(f"{out} holds a lens trained on other texts (the corpus changed since): choose a new "
+                             "--out, or the same texts to resume")
+        return out
+    return None
+
+
+def _clean_stale_temporaries(out: Path) -> None:
+    """Remove the temporary files (:func:`_atomic`) in ``out`` of processes that were killed while writing."""
+    from analysis.staging import pid_alive
+
+    for tmp in Path(out).glob(".*.tmp-*"):
+        pid = tmp.name.rsplit(".tmp-", 1)[1]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            tmp.unlink(missing_ok=True)
 
 
 def _flat_optimizer_state(opt: torch.optim.Optimizer) -> tuple[dict, dict]:

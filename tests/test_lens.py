@@ -103,8 +103,9 @@ def test_stop_and_resume_give_the_uninterrupted_run(bert, tmp_path):
     L.train(bert, texts, options(steps=8), tmp_path / "whole")
     calls = iter(range(100))
     L.train(bert, texts, options(steps=8), tmp_path / "parts", should_stop=lambda: next(calls) >= 5)
-    assert json.loads((tmp_path / "parts" / "state.json").read_text())["step"] == 5
+    assert L.trained(tmp_path / "parts") == (5, 8) and not L.finished(tmp_path / "parts")
     L.train(bert, texts, options(steps=8), tmp_path / "parts")
+    assert L.trained(tmp_path / "parts") == (8, 8) and L.finished(tmp_path / "parts")
     a, b = L.load(tmp_path / "whole", bert), L.load(tmp_path / "parts", bert)
     for x, y in zip(a.parameters(), b.parameters(), strict=True):
         torch.testing.assert_close(x, y)
@@ -228,6 +229,58 @@ def test_ctrl_c_checkpoints_and_the_same_command_resumes(tmp_path):
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err[-2000:]
-    step = json.loads((tmp_path / "lens" / "state.json").read_text())["step"]
-    assert step > 0 and "resume" in err
+    step, total = L.trained(tmp_path / "lens")
+    assert 0 < step < total and "resume" in err
     assert "Traceback" not in err
+
+
+KILL_AT_A_CHECKPOINT = """
+import json, os, signal, sys
+from pathlib import Path
+
+from analysis import lens as L
+from analysis.options import LensOptions
+from models.loading import ModelSpec, load_model
+
+model, corpus, out, after, options = sys.argv[1], sys.argv[2], Path(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+reported = []
+real = os.replace
+
+
+def replace(src, dst):  # the checkpoint of step 6: SIGKILL before its first rename (0), or right after it (1)
+    if reported and reported[-1] == 6 and after == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    real(src, dst)
+    if reported and reported[-1] == 6:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+os.replace = replace
+L.train(load_model(ModelSpec(model, device="cpu")), Path(corpus).read_text().splitlines(),
+        LensOptions(**json.loads(options)), out, progress=lambda step, total, losses: reported.append(step))
+"""
+
+
+@pytest.mark.parametrize("after", [0, 1])
+def test_a_sigkill_between_the_files_of_a_checkpoint_never_mixes_steps(bert, tmp_path, after):
+    """SIGKILL (Cancel's second signal) at an exact point of writing the step-6 checkpoint: before its first
+    rename, or right after it. The resumed run ends with the uninterrupted run's translators: the checkpoint is one
+    unit, so the resume starts from step 3 or from step 6, never from step 3 with step 6's weights."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    texts = corpus(80)
+    (tmp_path / "texts.txt").write_text("\n".join(texts) + "\n")
+    opts = options(steps=8, save_every=3, device="cpu")
+    L.train(bert, texts, opts, tmp_path / "whole")
+    proc = subprocess.run([sys.executable, "-c", KILL_AT_A_CHECKPOINT, bert.spec.name, str(tmp_path / "texts.txt"),
+                           str(tmp_path / "parts"), str(after), json.dumps(opts.to_dict())],
+                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    logged = []
+    L.train(bert, texts, opts, tmp_path / "parts", log=logged.append)
+    a, b = L.load(tmp_path / "whole", bert), L.load(tmp_path / "parts", bert)
+    for x, y in zip(a.parameters(), b.parameters(), strict=True):
+        torch.testing.assert_close(x, y)
+    assert logged == [f"resuming from step {3 if after == 0 else 6} of 8"]
