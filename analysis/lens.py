@@ -41,7 +41,7 @@ import math
 import os
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
@@ -224,8 +224,13 @@ def search_roots() -> list[Path]:
 
 
 def label(directory: Path) -> str:
-    """How pages name a lens: ``demo lens``, ``job #4``, or its folder's name."""
-    return _name(directory)
+    """How pages name a lens: ``bundled lens``, ``job #4``, or its folder's name; a partial lens says so:
+    ``job #4 (partial: step 300 of 3,000)``."""
+    name = _name(directory)
+    if finished(directory):
+        return name
+    step, total = trained(directory)
+    return f"{name} (partial: step {step:,}" + (f" of {total:,})" if total is not None else ")")
 
 
 def _name(directory: Path) -> str:
@@ -245,7 +250,7 @@ def training_positions(directory: Path) -> str | None:
 
 def find(loaded: LoadedModel, roots: list[Path] | None = None) -> list[Path]:
     """The lens directories under ``roots`` (default :func:`search_roots`; searched two levels deep) trained for
-    ``loaded``'s weights."""
+    ``loaded``'s weights: the finished ones first, then the partial ones (:func:`label` says which)."""
     found = []
     for root in roots if roots is not None else search_roots():
         for config in sorted([*Path(root).glob(f"*/{CONFIG}"), *Path(root).glob(f"*/*/{CONFIG}")]):
@@ -255,7 +260,7 @@ def find(loaded: LoadedModel, roots: list[Path] | None = None) -> list[Path]:
                 continue
             if mine and ((config.parent / WEIGHTS).is_file() or (config.parent / CHECKPOINT).is_file()):
                 found.append(config.parent)
-    return found
+    return sorted(found, key=lambda d: not finished(d))  # stable: the search order within each
 
 
 # --- training ---------------------------------------------------------------------------------------------
@@ -383,11 +388,13 @@ def evaluate(loaded: LoadedModel, lens: TunedLens | None, batches: Batches, opti
 
 
 def train(loaded: LoadedModel, texts: list[str], options, out: Path, progress: Callable | None = None,
-          should_stop: Callable[[], bool] | None = None, log: Callable[[str], None] = lambda s: None) -> dict | None:
+          should_stop: Callable[[], bool] | None = None, log: Callable[[str], None] = lambda s: None,
+          earlier: Iterable[Path] = ()) -> dict | None:
     """Train a lens for ``loaded`` on ``texts`` (:class:`analysis.options.LensOptions`), checkpointing to ``out``
     every ``save_every`` steps and when ``should_stop()``; resumes from the checkpoint in ``out`` (refusing one of
-    other options, weights or texts). ``progress(step, total, losses)`` after every step. Returns
-    ``training.json``'s dict, or None when stopped (a partial lens)."""
+    other options, weights or texts), or, when ``out`` has none, from the furthest unfinished checkpoint among the
+    ``earlier`` folders (a lens job's earlier runs) of the same options, weights and texts. ``progress(step, total,
+    losses)`` after every step. Returns ``training.json``'s dict, or None when stopped (a partial lens)."""
     from safetensors.torch import save_file
 
     from analysis.reconstruction import require_mlm_head
@@ -410,7 +417,7 @@ def train(loaded: LoadedModel, texts: list[str], options, out: Path, progress: C
     run = {"format": FORMAT, "options": options.to_dict(), "weights_id": loaded.weights_id,
            "texts": texts_digest(texts), "total_steps": steps}
     _clean_stale_temporaries(out)
-    source = _resume_source(out, run)
+    source = _resume_source(out, run, earlier)
     start_step, curve = 0, []
     if source is not None:
         state, tensors = read_checkpoint(source / CHECKPOINT)
@@ -423,7 +430,8 @@ def train(loaded: LoadedModel, texts: list[str], options, out: Path, progress: C
         start_step = state["step"]
         curve = [{"step": i + 1, "loss": float(np.nansum(row)), "per_layer": row}
                  for i, row in enumerate(tensors["per_layer"].tolist())]
-        log(f"resuming from step {start_step} of {steps}")
+        log(f"resuming from step {start_step} of {steps}"
+            + (f" (the checkpoint of {_name(source)})" if source != out else ""))
     eval_rows = list(range(len(eval_batches.ids)))
     before = evaluate(loaded, None, eval_batches, options, eval_rows)
     started = time.perf_counter()
@@ -479,9 +487,10 @@ def texts_digest(texts: list[str]) -> str:
     return f"{len(texts)}:{h.hexdigest()[:32]}"
 
 
-def _resume_source(out: Path, run: dict) -> Path | None:
+def _resume_source(out: Path, run: dict, earlier: Iterable[Path]) -> Path | None:
     """The folder whose checkpoint a run resumes from: ``out``'s own (an :class:`InputError` when it belongs to
-    another run, or ``out`` holds a lens without a checkpoint this version reads), else None."""
+    another run, or ``out`` holds a lens without a checkpoint this version reads), else the furthest unfinished
+    one of the same run among ``earlier``, else None."""
     own = out / CHECKPOINT
     if own.exists() or (out / CONFIG).exists():
         state = checkpoint_state(own)
@@ -500,7 +509,15 @@ def _resume_source(out: Path, run: dict) -> Path | None:
             raise InputError(f"{out} holds a lens trained on other texts (the corpus changed since): choose a new "
                              "--out, or the same texts to resume")
         return out
-    return None
+    best = None
+    for folder in earlier:
+        folder = Path(folder)
+        state = checkpoint_state(folder / CHECKPOINT)
+        if (folder.resolve() != out.resolve() and state is not None and not finished(folder)
+                and all(state.get(k) == run[k] for k in ("options", "weights_id", "texts", "total_steps"))
+                and (best is None or state["step"] > best[0])):
+            best = (state["step"], folder)
+    return best[1] if best is not None else None
 
 
 def _clean_stale_temporaries(out: Path) -> None:

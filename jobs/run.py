@@ -64,7 +64,8 @@ def quiet_libraries() -> None:
 
 def train_lens(store: JobStore, job, out: Path) -> dict:
     """A tuned-lens job: :func:`analysis.lens.train` with its progress in the store. SIGTERM (Cancel) stops it
-    after the current step with a checkpoint in the artifacts (the same options and folder resume it)."""
+    after the current step with a checkpoint in the artifacts; a later job of the same options (and weights and
+    texts) resumes from the furthest such checkpoint of the earlier jobs."""
     import signal
 
     from analysis import lens
@@ -83,8 +84,9 @@ def train_lens(store: JobStore, job, out: Path) -> dict:
         report(f"step {step}/{total}: KL summed over layers {sum(losses):.4f}",
                {"step": step, "total_steps": total, "loss": sum(losses)}, force=step == total)
 
-    training = lens.train(loaded, texts, options, out, progress, should_stop=lambda: bool(stop), log=say)
-    if stop:
+    training = lens.train(loaded, texts, options, out, progress, should_stop=lambda: bool(stop), log=say,
+                          earlier=sorted(job.directory.parent.glob("*/artifacts")))
+    if training is None:
         raise SystemExit(1)  # the worker records the cancel
     held = training["held_out"]
     say("held-out KL to the final layer (masked positions), raw -> tuned: " + ", ".join(

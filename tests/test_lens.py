@@ -103,9 +103,10 @@ def test_stop_and_resume_give_the_uninterrupted_run(bert, tmp_path):
     L.train(bert, texts, options(steps=8), tmp_path / "whole")
     calls = iter(range(100))
     L.train(bert, texts, options(steps=8), tmp_path / "parts", should_stop=lambda: next(calls) >= 5)
-    assert L.trained(tmp_path / "parts") == (5, 8) and not L.finished(tmp_path / "parts")
+    assert L.trained(tmp_path / "parts") == (5, 8) and L.label(tmp_path / "parts") == "parts (partial: step 5 of 8)"
+    assert L.find(bert, [tmp_path]) == [tmp_path / "whole", tmp_path / "parts"]  # finished lenses first
     L.train(bert, texts, options(steps=8), tmp_path / "parts")
-    assert L.trained(tmp_path / "parts") == (8, 8) and L.finished(tmp_path / "parts")
+    assert L.trained(tmp_path / "parts") == (8, 8) and L.label(tmp_path / "parts") == "parts"
     a, b = L.load(tmp_path / "whole", bert), L.load(tmp_path / "parts", bert)
     for x, y in zip(a.parameters(), b.parameters(), strict=True):
         torch.testing.assert_close(x, y)
@@ -284,3 +285,75 @@ def test_a_sigkill_between_the_files_of_a_checkpoint_never_mixes_steps(bert, tmp
     for x, y in zip(a.parameters(), b.parameters(), strict=True):
         torch.testing.assert_close(x, y)
     assert logged == [f"resuming from step {3 if after == 0 else 6} of 8"]
+
+
+CANCEL_AT_STEP_5 = """
+import signal, sys, threading
+from pathlib import Path
+
+from analysis import lens as L
+from jobs.store import JobStore
+
+job_id, root = int(sys.argv[1]), Path(sys.argv[2])
+real = L.layer_losses
+
+
+def layer_losses(*args, **kwargs):  # before step 5: Cancel, as the page does, and wait for the worker's SIGTERM
+    if args[5] == 5 and kwargs.get("backward", args[6] if len(args) > 6 else False):
+        handler, delivered = signal.getsignal(signal.SIGTERM), threading.Event()
+        signal.signal(signal.SIGTERM, lambda *a: (handler(*a), delivered.set()))
+        JobStore(root).request_cancel(job_id)
+        while not delivered.wait(0.05):
+            pass
+        signal.signal(signal.SIGTERM, handler)
+    return real(*args, **kwargs)
+
+
+L.layer_losses = layer_losses
+sys.argv = ["jobs.run", str(job_id), "--root", str(root)]
+from jobs.run import main
+
+raise SystemExit(main())
+"""
+
+
+def test_a_cancelled_lens_job_is_listed_as_partial_and_the_same_options_resume_it(tmp_path, monkeypatch):
+    """Cancel a lens job through the store at an exact step (the worker's real SIGTERM); its lens is listed as
+    partial, not as a finished lens; a job with the same options resumes from its checkpoint and ends with the
+    uninterrupted run's translators."""
+    import sys
+
+    import jobs.worker
+    from jobs.store import JobStore
+    from jobs.submit import submit
+    from jobs.worker import Worker
+    from tests.test_jobs import drive
+
+    monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path))
+    directory = save_tiny("bert", tmp_path / "bert")
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(corpus(60)) + "\n")
+    store = JobStore(tmp_path / "jobs")
+    config = {"kind": "lens", "model": str(directory), "corpus": str(texts), "steps": 12, "batch_size": 8,
+              "eval_texts": 16, "save_every": 4, "device": "cpu"}
+    first = submit(config, store, start_worker=False)
+    real = jobs.worker.job_command
+    monkeypatch.setattr(jobs.worker, "job_command", lambda job, root: [
+        sys.executable, "-c", CANCEL_AT_STEP_5, str(job.id), str(root)] if job.id == first else real(job, root))
+    worker = Worker(store)
+    cancelled = drive(worker, store, first)
+    assert cancelled.status == "cancelled", (cancelled.error, cancelled.log_path.read_text()[-2000:])
+    loaded = load_model(ModelSpec(str(directory), device="cpu"))
+    assert L.find(loaded) == [cancelled.artifacts]
+    assert L.label(cancelled.artifacts) == f"job #{first} (partial: step 6 of 12)"
+
+    second = drive(worker, store, submit(config, store, start_worker=False))
+    assert second.status == "succeeded", second.error
+    assert f"resuming from step 6 of 12 (the checkpoint of job #{first})" in second.log_path.read_text()
+    assert L.label(second.artifacts) == f"job #{second.id}"
+    assert L.find(loaded) == [second.artifacts, cancelled.artifacts]  # the finished lens first
+    options = LensOptions(**{k: v for k, v in config.items() if k != "kind"})
+    L.train(loaded, L.read_corpus(options), options, tmp_path / "whole")
+    for x, y in zip(L.load(tmp_path / "whole", loaded).parameters(), L.load(second.artifacts, loaded).parameters(),
+                    strict=True):
+        torch.testing.assert_close(x, y)
