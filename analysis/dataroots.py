@@ -110,6 +110,41 @@ def browser_source(source: str) -> str:
     return str(within_roots(source))
 
 
+def model_roots() -> list[Path]:
+    """The folders a model typed in the browser may come from: ``LAYERLENS_MODEL_DIRS`` (``:``-separated), by
+    default the demo model's folder and the Hugging Face cache; always the dashboard's own outputs
+    (``LAYERLENS_HOME/exports``, duplication exports, and ``LAYERLENS_HOME/jobs``, fine-tuned checkpoints)."""
+    given = os.environ.get("LAYERLENS_MODEL_DIRS")
+    if given:
+        roots = [Path(p).expanduser() for p in given.split(os.pathsep) if p]
+    else:
+        from huggingface_hub.constants import HF_HUB_CACHE
+
+        from models.spec import DEMO_DIR
+
+        roots = [DEMO_DIR, Path(HF_HUB_CACHE).expanduser()]
+    return list(dict.fromkeys(r.resolve() for r in [*roots, layerlens_home() / "exports", layerlens_home() / "jobs"]))
+
+
+def browser_model(name: str) -> str:
+    """``name`` when the browser may load it: ``demo``, a hub id (``org/name`` or ``name``, not an existing
+    path), a folder under :func:`model_roots` (symlinks resolved), or ``random:`` one of those; an
+    :class:`InputError` otherwise, the same whether the folder is outside the roots or does not exist, so the
+    message never tells what the server holds. The CLI loads what its user names."""
+    from models.spec import DEMO_NAME, RANDOM_PREFIX
+
+    text = name.strip().removeprefix(RANDOM_PREFIX)
+    path = Path(text).expanduser()
+    if text == DEMO_NAME or (HUB_NAME.match(text) and ".." not in text and not path.exists()):
+        return name
+    resolved, roots = path.resolve(), model_roots()
+    if not (resolved.is_dir() and any(resolved.is_relative_to(root) for root in roots)):
+        raise InputError(f"'{name}' is not a model folder under the dashboard's model folders "
+                         f"({', '.join(map(str, roots))}) nor a hub id; set LAYERLENS_MODEL_DIRS on the server to "
+                         "offer more")
+    return name
+
+
 def server_file_picker_label(path: Path, roots: list[Path] | None = None) -> str:
     """``analysis/data/demo_sentiment.csv`` shown as ``data/demo_sentiment.csv``: the root's name and the path
     under it."""

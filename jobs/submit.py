@@ -9,7 +9,8 @@ read, that the text/pair/label columns exist and that the training labels have a
 
 A job from the browser (``browser=True``: the jobs page, the lens form) is checked as the browser's own input
 before anything is read: its data sources are ``demo``, a hub dataset *name* or a file under the data roots
-(:func:`analysis.dataroots.browser_source`), pickle loading is off, and a sweep varies only
+(:func:`analysis.dataroots.browser_source`), its model a hub id or a folder under the model roots
+(:func:`analysis.dataroots.browser_model`), pickle loading is off, and a sweep varies only
 :data:`analysis.options.SWEEPABLE`. The CLI trusts its user and reads what it is given.
 """
 
@@ -37,9 +38,11 @@ KINDS = ("finetune", "lens")  # what a job does: fine-tune a head, or train a tu
 
 def browser_checked(options):
     """``options`` (fine-tuning or lens) as the browser may submit them, or an :class:`InputError`: every data
-    source ``demo``, a hub dataset name or a file under the data roots (stored resolved), no pickle loading."""
-    from analysis.dataroots import browser_source
+    source ``demo``, a hub dataset name or a file under the data roots (stored resolved), the model a hub id or a
+    folder under the model roots (:func:`analysis.dataroots.browser_model`), no pickle loading."""
+    from analysis.dataroots import browser_model, browser_source
 
+    browser_model(options.model)
     if options.allow_pickle:
         raise InputError("allow_pickle: pickle weights are never loaded for the browser (use the CLI)")
     data = {k: browser_source(str(getattr(options, k))) for k in ("train", "val", "test", "corpus")

@@ -7,7 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from analysis.dataroots import browser_source, save_upload
+from analysis.dataroots import browser_model, browser_source, save_upload
 from analysis.finetune import majority_vote
 from analysis.heads import head_names
 from analysis.inputs import FORMATS, InputError, columns_of
@@ -72,20 +72,36 @@ st.session_state.setdefault("job_model", loaded.spec.name)  # Layer duplication 
 st.session_state.setdefault("job_preset", "(none)")
 
 
+def allowed_model(name: str) -> str | None:
+    """``name`` when the browser may use it (a hub id or a folder under the model roots), else None: nothing
+    of a folder outside them is read, not even its config."""
+    try:
+        return browser_model(name)
+    except InputError:
+        return None
+
+
 def reset() -> None:
     preset = st.session_state["job_preset"]
-    reset_form("job", MAIN + MORE + WHERE, st.session_state["job_model"], None if preset == "(none)" else preset)
+    reset_form("job", MAIN + MORE + WHERE, allowed_model(st.session_state["job_model"]) or loaded.spec.name,
+               None if preset == "(none)" else preset)
 
 
 if "job_epochs" not in st.session_state or st.session_state.pop("job_reset", False):
     reset()  # first visit, or a model handed over by another page (its own defaults, said in the caption)
 c1, c2 = st.columns([3, 1])
 model = c1.text_input("Model", key="job_model", on_change=reset, help="the sidebar's model by default; any hub id "
-                      "or local directory (e.g. a deeper model exported from Layer duplication)")
+                      "or a local directory under the dashboard's model folders (LAYERLENS_MODEL_DIRS; always the "
+                      "exports of Layer duplication and the fine-tuned jobs)")
 preset = c2.selectbox("Preset", ["(none)", *PRESETS], key="job_preset", on_change=reset,
                       help="the papers' settings (Sun et al. 2019; GRUBERT): choosing one fills in the fields below; "
                       "what you then change wins")
-target = model_config(model)  # the form's model (it may differ from the sidebar's, e.g. a deeper export)
+try:
+    model_ok = bool(browser_model(model))
+except InputError as exc:
+    model_ok = False
+    st.error(str(exc))
+target = model_config(model) if model_ok else None  # the form's model (it may differ from the sidebar's)
 cols = st.columns(len(MAIN))
 values = {name: option_input(col, name, "job", head_names(target.num_hidden_layers if target is not None
                                                           else loaded.num_layers) if name == "head" else None)
@@ -115,6 +131,8 @@ sweep = st.text_input("Sweep (optional)", key="job_grid", placeholder="head=cls,
 config = {"model": model, "train": train, "text_column": text_col, "pair_column": pair_col, "label_column": label_col,
           "preset": None if preset == "(none)" else preset, **values}
 try:
+    if not model_ok:
+        raise InputError("the model is refused above")
     origin = sources(resolve(config))
     notes = {}
     for name, where in origin.items():
@@ -130,7 +148,7 @@ except InputError as exc:
     points = None
     st.error(str(exc))
 label = f"Submit {len(points)} jobs" if points else "Submit the job"
-if st.button(label, type="primary", key="job_submit", disabled=not train or points is None):
+if st.button(label, type="primary", key="job_submit", disabled=not train or points is None or not model_ok):
     start = not os.environ.get("LAYERLENS_JOBS_NO_WORKER")
     try:
         if points:

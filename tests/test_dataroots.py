@@ -50,3 +50,57 @@ def test_browser_sources(root):
     for bad in ("hf:/etc:train", "/etc/passwd", str(root / "link.csv")):
         with pytest.raises(InputError):
             browser_source(bad)
+
+
+@pytest.fixture
+def model_root(tmp_path, monkeypatch):
+    """A model root holding one model folder, a folder outside it and a symlink leading out (issue 25.14b)."""
+    root, outside = tmp_path / "models", tmp_path / "private"
+    for folder in (root / "mine", outside):
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text('{"model_type": "bert"}')
+    (root / "escape").symlink_to(outside)
+    monkeypatch.setenv("LAYERLENS_MODEL_DIRS", str(root))
+    monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path / "home"))
+    return root
+
+
+def test_model_folders_typed_in_the_browser_are_confined_to_the_model_roots(model_root, tmp_path):
+    from analysis.dataroots import browser_model, model_roots
+
+    home = tmp_path / "home"
+    assert model_roots() == [model_root.resolve(), (home / "exports").resolve(), (home / "jobs").resolve()]
+    for allowed in ("demo", "bert-base-uncased", "textattack/bert-base-uncased-SST-2", str(model_root / "mine"),
+                    f"random:{model_root / 'mine'}", "random:bert-base-uncased"):
+        assert browser_model(allowed) == allowed
+    messages = {}
+    for refused in (tmp_path / "private", model_root / "escape", model_root / "absent", tmp_path / "absent",
+                    model_root / "mine" / ".." / ".." / "private", "/etc", f"random:{tmp_path / 'private'}",
+                    "~/x", "../private"):
+        with pytest.raises(InputError) as err:
+            browser_model(str(refused))
+        messages[str(refused)] = str(err.value).replace(str(refused), "NAME")
+    # one message whether the folder exists outside the roots or does not exist: nothing says which
+    assert len(set(messages.values())) == 1, messages
+    assert "not a model folder under the dashboard's model folders" in next(iter(messages.values()))
+
+
+def test_default_model_roots(monkeypatch, tmp_path):
+    from analysis.dataroots import model_roots
+    from models.spec import DEMO_DIR
+
+    monkeypatch.delenv("LAYERLENS_MODEL_DIRS", raising=False)
+    monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    import importlib
+
+    import huggingface_hub.constants
+
+    importlib.reload(huggingface_hub.constants)
+    try:
+        roots = model_roots()
+    finally:
+        monkeypatch.undo()
+        importlib.reload(huggingface_hub.constants)
+    assert roots == [DEMO_DIR.resolve(), (tmp_path / "hub").resolve(), (tmp_path / "exports").resolve(),
+                     (tmp_path / "jobs").resolve()]

@@ -322,3 +322,29 @@ def test_an_upload_that_fails_midway_leaves_nothing_offered(home, monkeypatch):
     assert not at.exception and not at.error
     (saved,) = [p for p in server_files() if p.is_relative_to(uploads().resolve())]
     assert saved.read_bytes() == data
+
+
+def test_model_folders_typed_in_the_browser_stay_in_the_model_roots(home, tiny_dirs, monkeypatch):
+    """Issue 25.14b: the sidebar's typed model, its MLM-head donor and the jobs page's Model field take hub ids
+    and folders under LAYERLENS_MODEL_DIRS only; a folder outside and a missing one get the same message, and
+    nothing outside is read or queued."""
+    monkeypatch.setenv("LAYERLENS_MODEL_DIRS", str(tiny_dirs["bert"]))
+    from ui.sidebar import KEY_HEAD_FROM
+
+    outside, absent = str(tiny_dirs["albert"]), str(tiny_dirs["bert"].parent / "absent")
+    shown = []
+    for typed in (outside, absent):
+        at = run_page("app.py", model=typed)
+        assert not at.exception and at.sidebar.error
+        shown.append(at.sidebar.error[0].value.replace(typed, "NAME"))
+        assert not at.sidebar.success  # nothing loaded
+    assert shown[0] == shown[1] and "model folders" in shown[0]
+    at = run_page(JOBS, model=str(tiny_dirs["bert"]))  # inside the root: loads
+    assert not at.exception and not at.error and at.sidebar.success
+    at.text_input(key="job_model").set_value(outside).run()
+    assert not at.exception and "model folders" in at.error[0].value
+    assert at.button(key="job_submit").disabled
+    assert home.list() == []
+    at.text_input(key="job_model").set_value(str(tiny_dirs["bert"])).run()
+    at.sidebar.text_input(key=KEY_HEAD_FROM).set_value(outside).run()
+    assert not at.exception and any("model folders" in e.value for e in at.sidebar.error)

@@ -8,6 +8,8 @@ from pathlib import Path
 import streamlit as st
 import torch
 
+from analysis.dataroots import browser_model
+from analysis.inputs import InputError
 from analysis.lens import label as lens_label
 from models.cache import ModelCache, shared_cache
 from models.loading import DEMO_NAME, RANDOM_SEED, SUGGESTED_MODELS, LoadedModel, ModelLoadError, ModelSpec
@@ -17,7 +19,7 @@ KEY_MODEL, KEY_OTHER = "ll_model", "ll_model_other"
 KEY_REVISION, KEY_DEVICE, KEY_DTYPE = "ll_revision", "ll_device", "ll_dtype"
 KEY_HEAD_FROM = "ll_head_from"
 KEY_HEAD_REFUSED = "ll_head_refused"  # (spec, reason) of a borrowed MLM head that could not be lent
-OTHER = "other: hub id or local path…"
+OTHER = "other: hub id or local path…"  # a local folder under the model roots (analysis.dataroots.model_roots)
 
 
 @st.cache_resource
@@ -107,7 +109,8 @@ def model_picker() -> ModelSpec | None:
         name = st.sidebar.text_input("Hub id or local directory", key=KEY_OTHER, persist_state="session",
                                      placeholder="e.g. textattack/bert-base-uncased-SST-2 or /models/my-bert")
         if not name.strip():
-            st.sidebar.info("Type a Hugging Face hub id or the path of a save_pretrained directory.")
+            st.sidebar.info("Type a Hugging Face hub id or the path of a save_pretrained directory under the "
+                            "dashboard's model folders (LAYERLENS_MODEL_DIRS).")
             return None
     with st.sidebar.expander("Revision, device, precision, MLM head"):
         revision = st.text_input("Revision", key=KEY_REVISION, persist_state="session",
@@ -121,9 +124,13 @@ def model_picker() -> ModelSpec | None:
                                   "size and vocabulary, e.g. the model a classifier was fine-tuned from: its "
                                   "pre-trained head reads this model's layers (Kao et al. Fig. 2).")
     try:
+        if choice == OTHER:  # typed in the browser: a hub id or a folder under the model roots
+            browser_model(name)
+        if head_from.strip():
+            browser_model(head_from.strip())
         return ModelSpec(name, revision=revision.strip() or None, device=device, dtype=dtype,
                          head_from=head_from.strip() or None)
-    except ModelLoadError as exc:
+    except (ModelLoadError, InputError) as exc:
         st.sidebar.error(str(exc))
         return None
 
