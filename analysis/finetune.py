@@ -79,7 +79,7 @@ def split_off(data, fraction: float, seed: int = 0):
     try:
         tr, va = train_test_split(positions, test_size=fraction, random_state=seed, stratify=data.labels)
     except ValueError as exc:
-        raise InputError(f"cannot hold out {fraction:.0%} for validation: {exc}") from None
+        raise InputError(f"cannot hold out {fraction:g} of the rows for validation: {exc}") from None
     return data.subset(sorted(tr)), data.subset(sorted(va))
 
 

@@ -12,7 +12,7 @@ from analysis.inputs import InputError
 from analysis.plots import atlas_grid, label_colours, layer_weight_heatmap, mean_weight_lines
 from analysis.projection import project_layers
 from analysis.training import read_weights
-from jobs.store import JobStore
+from jobs.store import JobStore, StoreError
 from models.anatomy import layer_name
 from ui.jobs import score_line
 from ui.results import chart, md_plain
@@ -22,8 +22,13 @@ loaded = start_page("Layer weights", (
     "What a fine-tuned **attention-pooling** (Song et al. 2020) or **scalar-mix** head learned: how much "
     "weight each layer's [CLS] gets, per example, per class and across epochs; and the validation set's "
     "[CLS] vectors of the last layers after the first and the last epoch (PCA, as in Song et al. Fig. 2)."))
-store = JobStore()
-finished = [j for j in store.list() if j.status == "succeeded" and j.config.get("kind", "finetune") == "finetune"]
+try:
+    store = JobStore()
+    listed = store.list()
+except StoreError as exc:  # a damaged or unreadable jobs.db: one line naming it and what to do
+    st.error(str(exc))
+    st.stop()
+finished = [j for j in listed if j.status == "succeeded" and j.config.get("kind", "finetune") == "finetune"]
 jobs = [j for j in finished if (j.artifacts / "metrics.json").is_file()]
 if len(jobs) < len(finished):
     st.caption(f"{len(finished) - len(jobs)} finished job(s) not listed: their artifacts were deleted "
@@ -41,7 +46,7 @@ try:
     metrics = json.loads((art / "metrics.json").read_text())
     weights = read_weights(art / "layer_weights.csv") if (art / "layer_weights.csv").is_file() else None
 except (OSError, ValueError, InputError) as exc:
-    st.error(f"{md_plain(job.label)}: its artifacts cannot be read ({md_plain(str(exc))}).")
+    st.error(f"{md_plain(job.label)}: its artifacts cannot be read ({exc}).")
     st.stop()
 names = metrics["labels"]
 colours = label_colours(names)

@@ -15,7 +15,7 @@ from analysis.options import PRESETS, SWEEPABLE, grid, model_config, model_defau
 from analysis.plots import history_chart, plain
 from analysis.scores import classification_metrics
 from jobs import backends
-from jobs.store import FINISHED, JobStore
+from jobs.store import FINISHED, JobStore, StoreError
 from jobs.submit import SubmitError, submit, submit_sweep
 from ui.inputs import server_file
 from ui.jobs import comparison_table, job_table, score_line, shown
@@ -29,7 +29,12 @@ loaded = start_page("Fine-tuning jobs", (
     "(`layer-K`), pooled layers (`last4-mean`, ...), LSTM or attention pooling over the layers' [CLS] "
     "(Song et al. 2020), a scalar mix, or GRUBERT's GRU fusion. Finished attention and scalar-mix runs show "
     "their learned layer weights on the **Layer weights** page."))
-store = JobStore()
+try:
+    store = JobStore()
+    store.list()
+except StoreError as exc:  # a damaged or unreadable jobs.db: one line naming it and what to do
+    st.error(str(exc))
+    st.stop()
 
 st.subheader("New job")
 source = st.radio("Training data", ["Demo sentiment set", "Upload a file", "A file on the server",

@@ -7,6 +7,7 @@ import tempfile
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # before transformers is imported: any hub access fails fast
 os.environ["LAYERLENS_HOME"] = tempfile.mkdtemp(prefix="layerlens-home-")  # never the user's own cache
+os.environ.setdefault("LAYERLENS_MODEL_DIRS", tempfile.gettempdir())  # the tests' tiny models live in pytest's tmp
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from pathlib import Path  # noqa: E402
@@ -121,7 +122,9 @@ SLOW_TESTS = {"test_a_probe_killed_midway_keeps_the_previous_result", "test_conc
               "test_a_read_only_out_is_one_line", "test_submit_starts_a_worker_that_runs_the_job",
               "test_cancel_stops_a_running_job_within_seconds",
               "test_a_cancelled_lens_job_is_listed_as_partial_and_the_same_options_resume_it",
-              "test_a_sigkill_between_the_files_of_a_checkpoint_never_mixes_steps"}
+              "test_a_sigkill_between_the_files_of_a_checkpoint_never_mixes_steps",
+              "test_values_the_run_would_refuse_are_refused_on_the_page",
+              "test_an_upload_that_fails_midway_leaves_nothing_offered"}
 
 
 def pytest_collection_modifyitems(config, items):

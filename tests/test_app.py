@@ -45,7 +45,7 @@ def test_home_names_every_analysis():
 def test_bad_model_name_is_a_message_not_a_traceback(tmp_path):
     at = run_page("app.py", model=str(tmp_path / "missing"))
     assert not at.exception
-    assert "is not a directory" in at.sidebar.error[0].value
+    assert "is not a model folder under the dashboard's model folders" in at.sidebar.error[0].value
 
 
 @pytest.mark.parametrize("family", ["bert", "albert"])

@@ -40,7 +40,8 @@ def test_bad_second_model_is_a_message(tiny_dirs, tmp_path):
     at.text_input(key="probe_compare").set_value(str(tmp_path / "missing")).run()
     at.button(key="probe_run").click().run()
     assert not at.exception
-    assert "Second model" in at.error[0].value and "is not a directory" in at.error[0].value
+    assert "Second model" in at.error[0].value
+    assert "is not a model folder under the dashboard's model folders" in at.error[0].value
     assert len(at.dataframe) == 1  # the first model's results are still shown
     assert not at.get("progress")  # and the failed run left no progress bar behind
 

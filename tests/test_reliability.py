@@ -159,3 +159,7 @@ def test_a_corrupt_job_database_is_one_line_naming_it(damage, tmp_path, monkeypa
     assert main(["jobs", "list"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(db) in err and "move it aside" in err and "unexpected" not in err, err
+    from tests.test_page_jobs import WEIGHTS
+
+    at = run_page(WEIGHTS, model=str(bert4))  # the pages say the same line, never Streamlit's redacted error
+    assert not at.exception and "move it aside" in at.error[0].value

@@ -116,7 +116,7 @@ def lens_job_form(model: str) -> None:
     if st.button("Train the lens as a job", key="lens_submit", disabled=not corpus):
         config = {"kind": "lens", "model": model, "corpus": corpus, "text_column": column, **values}
         try:
-            job_id = submit(config, start_worker=not os.environ.get("LAYERLENS_JOBS_NO_WORKER"))
+            job_id = submit(config, start_worker=not os.environ.get("LAYERLENS_JOBS_NO_WORKER"), browser=True)
             st.success(f"Job {job_id} queued: follow it (progress, Cancel, log) on the Fine-tuning jobs page. When it "
                        "has finished, the lens is offered under 'Tuned lens' above.")
         except SubmitError as exc:

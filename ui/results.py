@@ -13,6 +13,7 @@ from collections.abc import Callable
 import streamlit as st
 
 from analysis.csvout import safe
+from analysis.dataroots import browser_model
 from analysis.inputs import InputError
 from models.loading import RANDOM_PREFIX, LoadedModel, ModelLoadError, ModelSpec
 
@@ -120,10 +121,13 @@ def compared_model(compare: str, base: str) -> tuple[str, str | None, str]:
     if compare.strip().lower() == "random":
         return f"{RANDOM_PREFIX}{base.removeprefix(RANDOM_PREFIX)}", None, f"{base} with random weights"
     if not compare.startswith("job:"):
-        return compare, None, compare
-    from jobs.store import JobStore
+        return browser_model(compare), None, compare  # a folder only under the model roots, as in the sidebar
+    from jobs.store import JobStore, StoreError
 
-    job = JobStore().get(int(compare[4:])) if compare[4:].isdigit() else None
+    try:
+        job = JobStore().get(int(compare[4:])) if compare[4:].isdigit() else None
+    except StoreError as exc:
+        raise InputError(str(exc)) from None
     if job is None or not (job.metrics or {}).get("mlm_head_from"):
         raise InputError(f"'{compare}': no finished job whose fine-tuned layers an MLM head can read (see the "
                          "jobs page)")
