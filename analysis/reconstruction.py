@@ -39,6 +39,7 @@ from analysis.activations import (
 from analysis.inputs import InputError, TextInputs
 from analysis.memory import release_freed_memory
 from analysis.parallel import ONE, Ranks
+from analysis.precision import PRECISIONS, Certified, CertifiedHead, describe, head_product
 from analysis.rowstats import row_stats
 from analysis.token_sink import TokenSink
 from models.loading import LoadedModel
@@ -62,6 +63,7 @@ class ProbeConfig:
     mask_fraction: float = 0.15
     seed: int = 0
     logits_budget_bytes: int = 32 * 2**20
+    precision: str = "float32"  # analysis.precision: "float32", or "certified" (bf16 product, float32 tables)
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -74,6 +76,8 @@ class ProbeConfig:
             raise ValueError("max length must be at least 2")
         if not 0 < self.mask_fraction <= 1:
             raise ValueError("mask fraction must be in (0, 1]")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not '{self.precision}'")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -100,6 +104,7 @@ class ProbeResult:
     max_length: int
     seconds: float
     layer_names: list[str]
+    precision: dict = dataclasses.field(default_factory=dict)  # analysis.precision.describe: what ran in what
 
     def __post_init__(self):
         assert list(self.layers.columns)[:len(LAYER_COLUMNS)] == LAYER_COLUMNS
@@ -107,7 +112,8 @@ class ProbeResult:
 
     def run_info(self) -> dict:
         return {"model": self.model, "options": self.config.to_dict(), "texts": self.n_texts,
-                "truncated": self.truncated, "max_length": self.max_length, "seconds": round(self.seconds, 3)}
+                "truncated": self.truncated, "max_length": self.max_length, "seconds": round(self.seconds, 3),
+                "precision": self.precision}
 
 
 # --- scoring ----------------------------------------------------------------------------------------------
@@ -125,7 +131,8 @@ class Scores:
 
 @torch.inference_mode()
 def score_rows(head: Callable, stacked: torch.Tensor, targets: torch.Tensor, top_k: int, rows_per_chunk: int,
-               divergence: bool = False) -> tuple[Scores, tuple[torch.Tensor, torch.Tensor] | None]:
+               divergence: bool = False, certified: CertifiedHead | None = None,
+               ) -> tuple[Scores, tuple[torch.Tensor, torch.Tensor] | None]:
     """Apply ``head`` to every layer's states ``stacked`` ``(L + 1, n, hidden)`` and compare with ``targets``
     ``(n,)``. Returns the :class:`Scores` of the ``(L + 1) * n`` rows, layer by layer, and with ``divergence``
     ``(kl, agree)``, each ``(L + 1, n)``: KL(final layer's distribution || this layer's) in nats, and whether this
@@ -133,7 +140,9 @@ def score_rows(head: Callable, stacked: torch.Tensor, targets: torch.Tensor, top
 
     Positions are taken in chunks with all their layers in one call of the head, so each layer's logits are
     computed once and the final layer's are at hand for the divergence; peak memory is one
-    ``(rows_per_chunk, vocab)`` block of logits (and its log-probabilities with ``divergence``).
+    ``(rows_per_chunk, vocab)`` block of logits (and its log-probabilities with ``divergence``). With
+    ``certified`` (:class:`analysis.precision.CertifiedHead`, not with ``divergence``) the vocabulary product runs
+    in bfloat16 and every row is certified equal to the float32 head's, or recomputed in float32.
     """
     layers, n = stacked.shape[:2]
     step = max(1, rows_per_chunk // layers)
@@ -141,6 +150,10 @@ def score_rows(head: Callable, stacked: torch.Tensor, targets: torch.Tensor, top
     for start in range(0, n, step):
         block = stacked[:, start:start + step]  # (L + 1, c, hidden)
         c = block.shape[1]
+        if certified is not None and not divergence:
+            parts.append(Scores(*certified.score(block.flatten(0, 1), targets[start:start + c].repeat(layers),
+                                                 top_k)))
+            continue
         logits = head(block.flatten(0, 1))  # (L + 1) * c rows, layer by layer
         if divergence:  # before row_stats, which may reuse the logits' memory
             logp = torch.log_softmax(logits.float(), dim=-1).unflatten(0, (layers, c))
@@ -216,6 +229,10 @@ def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig = ProbeCo
     counted_n = np.zeros(n, dtype=np.int64)
     predicted: dict[int, np.ndarray] = {}  # text id -> (L + 1, counted) predicted ids
     divergence = divergence or lens is not None
+    head_kind = head_product(config.precision, loaded.spec.device, divergence)
+    if head_kind != "float32" and (anatomy.decoder is None or loaded.model.dtype != torch.float32):
+        head_kind = "float32"  # a bf16/fp16 model's head is already in its own dtype: nothing to certify
+    certified = CertifiedHead(anatomy.head_transform, anatomy.decoder) if head_kind != "float32" else None
     kl_sum, agree_n = np.zeros((n, n_states)), np.zeros((n, n_states), dtype=np.int64)
     done = 0
 
@@ -242,7 +259,8 @@ def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig = ProbeCo
             if lens is not None:
                 stacked = lens.translate(stacked)
             targets = batch.input_ids[selected]
-            scores, apart = score_rows(anatomy.head, stacked, targets, config.top_k, rows_per_chunk, divergence)
+            scores, apart = score_rows(anatomy.head, stacked, targets, config.top_k, rows_per_chunk, divergence,
+                                       certified)
             per_pass.append((where.cpu(), targets.cpu(), scores, apart))
         return summarise(batch.indices, per_pass, n_states)
 
@@ -268,8 +286,14 @@ def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig = ProbeCo
             done += len(part["text_ids"])
         if progress is not None:
             progress(done, n)
+    stats = ranks.gather(certified.stats if certified is not None else None)
     if not ranks.is_main:
         return None
+    total = None
+    if certified is not None:
+        total = Certified()
+        for part in stats:
+            total.add(part)
 
     layers = layer_table(correct, counted_n, divergence=(kl_sum, agree_n) if divergence else None)
     decoded = decoded_table(tokenizer, predicted, n_states)
@@ -279,7 +303,7 @@ def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig = ProbeCo
     return ProbeResult(model=loaded.spec.name, config=config, layers=layers, decoded=decoded,
                        sentence_accuracy=sentence, tokens=tokens, n_texts=n, truncated=encoded.truncated,
                        max_length=max_length, seconds=time.perf_counter() - start,
-                       layer_names=anatomy.layer_names())
+                       layer_names=anatomy.layer_names(), precision=describe(head_kind, total))
 
 
 def summarise(text_ids: list[int], per_pass: list, n_states: int) -> dict:

@@ -20,19 +20,24 @@ import torch
 
 
 @numba.njit(parallel=True, cache=True)
-def _row_scan(logits, targets, pred, rank, top_ids, top_vals):  # pragma: no cover - compiled
+def _row_scan(logits, targets, tol, pred, rank, near, top_ids, top_vals):  # pragma: no cover - compiled
     n, vocab = logits.shape
     k = top_ids.shape[1]
     for i in numba.prange(n):
         row = logits[i]
-        t = row[targets[i]]
+        target = targets[i]
+        t = row[target]
+        margin = tol[i]
         greater = 0
+        close = 0
         ids = np.full(k, -1, dtype=np.int64)
         vals = np.full(k, -np.inf, dtype=np.float32)
         for j in range(vocab):
             x = row[j]
-            if x > t:
+            if x > t + margin:  # with margin 0: strictly greater, the rank's definition
                 greater += 1
+            elif x >= t - margin and j != target:  # within the margin: not sure which side (analysis.precision)
+                close += 1
             if x > vals[k - 1]:
                 pos = k - 1
                 while pos > 0 and x > vals[pos - 1]:
@@ -43,30 +48,40 @@ def _row_scan(logits, targets, pred, rank, top_ids, top_vals):  # pragma: no cov
                 ids[pos] = j
         pred[i] = ids[0]
         rank[i] = greater + 1
+        near[i] = close
         for a in range(k):
             top_ids[i, a] = ids[a]
             top_vals[i, a] = vals[a]
 
 
-def row_stats_numpy(logits: np.ndarray, targets: np.ndarray, k: int):
-    """(pred, prob, rank, top_ids, top_probs) of float32 ``logits`` ``(n, vocab)`` against ``targets`` ``(n,)``.
-
-    ``logits`` is used as scratch space and overwritten (the normaliser is summed in place, which is 2.5x
-    faster than ``torch.logsumexp``); pass a copy to keep it.
-    """
+def row_scan(logits: np.ndarray, targets: np.ndarray, k: int, tol: np.ndarray | None = None):
+    """The one pass over float32 ``logits`` ``(n, vocab)``: ``(pred, rank, near, top_ids, top_vals, target_vals,
+    total)``. ``rank`` is 1 + the logits more than ``tol[i]`` above the target's, ``near`` the others within
+    ``tol[i]`` of it (``tol`` default 0: the plain rank; ``near`` then counts exact ties); ``total`` is
+    ``sum(exp(logit - max))`` per row. ``logits`` is used as scratch space and overwritten (the normaliser is
+    summed in place, which is 2.5x faster than ``torch.logsumexp``); pass a copy to keep it."""
     logits = np.ascontiguousarray(logits, dtype=np.float32)
     targets = targets.astype(np.int64)
     n = logits.shape[0]
     if targets.shape != (n,) or (n and not 0 <= targets.min() <= targets.max() < logits.shape[1]):
         raise ValueError(f"targets {targets.shape} do not match logits {logits.shape}")  # the kernel trusts them
     k = max(1, min(k, logits.shape[1]))
-    pred, rank = np.empty(n, np.int64), np.empty(n, np.int64)
+    tol = np.zeros(n, np.float32) if tol is None else np.ascontiguousarray(tol, dtype=np.float32)
+    pred, rank, near = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
     top_ids, top_vals = np.empty((n, k), np.int64), np.empty((n, k), np.float32)
-    _row_scan(logits, targets, pred, rank, top_ids, top_vals)
+    _row_scan(logits, targets, tol, pred, rank, near, top_ids, top_vals)
     target_vals = logits[np.arange(n), targets]
     best = top_vals[:, :1]
-    total = torch.from_numpy(logits).sub_(torch.from_numpy(best)).exp_().sum(-1, keepdim=True).numpy()
-    return pred, np.exp(target_vals[:, None] - best)[:, 0] / total[:, 0], rank, top_ids, np.exp(top_vals - best) / total
+    total = torch.from_numpy(logits).sub_(torch.from_numpy(best)).exp_().sum(-1).numpy()
+    return pred, rank, near, top_ids, top_vals, target_vals, total
+
+
+def row_stats_numpy(logits: np.ndarray, targets: np.ndarray, k: int):
+    """(pred, prob, rank, top_ids, top_probs) of float32 ``logits`` ``(n, vocab)`` against ``targets`` ``(n,)``
+    (:func:`row_scan`; ``logits`` is overwritten)."""
+    pred, rank, _, top_ids, top_vals, target_vals, total = row_scan(logits, targets, k)
+    best = top_vals[:, :1]
+    return pred, np.exp(target_vals - best[:, 0]) / total, rank, top_ids, np.exp(top_vals - best) / total[:, None]
 
 
 def row_stats_torch(logits: torch.Tensor, targets: torch.Tensor, k: int):

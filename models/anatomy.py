@@ -86,6 +86,10 @@ class Anatomy:
     hidden_size: int
     vocab_size: int
     plan: tuple[int, ...] | None = None  # which original layer each layer copies, for a duplicated model
+    # head = decoder(head_transform(h)): the transform (dense, activation, LayerNorm) and the vocabulary
+    # product (an nn.Linear), so the product can be computed on its own (analysis.precision)
+    head_transform: Callable[[torch.Tensor], torch.Tensor] | None = None
+    decoder: nn.Linear | None = None
 
     @property
     def num_layers(self) -> int:
@@ -126,6 +130,29 @@ def _encoder_layers(family: str, base: nn.Module, config) -> tuple[nn.Module, ..
     return tuple(base.encoder.layer)
 
 
+def head_split(model: nn.Module, family: str) -> tuple[Callable[[torch.Tensor], torch.Tensor], nn.Linear]:
+    """The MLM head as ``decoder(transform(h))``, following each family's own forward (transformers 5):
+    BERT ``cls.predictions.transform`` then ``.decoder``; ALBERT ``predictions`` dense, activation, LayerNorm,
+    decoder; RoBERTa ``lm_head`` dense, GELU, layer_norm, decoder; DistilBERT vocab_transform, activation,
+    vocab_layer_norm, vocab_projector; ELECTRA ``generator_predictions`` then ``generator_lm_head``. A test checks
+    ``decoder(transform(h)) == head(h)`` for every family."""
+    if family == "bert":
+        p = model.cls.predictions
+        return p.transform, p.decoder
+    if family == "albert":
+        p = model.predictions
+        return (lambda h: p.LayerNorm(p.activation(p.dense(h)))), p.decoder
+    if family == "roberta":
+        from transformers.models.roberta.modeling_roberta import gelu
+
+        p = model.lm_head
+        return (lambda h: p.layer_norm(gelu(p.dense(h)))), p.decoder
+    if family == "distilbert":
+        m = model
+        return (lambda h: m.vocab_layer_norm(m.activation(m.vocab_transform(h)))), m.vocab_projector
+    return model.generator_predictions, model.generator_lm_head
+
+
 def anatomy_of(model: nn.Module) -> Anatomy:
     """The anatomy of a ``*ForMaskedLM`` model from one of :data:`FAMILIES`."""
     config = model.config
@@ -146,4 +173,5 @@ def anatomy_of(model: nn.Module) -> Anatomy:
         hidden_size=config.hidden_size,
         vocab_size=config.vocab_size,
         plan=duplication_plan(config),
+        **dict(zip(("head_transform", "decoder"), head_split(model, family), strict=True)),
     )

@@ -63,7 +63,7 @@ def family_dir(request, tiny_dirs):
 
 def test_unmasked_probe_matches_the_reference_for_every_family(family_dir):
     loaded = load_model(ModelSpec(str(family_dir), device="cpu"))
-    result = probe(loaded, TextInputs(tuple(TEXTS)), ProbeConfig(batch_size=4, top_k=3))
+    result = probe(loaded, TextInputs(tuple(TEXTS)), ProbeConfig(batch_size=4, top_k=3, precision="float32"))
     ref = reference(family_dir, TEXTS)
     n_layers = loaded.anatomy.num_layers + 1
     assert list(result.layers.columns) == LAYER_COLUMNS

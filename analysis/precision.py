@@ -1,0 +1,227 @@
+"""The precision policy: what runs in bfloat16, what is certified, what falls back to float32 (issue 26).
+
+One place decides; the analyses ask it. Today it decides the MLM head's vocabulary product, 75% of the probe's
+work at bert-base size:
+
+- ``float32`` (the default): every product in float32.
+- ``certified``: the same tables as ``float32`` (predictions, ranks, top-k and counts identical; probabilities
+  within a bound stated per row). Where the machine has bf16 matrix units (:func:`bf16_units`: AMX /
+  AVX512-BF16 on a CPU), the vocabulary product runs in bfloat16 with float32 accumulation, every row's rounding
+  error is bounded, and a row whose answer the bound cannot certify is recomputed in float32
+  (:class:`CertifiedHead`). Elsewhere it is ``float32``. Not the default: measured on this project's 2-core AMX
+  machine it is slower than float32 (docs/benchmarks.md): the demo model's head is small (256 x 6,000: bf16 only
+  2.2x) and 16% of its rows need float32; a bert-base-sized model with random weights has flat logits, so the
+  worst-case bound certifies no row. What would make it pay is a tighter bound (below).
+
+The encoder always runs in the model's own dtype (float32 unless the user chose otherwise). With a tuned lens or
+the divergence view (which need the full distributions) the head runs in float32.
+
+The bound (Higham, *Accuracy and Stability of Numerical Algorithms*, 2002, §3.1: a dot product of length h in
+floating point has error at most gamma_h * sum|x_i y_i|, gamma_h = h u / (1 - h u)). For a row ``z`` (the head's
+transform output) and a vocabulary row ``w`` with bias ``b``:
+
+- rounding z and w to bfloat16 (unit roundoff U = 2^-8) changes the exact product by at most
+  (2U + U^2) * |z| * |w| (|z_i w_i| summed, then Cauchy-Schwarz);
+- the float32 accumulation adds at most gamma_h (1 + U)^2 |z| |w| (u = 2^-24);
+- torch's CPU bfloat16 product returns bfloat16, so its result is rounded once more: U (1 + U)^2 (1 + gamma_h)
+  |z| |w|;
+- the float32 reference itself is off the exact value by gamma_h |z| |w|, and the two bias additions by
+  2u (|z| |w| + |b|) each.
+
+So every logit of row i is within ``E_i = c * |z_i| * max_j |w_j| + 4u * max_j |b_j|`` of the float32 reference's,
+``c = 2U + U^2 + gamma_h ((1 + U)^2 + 1) + U (1 + U)^2 (1 + gamma_h) + 4u`` (:meth:`CertifiedHead.bound`). A row
+is certified when its top-k+1 logits are more than ``2 E_i`` apart in turn (argmax, top-k order, and the k-th
+against all the rest) and no other logit is within ``2 E_i`` of the target's (the rank); the rest are recomputed
+in float32 exactly as the ``float32`` mode computes them. Probabilities: the target's and the top-k logits are
+recomputed in float32 (one dot product each), the normaliser uses the bfloat16 logits for every other token, so
+``|log p - log p_float32| <= log(1 + r_i (exp(E_i) - 1))`` plus the float32 noise of two float32 logits of the
+same token (``4 (gamma_h + 2u) |z_i| max|w| + 8u max|b|``), where ``r_i`` is the share of the probability mass
+outside the recomputed tokens; each row's bound is kept and the largest is reported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import os
+import weakref
+from pathlib import Path
+
+import numpy as np
+import torch
+
+PRECISIONS = ("float32", "certified")
+U_BF16 = 2.0 ** -8  # unit roundoff of bfloat16 (8 significand bits, round to nearest)
+U_F32 = 2.0 ** -24
+CANDIDATES = 11  # logits recomputed in float32 beyond the top-k: they settle the top-k and most of the normaliser
+FORCE_ENV = "LAYERLENS_BF16_UNITS"  # "1"/"0": say the machine has (not) bf16 matrix units (tests, benchmarks)
+
+
+@functools.cache
+def _cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    line = next((x for x in text.splitlines() if x.startswith("flags")), "")
+    return set(line.split(":", 1)[-1].split())
+
+
+def bf16_units(device: str = "cpu") -> bool:
+    """Whether ``device`` has bfloat16 matrix units worth using: a CUDA GPU that supports bfloat16, or a CPU with
+    AMX-BF16 or AVX512-BF16 that oneDNN can use. ``LAYERLENS_BF16_UNITS=0/1`` overrides (tests run both paths)."""
+    forced = os.environ.get(FORCE_ENV)
+    if forced in ("0", "1"):
+        return forced == "1"
+    if device.startswith("cuda"):
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if device != "cpu":
+        return False
+    supported = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    return bool(supported and supported()) and bool({"amx_bf16", "avx512_bf16"} & _cpu_flags())
+
+
+def head_product(precision: str, device: str, needs_distributions: bool = False) -> str:
+    """What the MLM head's vocabulary product runs in for a run of ``precision`` on ``device``:
+    ``"bfloat16, certified"`` or ``"float32"`` (a GPU or a CPU without bf16 units, a lens or the divergence
+    view, or ``precision="float32"``)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not '{precision}'")
+    if precision == "certified" and device == "cpu" and not needs_distributions and bf16_units(device):
+        return "bfloat16, certified"
+    return "float32"
+
+
+@dataclasses.dataclass
+class Certified:
+    """What the certified path did: rows scored, rows recomputed in float32, the largest logit bound ``E_i`` and
+    the largest bound on ``|log p - log p_float32|`` of a reported probability."""
+
+    rows: int = 0
+    recomputed: int = 0
+    max_logit_bound: float = 0.0
+    max_log_prob_bound: float = 0.0
+
+    def add(self, other: Certified) -> None:
+        self.rows += other.rows
+        self.recomputed += other.recomputed
+        self.max_logit_bound = max(self.max_logit_bound, other.max_logit_bound)
+        self.max_log_prob_bound = max(self.max_log_prob_bound, other.max_log_prob_bound)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class CertifiedHead:
+    """``decoder(transform(h))`` scored with the vocabulary product in bfloat16, certified row by row against the
+    float32 result (module docstring). Holds a bfloat16 copy of the decoder's weight (made once per weight)."""
+
+    def __init__(self, transform, decoder: torch.nn.Linear):
+        self.transform, self.decoder = transform, decoder
+        weight = decoder.weight.detach()
+        self.weight = weight.float()
+        self.bias = (decoder.bias.detach().float() if decoder.bias is not None
+                     else torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device))
+        self.weight16 = _bf16_copy(weight)
+        self.wmax = float(self.weight.norm(dim=1).max()) * (1 + 1e-5)  # norms in float32: a hair up
+        self.bmax = float(self.bias.abs().max()) if len(self.bias) else 0.0
+        h = weight.shape[1] + 1  # the bias enters the reference's sum
+        gamma = h * U_F32 / (1 - h * U_F32)
+        u = U_BF16
+        self.c = 2 * u + u * u + gamma * ((1 + u) ** 2 + 1) + u * (1 + u) ** 2 * (1 + gamma) + 4 * U_F32
+        self.c_f32 = 4 * (gamma + 2 * U_F32)  # two float32 logits of the same token: ours and the reference's
+        self.stats = Certified()
+
+    def bound(self, z: torch.Tensor) -> torch.Tensor:
+        """``(n,)``: the most any logit of each row of ``z`` ``(n, hidden)`` can differ from the float32 head's."""
+        return self.c * z.norm(dim=1) * (1 + 1e-5) * self.wmax + 4 * U_F32 * self.bmax
+
+    def exact_logits(self, z: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """Float32 logits of ``z`` ``(n, hidden)`` for the vocabulary ids ``ids`` ``(n, m)``: ``(n, m)``."""
+        return torch.einsum("nh,nmh->nm", z, self.weight[ids]) + self.bias[ids]
+
+    @torch.inference_mode()
+    def score(self, states: torch.Tensor, targets: torch.Tensor, k: int):
+        """``(pred, prob, rank, top_ids, top_probs)`` of ``states`` ``(n, hidden)`` against ``targets``, equal to
+        :func:`analysis.rowstats.row_stats` of the float32 head's logits (probabilities within the bound).
+
+        One bf16 product gives every logit within ``E_i``; the target's logit and the ``k + CANDIDATES``
+        largest are recomputed in float32. A row is certified when the float32 top-k of those candidates cannot
+        be beaten by any other token (the k-th exceeds the largest other bf16 logit by more than ``E_i``), when
+        they are apart from each other by more than float32's own noise (so their order is the reference's), and
+        when no bf16 logit lies within ``E_i`` of the target's float32 logit (so the rank is exact)."""
+        from analysis.rowstats import row_scan, row_stats
+
+        z = self.transform(states).float()
+        n, vocab = len(z), self.weight.shape[0]
+        k = max(1, min(k, vocab))
+        m = min(k + CANDIDATES, vocab)
+        zn = z.norm(dim=1) * (1 + 1e-5)
+        bound = self.bound(z)
+        noise = self.c_f32 * zn * self.wmax + 8 * U_F32 * self.bmax + 1e-6  # two float32 logits of one token
+        logits = (z.to(torch.bfloat16) @ self.weight16.T).float().add_(self.bias)
+        rows = torch.arange(n)
+        exact_target = self.exact_logits(z, targets[:, None])[:, 0]
+        logits[rows, targets] = exact_target  # the scan ranks the others against the float32 target logit
+        _, rank, near, top_ids, top_vals, _, total = row_scan(
+            logits.numpy(), targets.numpy(), min(m + 1, vocab), (bound + noise).numpy())
+        ids = torch.from_numpy(np.ascontiguousarray(top_ids[:, :m]))
+        vals = torch.from_numpy(top_vals)
+        outside = vals[:, m] if vals.shape[1] > m else torch.full((n,), -math.inf)  # largest logit not a candidate
+        exact = self.exact_logits(z, ids)  # (n, m) float32
+        ordered, order = exact.sort(dim=1, descending=True, stable=True)
+        top = ids.gather(1, order[:, :k])
+        set_sure = ordered[:, k - 1] - noise > outside + bound
+        gaps = ordered[:, :min(k + 1, m)]
+        order_sure = (gaps[:, :-1] - gaps[:, 1:] > 2 * noise[:, None]).all(1) if gaps.shape[1] > 1 else \
+            torch.ones(n, dtype=torch.bool)
+        sure = set_sure & order_sure & torch.from_numpy(near == 0)
+        # probabilities: float32 logits for the target and the candidates, bf16 ones for every other token
+        best = vals[:, :1]
+        total_t = torch.from_numpy(total)[:, None]  # sum exp(l - best) over the scanned logits
+        in_candidates = (ids == targets[:, None]).any(1, keepdim=True)
+        target_term = torch.where(in_candidates, 0.0, (exact_target[:, None] - best).exp())
+        rest = (total_t - (vals[:, :m] - best).exp().sum(1, keepdim=True) - target_term).clamp(min=0)
+        normaliser = rest + (exact - best).exp().sum(1, keepdim=True) + target_term
+        lse = best + normaliser.log()
+        prob = (exact_target[:, None] - lse)[:, 0].exp()
+        top_probs = (ordered[:, :k] - lse).exp()
+        share = (rest / normaliser)[:, 0]
+        log_bound = torch.log1p(share * torch.expm1(bound)) + 2 * noise
+        pred, rank_t = top[:, 0].clone(), torch.from_numpy(rank)
+        if not sure.all():  # the rows the bound cannot certify: the float32 product, as the float32 mode
+            redo = torch.from_numpy(np.flatnonzero(~sure.numpy()))
+            again = row_stats(self.decoder(z[redo]).float(), targets[redo], k)
+            pred[redo], prob[redo], rank_t[redo], top[redo], top_probs[redo] = again
+            log_bound[redo] = 0.0
+        part = Certified(rows=n, recomputed=int((~sure).sum()), max_logit_bound=float(bound.max()) if n else 0.0,
+                         max_log_prob_bound=float(log_bound.max()) if n else 0.0)
+        self.stats.add(part)
+        return pred, prob, rank_t, top, top_probs
+
+
+_BF16_COPIES: dict[int, tuple] = {}  # id(weight) -> (weakref to the weight, its version, the bfloat16 copy)
+
+
+def _bf16_copy(weight: torch.Tensor) -> torch.Tensor:
+    """A bfloat16 copy of a (shared, never mutated) weight, made once per weight object and version, and kept
+    while the process runs (at most 4 copies: the models in use). Keyed by the object itself (a weak reference),
+    not its address: a freed model's memory is reused by the next one."""
+    entry = _BF16_COPIES.get(id(weight))
+    if entry is not None and entry[0]() is weight and entry[1] == weight._version:
+        return entry[2]
+    while len(_BF16_COPIES) >= 4:
+        _BF16_COPIES.pop(next(iter(_BF16_COPIES)))
+    copy = weight.detach().to(torch.bfloat16).contiguous()
+    _BF16_COPIES[id(weight)] = (weakref.ref(weight), weight._version, copy)
+    return copy
+
+
+def describe(head: str, certified: Certified | None) -> dict:
+    """What ``run.json`` and the pages say about the precision of a run."""
+    out = {"head_product": head, "encoder": "the model's dtype"}
+    if certified is not None:
+        out.update(certified.to_dict())
+        out["recomputed_share"] = certified.recomputed / certified.rows if certified.rows else math.nan
+    return out
