@@ -215,6 +215,10 @@ def test_duplication_preview(page, server):
 def submit_demo_job(page, server, epochs: int) -> None:
     """The jobs page's default job (demo model, demo set) with the attention head and ``epochs`` epochs."""
     open_page(page, server, "/Fine_Tune_Jobs")
+    # as a person would: the whole form on screen before the first change (a change while the page's first run
+    # is still under way interrupts it; on a loaded machine that left the number fields at their minimum)
+    page.get_by_role("button", name="Submit the job").wait_for(timeout=120_000)
+    time.sleep(1.0)
     page.get_by_label("Head", exact=True).click()  # the form starts at the schema's default head, cls
     page.keyboard.type("attention")  # the option list is virtualised: filter it
     page.get_by_role("option", name="attention", exact=True).click()
