@@ -4,6 +4,7 @@ every family trains and reloads, a lens for other weights is refused, memory is 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -167,19 +168,25 @@ def test_masking_follows_pretraining():
     assert torch.equal(masked[~selected], ids[~selected])
 
 
-def test_a_lens_job_runs_through_the_store_and_is_found_for_the_model(tmp_path, monkeypatch):
+def lens_job_setup(tmp_path, monkeypatch, **options):
+    """A job store under a temporary LAYERLENS_HOME and a lens job's options: a tiny BERT, 60 corpus texts."""
     from jobs.store import JobStore
-    from jobs.submit import SubmitError, submit
-    from jobs.worker import Worker
-    from tests.test_jobs import drive
 
     monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path))
     directory = save_tiny("bert", tmp_path / "bert")
     texts = tmp_path / "texts.txt"
     texts.write_text("\n".join(corpus(60)) + "\n")
-    store = JobStore(tmp_path / "jobs")
-    config = {"kind": "lens", "model": str(directory), "corpus": str(texts), "steps": 4, "batch_size": 8,
-              "eval_texts": 16, "device": "cpu"}
+    return JobStore(tmp_path / "jobs"), {"kind": "lens", "model": str(directory), "corpus": str(texts),
+                                         "batch_size": 8, "eval_texts": 16, "device": "cpu", **options}
+
+
+def test_a_lens_job_runs_through_the_store_and_is_found_for_the_model(tmp_path, monkeypatch):
+    from jobs.submit import SubmitError, submit
+    from jobs.worker import Worker
+    from tests.test_jobs import drive
+
+    store, config = lens_job_setup(tmp_path, monkeypatch, steps=4)
+    directory = Path(config["model"])
     job = drive(Worker(store), store, submit(config, store, start_worker=False))
     assert job.status == "succeeded", job.error
     assert job.name.startswith("tuned lens · bert · texts.txt") and "tuned lens" in job.label
@@ -324,18 +331,12 @@ def test_a_cancelled_lens_job_is_listed_as_partial_and_the_same_options_resume_i
     import sys
 
     import jobs.worker
-    from jobs.store import JobStore
     from jobs.submit import submit
     from jobs.worker import Worker
     from tests.test_jobs import drive
 
-    monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path))
-    directory = save_tiny("bert", tmp_path / "bert")
-    texts = tmp_path / "texts.txt"
-    texts.write_text("\n".join(corpus(60)) + "\n")
-    store = JobStore(tmp_path / "jobs")
-    config = {"kind": "lens", "model": str(directory), "corpus": str(texts), "steps": 12, "batch_size": 8,
-              "eval_texts": 16, "save_every": 4, "device": "cpu"}
+    store, config = lens_job_setup(tmp_path, monkeypatch, steps=12, save_every=4)
+    directory = Path(config["model"])
     first = submit(config, store, start_worker=False)
     real = jobs.worker.job_command
     monkeypatch.setattr(jobs.worker, "job_command", lambda job, root: [
