@@ -293,20 +293,28 @@ def _predictions(data: TaskData, predictions: np.ndarray, names: list[str]) -> p
                          "prediction": [names[p] for p in predictions]})
 
 
-def _cross_validate(encoder, tokenizer, labels, data: TaskData, test: TaskData | None, config, device, out,
-                    callbacks, log, ranks: Ranks) -> dict:
+def fold_splits(labels, folds: int, seed: int, names: list | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The k-fold cross-validation's ``(training rows, held-out rows)`` per fold: stratified, shuffled with
+    ``seed``; an :class:`InputError` when a class (named by ``names[label]`` if given) has fewer rows than folds.
+    The run and the submit-time check (:func:`jobs.submit.check_held_out`) both split with it."""
     from sklearn.model_selection import StratifiedKFold
 
+    counts = Counter(labels)
+    rare = min(counts, key=counts.get)
+    if counts[rare] < folds:
+        raise InputError(f"class '{names[rare] if names else rare}' has {counts[rare]} row(s): too few for "
+                         f"{folds}-fold cross-validation")
+    splitter = StratifiedKFold(folds, shuffle=True, random_state=seed)
+    return list(splitter.split(np.zeros(len(labels)), labels))
+
+
+def _cross_validate(encoder, tokenizer, labels, data: TaskData, test: TaskData | None, config, device, out,
+                    callbacks, log, ranks: Ranks) -> dict:
     names = list(labels)
-    counts = Counter(data.labels)
-    if min(counts.values()) < config.folds:
-        rare = names[min(counts, key=counts.get)]
-        raise InputError(f"class '{rare}' has {counts[min(counts, key=counts.get)]} row(s): too few for "
-                         f"{config.folds}-fold cross-validation")
+    splits = fold_splits(data.labels, config.folds, config.seed, names)
     initial = {k: v.detach().cpu().clone() for k, v in encoder.state_dict().items()}
     folds, oof, test_votes = [], np.zeros(len(data), dtype=np.int64), []
-    splitter = StratifiedKFold(config.folds, shuffle=True, random_state=config.seed)
-    for k, (tr, va) in enumerate(splitter.split(np.zeros(len(data)), data.labels)):
+    for k, (tr, va) in enumerate(splits):
         log(f"fold {k + 1}/{config.folds}")
         encoder.load_state_dict(initial)  # every fold starts from the pre-trained weights
         fold_config = config.replace(seed=config.seed + k)

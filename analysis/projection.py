@@ -42,7 +42,7 @@ from analysis.options import ATLAS_METHODS, ATLAS_POOLINGS, COLOR_BY
 from analysis.parallel import ONE, Ranks
 from analysis.scores import wilson_interval
 from analysis.store import ArrayStore, key_of
-from models.loading import LoadedModel
+from models.loading import LoadedModel, split_pooling
 
 POOLINGS, METHODS = ATLAS_POOLINGS, ATLAS_METHODS
 METHOD_NAMES = {"pca": "PCA", "umap": "UMAP", "tsne": "t-SNE"}
@@ -165,8 +165,8 @@ def extract(loaded: LoadedModel, inputs: TextInputs, pooling: str = "cls", max_l
         if loaded.pooling is None:
             raise InputError(f"'{loaded.spec.name}' has no pooling of its own (it is not a sentence-transformers "
                              "model): choose cls or mean")
-        mode, _, then = loaded.pooling.partition("+")
-        pooling, normalize = {"cls": "cls", "mean": "mask-mean", "max": "mask-max"}[mode], then == "normalize"
+        mode, normalize = split_pooling(loaded.pooling)
+        pooling = {"cls": "cls", "mean": "mask-mean", "max": "mask-max"}[mode]
     else:
         normalize = False
     tokenizer = loaded.tokenizer
@@ -471,9 +471,9 @@ def pooling_name(pooling: str, model_pooling: str | None = None) -> str:
     """What the sentence vector of ``pooling`` is, for titles: ``model`` names the checkpoint's own pooling
     (``model_pooling``, :attr:`models.loading.LoadedModel.pooling`)."""
     if pooling == "model":
-        mode, _, then = (model_pooling or "").partition("+")  # "mean+normalize": its Normalize module after
+        mode, normalize = split_pooling(model_pooling or "")  # "mean+normalize": its Normalize module after
         return (f"checkpoint's own pooling ({MODEL_POOLING_NAMES.get(mode, mode)}"
-                + (", then L2-normalised" if then == "normalize" else "") + ", sentence-transformers)")
+                + (", then L2-normalised" if normalize else "") + ", sentence-transformers)")
     return {"cls": "[CLS] vector", "mean": "mean of the text's tokens"}[pooling]
 
 

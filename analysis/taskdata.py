@@ -11,7 +11,7 @@ import random
 
 import torch
 
-from analysis.activations import encode_truncated, truncate_indices  # noqa: F401  (the one tokenisation)
+from analysis.activations import encode_truncated
 from analysis.inputs import InputError, TextInputs
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analysis.finetune import split_off, split_reader
+from analysis.finetune import fold_splits, split_off, split_reader
 from analysis.heads import build_head
 from analysis.inputs import InputError
 from analysis.options import resolve
@@ -87,17 +87,9 @@ def check_held_out(options, train) -> None:
         if not options.val:
             hold_out(train, options.seed)
         return
-    from collections import Counter
-
-    import numpy as np
-    from sklearn.model_selection import StratifiedKFold
-
-    rare, count = min(Counter(train.labels).items(), key=lambda kv: kv[1])
-    if count < options.folds:
-        raise InputError(f"class '{rare}' has {count} row(s): too few for {options.folds}-fold cross-validation")
+    folds = fold_splits(train.labels, options.folds, options.seed)
     if options.early_stopping:
-        folds = StratifiedKFold(options.folds, shuffle=True, random_state=options.seed)
-        for k, (rows, _) in enumerate(folds.split(np.zeros(len(train)), train.labels)):
+        for k, (rows, _) in enumerate(folds):
             hold_out(train.subset(sorted(rows)), options.seed + k)
 
 
@@ -146,7 +138,7 @@ def model_label(model: str) -> str:
     name = path.resolve().name
     if name.lower() in GENERIC_FOLDERS or len(name) < 3:
         parent = path.resolve().parent.name
-        if parent.lower() in GENERIC_FOLDERS | {"checkpoint"}:  # jobs/<id>/artifacts/checkpoint/encoder
+        if parent.lower() in GENERIC_FOLDERS:  # jobs/<id>/artifacts/checkpoint/encoder
             parent = f"{path.resolve().parent.parent.name}/{parent}"
         return f"{parent}/{name}"
     return name

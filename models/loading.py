@@ -464,5 +464,11 @@ def sentence_pooling(spec: ModelSpec) -> str | None:
     return None
 
 
+def split_pooling(pooling: str) -> tuple[str, bool]:
+    """``(mode, normalize)`` of a :func:`sentence_pooling` value: ``"mean+normalize"`` -> ``("mean", True)``."""
+    mode, _, then = pooling.partition("+")
+    return mode, then == "normalize"
+
+
 __all__ = ["FAMILIES", "DEMO_NAME", "SUGGESTED_MODELS", "ModelSpec", "LoadedModel", "ModelLoadError",
            "load_model", "load_encoder", "resolve_device", "resolve_dtype", "module_nbytes"]

@@ -3,6 +3,7 @@
 import pandas as pd
 import streamlit as st
 
+from models.loading import split_pooling
 from ui.results import md_plain
 from ui.sidebar import human_bytes, start_page
 
@@ -43,9 +44,9 @@ if loaded.task:
     st.markdown(f"**Task head**: {loaded.task}{labels} (the checkpoint's own; LayerLens reads the encoder, and "
                 "fine-tuning replaces this head by the one you choose).")
 if loaded.pooling:
-    mode, _, then = loaded.pooling.partition("+")
+    mode, normalize = split_pooling(loaded.pooling)
     st.markdown(f"**Sentence pooling**: {mode} (sentence-transformers' `1_Pooling`)"
-                + (", then L2-normalised (its `Normalize` module)" if then == "normalize" else "")
+                + (", then L2-normalised (its `Normalize` module)" if normalize else "")
                 + "; the atlas's *model* vector applies it.")
 st.caption(f"Class {s['class']} (as saved; parameters counted as that class holds them); loaded in "
            f"{s['load_seconds']} s.")

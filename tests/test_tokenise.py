@@ -4,9 +4,9 @@ LayerLens's own: the probe, the atlas, the tuned lens and fine-tuning see the sa
 
 import pytest
 
-from analysis.activations import encode
+from analysis.activations import encode, encode_truncated
 from analysis.inputs import TextInputs
-from analysis.taskdata import encode_truncated, prepare
+from analysis.taskdata import prepare
 from models.loading import ModelSpec, load_encoder, load_model
 from tests.conftest import save_tiny, tiny_tokenizer
 
