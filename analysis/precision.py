@@ -82,6 +82,42 @@ def bf16_units(device: str = "cpu") -> bool:
     return bool(supported and supported()) and bool({"amx_bf16", "avx512_bf16"} & _cpu_flags())
 
 
+@functools.cache
+def _cpu_bf16_speedup() -> float:
+    """How much faster a bfloat16 product is than a float32 one on this CPU: one timed GEMM of a layer's shape
+    (1,024 x 768 by 768 x 768, best of 3 after a warm-up), measured once per process (~40 ms)."""
+    import time
+
+    torch.manual_seed(0)
+    a, b = torch.randn(1024, 768), torch.randn(768, 768)
+    best = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        x, y = a.to(dtype), b.to(dtype)
+        x @ y
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            x @ y
+            times.append(time.perf_counter() - start)
+        best[dtype] = min(times)
+    return best[torch.float32] / best[torch.bfloat16]
+
+
+BF16_PAYS = 1.5  # a bf16 product this much faster than float32 (or more) is worth autocast's casts
+
+
+def bf16_pays(device: str = "cpu") -> bool:
+    """Whether training on ``device`` should run its products in bfloat16 autocast (float32 master weights): a
+    GPU with bfloat16, or a CPU with bf16 units (:func:`bf16_units`) where a timed product shows bfloat16 at least
+    ``BF16_PAYS`` x faster (chosen by measurement, not by the name of the device). ``LAYERLENS_BF16_UNITS``
+    forces it as for :func:`bf16_units`."""
+    if not bf16_units(device):
+        return False
+    if device.startswith("cuda") or os.environ.get(FORCE_ENV) == "1":
+        return True
+    return _cpu_bf16_speedup() >= BF16_PAYS
+
+
 def head_product(precision: str, device: str, needs_distributions: bool = False) -> str:
     """What the MLM head's vocabulary product runs in for a run of ``precision`` on ``device``:
     ``"bfloat16, certified"`` or ``"float32"`` (a GPU or a CPU without bf16 units, a lens or the divergence
