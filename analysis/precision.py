@@ -55,6 +55,8 @@ PRECISIONS = ("float32", "certified")
 U_BF16 = 2.0 ** -8  # unit roundoff of bfloat16 (8 significand bits, round to nearest)
 U_F32 = 2.0 ** -24
 CANDIDATES = 11  # logits recomputed in float32 beyond the top-k: they settle the top-k and most of the normaliser
+NEAR_SHARE, NEAR_MIN = 64, 16  # a row's rank is settled token by token when at most vocab / 64 (>= 16) are near
+PAIR_CHUNK = 8192  # (row, token) pairs gathered at once when settling ranks: 8192 x hidden floats
 FORCE_ENV = "LAYERLENS_BF16_UNITS"  # "1"/"0": say the machine has (not) bf16 matrix units (tests, benchmarks)
 
 
@@ -136,12 +138,14 @@ class Certified:
 
     rows: int = 0
     recomputed: int = 0
+    settled: int = 0  # rows whose rank was settled token by token (not recomputed)
     max_logit_bound: float = 0.0
     max_log_prob_bound: float = 0.0
 
     def add(self, other: Certified) -> None:
         self.rows += other.rows
         self.recomputed += other.recomputed
+        self.settled += other.settled
         self.max_logit_bound = max(self.max_logit_bound, other.max_logit_bound)
         self.max_log_prob_bound = max(self.max_log_prob_bound, other.max_log_prob_bound)
 
@@ -200,8 +204,9 @@ class CertifiedHead:
         rows = torch.arange(n)
         exact_target = self.exact_logits(z, targets[:, None])[:, 0]
         logits[rows, targets] = exact_target  # the scan ranks the others against the float32 target logit
-        _, rank, near, top_ids, top_vals, _, total = row_scan(
-            logits.numpy(), targets.numpy(), min(m + 1, vocab), (bound + noise).numpy())
+        near_cap = max(NEAR_MIN, vocab // NEAR_SHARE)
+        _, rank, near, top_ids, top_vals, _, total, near_ids = row_scan(
+            logits.numpy(), targets.numpy(), min(m + 1, vocab), (bound + noise).numpy(), near_cap)
         ids = torch.from_numpy(np.ascontiguousarray(top_ids[:, :m]))
         vals = torch.from_numpy(top_vals)
         outside = vals[:, m] if vals.shape[1] > m else torch.full((n,), -math.inf)  # largest logit not a candidate
@@ -212,7 +217,9 @@ class CertifiedHead:
         gaps = ordered[:, :min(k + 1, m)]
         order_sure = (gaps[:, :-1] - gaps[:, 1:] > 2 * noise[:, None]).all(1) if gaps.shape[1] > 1 else \
             torch.ones(n, dtype=torch.bool)
-        sure = set_sure & order_sure & torch.from_numpy(near == 0)
+        rank_t = torch.from_numpy(rank)
+        rank_sure = self._settle_ranks(z, exact_target, noise, rank_t, near, near_ids)
+        sure = set_sure & order_sure & rank_sure
         # probabilities: float32 logits for the target and the candidates, bf16 ones for every other token
         best = vals[:, :1]
         total_t = torch.from_numpy(total)[:, None]  # sum exp(l - best) over the scanned logits
@@ -225,16 +232,47 @@ class CertifiedHead:
         top_probs = (ordered[:, :k] - lse).exp()
         share = (rest / normaliser)[:, 0]
         log_bound = torch.log1p(share * torch.expm1(bound)) + 2 * noise
-        pred, rank_t = top[:, 0].clone(), torch.from_numpy(rank)
+        pred = top[:, 0].clone()
         if not sure.all():  # the rows the bound cannot certify: the float32 product, as the float32 mode
             redo = torch.from_numpy(np.flatnonzero(~sure.numpy()))
             again = row_stats(self.decoder(z[redo]).float(), targets[redo], k)
             pred[redo], prob[redo], rank_t[redo], top[redo], top_probs[redo] = again
             log_bound[redo] = 0.0
-        part = Certified(rows=n, recomputed=int((~sure).sum()), max_logit_bound=float(bound.max()) if n else 0.0,
+        settled = int((sure & torch.from_numpy(near > 0)).sum())
+        part = Certified(rows=n, recomputed=int((~sure).sum()), settled=settled,
+                         max_logit_bound=float(bound.max()) if n else 0.0,
                          max_log_prob_bound=float(log_bound.max()) if n else 0.0)
         self.stats.add(part)
         return pred, prob, rank_t, top, top_probs
+
+
+    def _settle_ranks(self, z, exact_target, noise, rank, near, near_ids) -> torch.Tensor:
+        """Settle the rank of each row whose bf16 scan left ``near[i]`` (at most ``near_ids.shape[1]``) tokens
+        within the bound of the target: their float32 logits, one dot product each, are compared with the
+        target's; those clearly above it are added to ``rank`` (in place). Returns whether each row's rank is now
+        exact: no token left within float32's own noise of the target, and no more near tokens than were
+        recorded."""
+        sure = torch.from_numpy(near == 0)
+        rows = np.flatnonzero((near > 0) & (near <= near_ids.shape[1]))
+        if len(rows) == 0:
+            return sure
+        counts = near[rows]
+        pair_rows = np.repeat(rows, counts)
+        pair_ids = near_ids[rows][np.arange(near_ids.shape[1])[None, :] < counts[:, None]]
+        pair_rows_t, pair_ids_t = torch.from_numpy(pair_rows), torch.from_numpy(pair_ids)
+        above = torch.empty(len(pair_rows), dtype=torch.bool)
+        unclear = torch.empty(len(pair_rows), dtype=torch.bool)
+        for start in range(0, len(pair_rows), PAIR_CHUNK):  # (pairs, hidden) gathered a chunk at a time
+            r, v = pair_rows_t[start:start + PAIR_CHUNK], pair_ids_t[start:start + PAIR_CHUNK]
+            gap = (z[r] * self.weight[v]).sum(1) + self.bias[v] - exact_target[r]
+            above[start:start + PAIR_CHUNK] = gap > noise[r]
+            unclear[start:start + PAIR_CHUNK] = gap.abs() <= noise[r]
+        segment = torch.from_numpy(np.repeat(np.arange(len(rows)), counts))
+        rank[torch.from_numpy(rows)] += torch.zeros(len(rows), dtype=torch.int64).index_add_(
+            0, segment, above.long())
+        settled = torch.zeros(len(rows), dtype=torch.int64).index_add_(0, segment, unclear.long()) == 0
+        sure[torch.from_numpy(rows)] = settled
+        return sure
 
 
 _BF16_COPIES: dict[int, tuple] = {}  # id(weight) -> (weakref to the weight, its version, the bfloat16 copy)

@@ -20,9 +20,10 @@ import torch
 
 
 @numba.njit(parallel=True, cache=True)
-def _row_scan(logits, targets, tol, pred, rank, near, top_ids, top_vals):  # pragma: no cover - compiled
+def _row_scan(logits, targets, tol, pred, rank, near, near_ids, top_ids, top_vals):  # pragma: no cover - compiled
     n, vocab = logits.shape
     k = top_ids.shape[1]
+    cap = near_ids.shape[1]
     for i in numba.prange(n):
         row = logits[i]
         target = targets[i]
@@ -37,6 +38,8 @@ def _row_scan(logits, targets, tol, pred, rank, near, top_ids, top_vals):  # pra
             if x > t + margin:  # with margin 0: strictly greater, the rank's definition
                 greater += 1
             elif x >= t - margin and j != target:  # within the margin: not sure which side (analysis.precision)
+                if close < cap:
+                    near_ids[i, close] = j
                 close += 1
             if x > vals[k - 1]:
                 pos = k - 1
@@ -54,10 +57,11 @@ def _row_scan(logits, targets, tol, pred, rank, near, top_ids, top_vals):  # pra
             top_vals[i, a] = vals[a]
 
 
-def row_scan(logits: np.ndarray, targets: np.ndarray, k: int, tol: np.ndarray | None = None):
+def row_scan(logits: np.ndarray, targets: np.ndarray, k: int, tol: np.ndarray | None = None, near_cap: int = 0):
     """The one pass over float32 ``logits`` ``(n, vocab)``: ``(pred, rank, near, top_ids, top_vals, target_vals,
-    total)``. ``rank`` is 1 + the logits more than ``tol[i]`` above the target's, ``near`` the others within
-    ``tol[i]`` of it (``tol`` default 0: the plain rank; ``near`` then counts exact ties); ``total`` is
+    total, near_ids)``. ``rank`` is 1 + the logits more than ``tol[i]`` above the target's, ``near`` the others
+    within ``tol[i]`` of it (``tol`` default 0: the plain rank; ``near`` then counts exact ties), and ``near_ids``
+    ``(n, near_cap)`` the first ``near_cap`` of those in vocabulary order (the rest -1); ``total`` is
     ``sum(exp(logit - max))`` per row. ``logits`` is used as scratch space and overwritten (the normaliser is
     summed in place, which is 2.5x faster than ``torch.logsumexp``); pass a copy to keep it."""
     logits = np.ascontiguousarray(logits, dtype=np.float32)
@@ -68,18 +72,19 @@ def row_scan(logits: np.ndarray, targets: np.ndarray, k: int, tol: np.ndarray | 
     k = max(1, min(k, logits.shape[1]))
     tol = np.zeros(n, np.float32) if tol is None else np.ascontiguousarray(tol, dtype=np.float32)
     pred, rank, near = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
+    near_ids = np.full((n, near_cap), -1, np.int64)
     top_ids, top_vals = np.empty((n, k), np.int64), np.empty((n, k), np.float32)
-    _row_scan(logits, targets, tol, pred, rank, near, top_ids, top_vals)
+    _row_scan(logits, targets, tol, pred, rank, near, near_ids, top_ids, top_vals)
     target_vals = logits[np.arange(n), targets]
     best = top_vals[:, :1]
     total = torch.from_numpy(logits).sub_(torch.from_numpy(best)).exp_().sum(-1).numpy()
-    return pred, rank, near, top_ids, top_vals, target_vals, total
+    return pred, rank, near, top_ids, top_vals, target_vals, total, near_ids
 
 
 def row_stats_numpy(logits: np.ndarray, targets: np.ndarray, k: int):
     """(pred, prob, rank, top_ids, top_probs) of float32 ``logits`` ``(n, vocab)`` against ``targets`` ``(n,)``
     (:func:`row_scan`; ``logits`` is overwritten)."""
-    pred, rank, _, top_ids, top_vals, target_vals, total = row_scan(logits, targets, k)
+    pred, rank, _, top_ids, top_vals, target_vals, total, _ = row_scan(logits, targets, k)
     best = top_vals[:, :1]
     return pred, np.exp(target_vals - best[:, 0]) / total, rank, top_ids, np.exp(top_vals - best) / total[:, None]
 

@@ -141,3 +141,27 @@ def test_the_head_is_its_transform_then_its_decoder_in_every_family(tiny_dir):
     h = torch.randn(11, a.hidden_size)
     with torch.no_grad():
         assert torch.equal(a.decoder(a.head_transform(h)), a.head(h))
+
+
+def test_a_rank_with_a_few_near_tokens_is_settled_token_by_token(bf16_on):
+    """Tokens within the bf16 bound of the target's logit, but apart in float32, are compared one by one: the
+    rank is the float32 rank without recomputing the row."""
+    torch.manual_seed(1)
+    hidden, vocab = 16, 300
+    decoder = torch.nn.Linear(hidden, vocab)
+    with torch.no_grad():
+        decoder.bias.zero_()
+        decoder.bias[:4] = torch.tensor([60.0, 45.0, 30.0, 15.0])  # a top-4 far apart: certain at once
+    transform = torch.nn.LayerNorm(hidden)
+    states = torch.randn(400, hidden)
+    targets = torch.randint(4, vocab, (400,))
+    head = CertifiedHead(transform, decoder)
+    got = head.score(states, targets, 4)
+    want = row_stats(decoder(transform(states)).detach(), targets, 4)
+    for g, w, name in zip(got, want, ["pred", "prob", "rank", "top_ids", "top_probs"], strict=True):
+        if name in ("prob", "top_probs"):
+            assert torch.allclose(g.log(), w.log(), atol=head.stats.max_log_prob_bound + 1e-7), name
+        else:
+            assert torch.equal(g, w), name
+    assert head.stats.settled > 100  # most rows had near tokens and were settled, not recomputed
+    assert head.stats.recomputed < head.stats.rows
