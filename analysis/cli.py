@@ -76,6 +76,10 @@ def add_probe_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-k", type=positive_int, default=5, help="predictions kept per token (default 5)")
     g.add_argument("--max-length", type=positive_int, help="cut texts to this many tokens (default: the model's limit)")
     g.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the masked mode's random groups")
+    g.add_argument("--precision", choices=["float32", "certified"], default="float32",
+                   help="the MLM head's vocabulary product: float32 (default), or certified: bf16 on a machine with "
+                   "bf16 units, each row certified equal to float32 or recomputed (identical tables; run.json "
+                   "says what ran). --dtype bfloat16 is the approximate mode, checked against float32 on a sample")
     g.add_argument("--max-rows", type=positive_int, default=PROBE_ROW_LIMIT, help="refuse inputs with more texts "
                    f"than this (default {PROBE_ROW_LIMIT:,}, the pages' limit)")
     g.add_argument("--lens", type=Path, metavar="DIR", help="also read the layers through this tuned lens (`lens "
@@ -100,7 +104,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
         print(f"note: {note}", file=sys.stderr)
     try:
         config = ProbeConfig(mode=args.mode, include_special=args.include_special, top_k=args.top_k,
-                             batch_size=args.batch_size, max_length=args.max_length, seed=args.seed)
+                             batch_size=args.batch_size, max_length=args.max_length, seed=args.seed,
+                             precision=args.precision)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     loaded = load_model(spec)

@@ -292,10 +292,45 @@ def _bf16_copy(weight: torch.Tensor) -> torch.Tensor:
     return copy
 
 
-def describe(head: str, certified: Certified | None) -> dict:
+AGREEMENT_TEXTS = 32  # the approximate mode is checked against float32 on this many texts (probe) ...
+AGREEMENT_ROWS = 256  # ... and rows (atlas), and the result is stored with the run
+
+
+def mode(dtype: str, head: str = "float32") -> str:
+    """The one name of a run's precision, for ``run.json``, the sidebar and the pages: ``exact`` (float32
+    encoder; the head in float32 or in certified bf16, whose tables are float32's) or ``approximate`` (the
+    encoder and head in bfloat16 or float16, checked against float32 on a sample)."""
+    if dtype in ("bfloat16", "float16"):
+        return f"approximate: encoder and head in {dtype} (agreement with float32 measured on a sample)"
+    if head != "float32":
+        return "exact: float32 encoder, MLM head in bf16 certified against float32 (tables identical)"
+    return "exact: float32"
+
+
+def reference_spec(spec):
+    """``spec`` in float32: the reference an approximate run is checked against."""
+    return dataclasses.replace(spec, dtype="float32")
+
+
+def describe(head: str, certified: Certified | None, dtype: str = "float32") -> dict:
     """What ``run.json`` and the pages say about the precision of a run."""
-    out = {"head_product": head, "encoder": "the model's dtype"}
+    out = {"mode": mode(dtype, head), "head_product": head, "encoder": dtype}
     if certified is not None:
         out.update(certified.to_dict())
         out["recomputed_share"] = certified.recomputed / certified.rows if certified.rows else math.nan
     return out
+
+
+def precision_line(info: dict) -> str:
+    """One sentence for a page: the mode a result ran in and, for the approximate mode, its measured agreement."""
+    line = f"Precision: {info.get('mode', 'exact: float32')}."
+    if info.get("recomputed") is not None:
+        line += (f" {info['recomputed']:,} of {info['rows']:,} rows recomputed in float32; probabilities within "
+                 f"{info['max_log_prob_bound']:.1e} in log of float32's.")
+    agreement = info.get("agreement")
+    if agreement:
+        line += (f" Checked against float32 on the first {agreement['texts']} texts: "
+                 f"{agreement['predictions_identical']:.2%} of predictions identical, layer accuracy within "
+                 f"{agreement['max_accuracy_difference']:.4f}, target probability within "
+                 f"{agreement['max_prob_difference']:.2e}.")
+    return line

@@ -18,6 +18,7 @@ The head is applied only to counted positions, gathered without padding, a bound
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import time
@@ -203,11 +204,12 @@ def require_mlm_head(loaded: LoadedModel) -> None:
 def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig = ProbeConfig(),
           sink: TokenSink | None = None, progress: Callable[[int, int], None] | None = None,
           should_stop: Callable[[], bool] | None = None, ranks: Ranks = ONE, lens=None,
-          divergence: bool = False) -> ProbeResult | None:
+          divergence: bool = False, check_agreement: bool = True) -> ProbeResult | None:
     """Run the reconstruction probe on ``inputs``. Per-token rows go to ``sink`` (in memory by default).
 
     ``lens`` (:class:`analysis.lens.TunedLens`) reads hidden state ``l < L`` as ``head(h + A_l h + b_l)`` instead
-    of ``head(h)``; ``divergence`` (on with a lens) adds each layer's mean KL to the final layer's distribution
+    of ``head(h)``; ``check_agreement`` (for a bfloat16/float16 model) stores :func:`approximate_check` in the
+    result's ``precision``; ``divergence`` (on with a lens) adds each layer's mean KL to the final layer's distribution
     and its top-1 agreement with the final layer to the layer table (``kl_to_final``, ``agreement``).
 
     Under a launcher (``ranks``, :mod:`analysis.parallel`) each process probes its share of the batches and the
@@ -303,7 +305,43 @@ def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig = ProbeCo
     return ProbeResult(model=loaded.spec.name, config=config, layers=layers, decoded=decoded,
                        sentence_accuracy=sentence, tokens=tokens, n_texts=n, truncated=encoded.truncated,
                        max_length=max_length, seconds=time.perf_counter() - start,
-                       layer_names=anatomy.layer_names(), precision=describe(head_kind, total))
+                       layer_names=anatomy.layer_names(),
+                       precision=describe(head_kind, total, dtype_name(loaded))
+                       | (approximate_check(loaded, inputs, config, lens) if check_agreement else {}))
+
+
+def dtype_name(loaded: LoadedModel) -> str:
+    return str(loaded.model.dtype).removeprefix("torch.")
+
+
+def approximate_check(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig, lens=None) -> dict:
+    """For a model in bfloat16/float16 (the approximate mode, :func:`analysis.precision.mode`): the same probe on
+    the first :data:`~analysis.precision.AGREEMENT_TEXTS` texts, once as it ran and once with the model in float32,
+    compared token by token: ``{"agreement": {...}}`` with the texts and tokens compared, per layer the share of
+    predictions identical, the largest difference in a layer's accuracy and in a target's probability. ``{}``
+    for a float32 model."""
+    from analysis.precision import AGREEMENT_TEXTS, reference_spec
+    from models.loading import load_model
+
+    if loaded.model.dtype == torch.float32:
+        return {}
+    sample = TextInputs(tuple(inputs.texts[:AGREEMENT_TEXTS]),
+                        tuple(inputs.pairs[:AGREEMENT_TEXTS]) if inputs.pairs else None)
+    reference = load_model(reference_spec(loaded.spec))
+    ref_lens = copy.deepcopy(lens).float() if lens is not None else None
+    cheap = dataclasses.replace(config, precision="float32")
+    ours = probe(loaded, sample, cheap, lens=lens, check_agreement=False)
+    theirs = probe(reference, sample, cheap, lens=ref_lens, check_agreement=False)
+    a, b = ours.tokens, theirs.tokens
+    same = (a["predicted_token"].to_numpy() == b["predicted_token"].to_numpy())
+    per_layer = pd.Series(same).groupby(a["layer"].to_numpy()).mean()
+    accuracy = (ours.layers["accuracy"] - theirs.layers["accuracy"]).abs()
+    return {"agreement": {
+        "texts": len(sample), "tokens_per_layer": int(len(a) // max(1, len(per_layer))),
+        "predictions_identical": float(same.mean()) if len(same) else math.nan,
+        "predictions_identical_per_layer": [round(float(x), 6) for x in per_layer],
+        "max_accuracy_difference": float(accuracy.max()) if len(accuracy) else math.nan,
+        "max_prob_difference": float((a["prob"] - b["prob"]).abs().max()) if len(a) else math.nan}}
 
 
 def summarise(text_ids: list[int], per_pass: list, n_states: int) -> dict:

@@ -171,12 +171,10 @@ def resolve_device(device: str = "auto") -> str:
 
 
 def resolve_dtype(dtype: str, device: str) -> str:
-    """``auto`` -> bfloat16 on a GPU that supports it, float32 elsewhere."""
-    if dtype != "auto":
-        return dtype
-    if device.startswith("cuda") and torch.cuda.is_bf16_supported():
-        return "bfloat16"
-    return "float32"
+    """``auto`` -> float32 on every device: the exact mode is the default (issue 26; a float32 encoder is cheap
+    next to the MLM head, and bfloat16 weights changed 0.16% of a GPU probe's predictions with nothing saying so).
+    bfloat16 and float16 are the approximate mode, asked for by name (:func:`analysis.precision.mode`)."""
+    return "float32" if dtype == "auto" else dtype
 
 
 def module_nbytes(module: torch.nn.Module) -> int:

@@ -6,6 +6,7 @@ from analysis import lens
 from analysis.csvout import to_csv
 from analysis.inputs import InputError
 from analysis.plots import accuracy_curve, divergence_curves, mismatch_html, token_heatmap
+from analysis.precision import bf16_units, precision_line
 from analysis.reconstruction import LAYER_HEADERS, ProbeConfig, probe
 from models.loading import ModelSpec
 from ui.inputs import EXAMPLES, text_inputs
@@ -36,7 +37,16 @@ lens_dir = c5.selectbox("Tuned lens", [None, *lenses], format_func=lambda d: "(n
                         "and show each layer's KL to the final layer and agreement with it, raw and tuned."
                         if lenses else "No tuned lens for this model yet: train one with `python -m analysis lens "
                         "train` or on the Fine-tuning jobs page (job kind: tuned lens).")
-config = ProbeConfig(mode=mode, include_special=include_special, top_k=int(top_k))
+can_certify = loaded.spec.device == "cpu" and bf16_units("cpu")
+certified = st.checkbox("MLM head in certified bfloat16", key="probe_certified", disabled=not can_certify,
+                        help="The vocabulary product in bfloat16 where this machine has bf16 matrix units, every row "
+                        "certified equal to float32 or recomputed in float32: the same tables, probabilities within "
+                        "a stated bound. It pays only where bf16 is much faster than float32 and the head dominates "
+                        "(docs/benchmarks.md). For the approximate mode choose bfloat16 under 'Precision' in the "
+                        "sidebar." if can_certify else "Certified bf16 runs on a CPU with bf16 matrix units; "
+                        "this one has none (or the model is on a GPU).")
+config = ProbeConfig(mode=mode, include_special=include_special, top_k=int(top_k),
+                     precision="certified" if certified else "float32")
 
 
 def run(spec: ModelSpec, label: str, through=None):
@@ -71,6 +81,7 @@ if lens_dir is not None:
                    **{k: v for k, v in results.items() if k != loaded.spec.name}}
     except InputError as exc:
         st.error(str(exc))
+st.caption(precision_line(main.precision))
 if main.truncated:
     st.warning(f"{main.truncated} text(s) longer than {main.max_length} tokens were cut to fit the model.")
 st.caption(f"{main.n_texts} texts · {int(main.layers['tokens'].iloc[0]):,} counted tokens · {main.seconds:.2f} s"

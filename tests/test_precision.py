@@ -165,3 +165,43 @@ def test_a_rank_with_a_few_near_tokens_is_settled_token_by_token(bf16_on):
             assert torch.equal(g, w), name
     assert head.stats.settled > 100  # most rows had near tokens and were settled, not recomputed
     assert head.stats.recomputed < head.stats.rows
+
+
+def test_run_json_names_the_mode_and_an_approximate_run_states_its_agreement_with_float32():
+    from analysis.precision import AGREEMENT_TEXTS
+
+    inputs = TextInputs(tuple(SENTENCES * 8))
+    exact = probe(load_model(ModelSpec("demo", device="cpu")), inputs, ProbeConfig())
+    assert exact.precision["mode"] == "exact: float32" and "agreement" not in exact.precision
+    approx = probe(load_model(ModelSpec("demo", device="cpu", dtype="bfloat16")), inputs, ProbeConfig())
+    info = approx.precision
+    assert info["mode"].startswith("approximate: encoder and head in bfloat16") and info["encoder"] == "bfloat16"
+    agreement = info["agreement"]
+    assert agreement["texts"] == AGREEMENT_TEXTS
+    # recompute the agreement by hand: the same sample in float32 and in bfloat16, token by token
+    sample = TextInputs(inputs.texts[:AGREEMENT_TEXTS])
+    a = probe(load_model(ModelSpec("demo", device="cpu", dtype="bfloat16")), sample, ProbeConfig()).tokens
+    b = probe(load_model(ModelSpec("demo", device="cpu", dtype="float32")), sample, ProbeConfig()).tokens
+    same = (a["predicted_token"] == b["predicted_token"]).to_numpy()
+    assert agreement["predictions_identical"] == pytest.approx(same.mean())
+    assert 0.9 <= agreement["predictions_identical"] <= 1  # bfloat16 may change a few predictions, not most
+    assert agreement["max_prob_difference"] == pytest.approx((a["prob"] - b["prob"]).abs().max())
+    assert agreement["max_prob_difference"] > 0  # bfloat16 really ran
+    assert len(agreement["predictions_identical_per_layer"]) == len(approx.layers)
+
+
+def test_the_cli_runs_the_mode_asked_for_and_names_it_in_run_json(bf16_on, tiny_dir, tmp_path):
+    import json
+
+    from analysis.cli import main
+
+    texts = tmp_path / "t.txt"
+    texts.write_text("\n".join(SENTENCES))
+    for precision, dtype in (("float32", "float32"), ("certified", "float32"), ("float32", "bfloat16")):
+        out = tmp_path / f"{precision}-{dtype}"
+        assert main(["probe", "--model", str(tiny_dir), "--input", str(texts), "--out", str(out),
+                     "--precision", precision, "--dtype", dtype]) == 0
+        info = json.loads((out / "run.json").read_text())["precision"]
+        assert info["head_product"] == ("bfloat16, certified" if precision == "certified" else "float32")
+        assert info["mode"].startswith("approximate" if dtype == "bfloat16" else "exact")
+        assert ("agreement" in info) == (dtype == "bfloat16")

@@ -11,6 +11,7 @@ import torch
 from analysis.dataroots import browser_model
 from analysis.inputs import InputError
 from analysis.lens import label as lens_label
+from analysis.precision import mode
 from models.cache import ModelCache, shared_cache
 from models.loading import DEMO_NAME, RANDOM_SEED, SUGGESTED_MODELS, LoadedModel, ModelLoadError, ModelSpec
 from ui.results import CHART_FORMAT, stopped_note
@@ -118,7 +119,10 @@ def model_picker() -> ModelSpec | None:
         device = st.selectbox("Device", available_devices(), key=KEY_DEVICE, persist_state="session",
                               help="auto: CUDA GPU, then Apple MPS, then CPU")
         dtype = st.selectbox("Precision", ["auto", "float32", "bfloat16", "float16"], key=KEY_DTYPE,
-                             persist_state="session", help="auto: bfloat16 on a GPU that supports it, else float32")
+                             persist_state="session", help="auto and float32: the exact mode (float32 weights and "
+                             "activations, on every device). bfloat16 and float16: the approximate mode, faster "
+                             "on bf16/fp16 hardware; each probe and atlas states its agreement with float32, "
+                             "measured on a sample.")
         head_from = st.text_input("Read layers with the MLM head of", key=KEY_HEAD_FROM, persist_state="session",
                                   placeholder="(the model's own)", help="A masked LM of the same family, hidden "
                                   "size and vocabulary, e.g. the model a classifier was fine-tuned from: its "
@@ -191,7 +195,8 @@ def sidebar() -> LoadedModel | None:
     if loaded is not None:
         s = loaded.summary()
         st.sidebar.success(f"Loaded: {s['family']} · {s['layers']} layers · hidden {s['hidden_size']} · "
-                           f"{s['device']} · {s['dtype']}  \n{has_line(loaded)}")
+                           f"{s['device']} · {s['dtype']}  \n{has_line(loaded)}  \n"
+                           f"Precision: {mode(s['dtype'])}")
     cache_panel(cache)
     st.sidebar.radio("Chart downloads", ["png", "svg"], horizontal=True, key=CHART_FORMAT, persist_state="session",
                      help="The camera icon on every chart saves it in this format; every table downloads as CSV "
