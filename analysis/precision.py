@@ -328,7 +328,10 @@ def precision_line(info: dict) -> str:
         line += (f" {info['recomputed']:,} of {info['rows']:,} rows recomputed in float32; probabilities within "
                  f"{info['max_log_prob_bound']:.1e} in log of float32's.")
     agreement = info.get("agreement")
-    if agreement:
+    if agreement and "min_cka" in agreement:
+        line += (f" Checked against float32 on the first {agreement['rows']} rows: every layer's linear CKA with "
+                 f"the float32 vectors is at least {agreement['min_cka']:.4f}.")
+    elif agreement:
         line += (f" Checked against float32 on the first {agreement['texts']} texts: "
                  f"{agreement['predictions_identical']:.2%} of predictions identical, layer accuracy within "
                  f"{agreement['max_accuracy_difference']:.4f}, target probability within "

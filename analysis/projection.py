@@ -40,9 +40,10 @@ from analysis.activations import (
 from analysis.inputs import InputError, TextInputs, check_row_limit
 from analysis.options import ATLAS_METHODS, ATLAS_POOLINGS, COLOR_BY
 from analysis.parallel import ONE, Ranks
+from analysis.precision import mode
 from analysis.scores import wilson_interval
 from analysis.store import ArrayStore, key_of
-from models.loading import LoadedModel, split_pooling
+from models.loading import LoadedModel, load_model, split_pooling
 
 POOLINGS, METHODS = ATLAS_POOLINGS, ATLAS_METHODS
 METHOD_NAMES = {"pca": "PCA", "umap": "UMAP", "tsne": "t-SNE"}
@@ -477,6 +478,23 @@ def pooling_name(pooling: str, model_pooling: str | None = None) -> str:
     return {"cls": "[CLS] vector", "mean": "mean of the text's tokens"}[pooling]
 
 
+def approximate_check(loaded: LoadedModel, inputs: TextInputs, config: AtlasConfig, reps: np.ndarray) -> dict:
+    """For a model in bfloat16/float16 (the approximate mode, :func:`analysis.precision.mode`): each layer's
+    vectors of the first :data:`~analysis.precision.AGREEMENT_ROWS` rows against the same model's in float32, by
+    linear CKA (1 = the same geometry up to rotation and scale): ``{"agreement": {"rows", "cka_per_layer",
+    "min_cka"}}``; ``{}`` for a float32 model."""
+    from analysis.precision import AGREEMENT_ROWS, reference_spec
+
+    if loaded.model.dtype == torch.float32:
+        return {}
+    m = min(AGREEMENT_ROWS, len(inputs))
+    sample = TextInputs(inputs.texts[:m], inputs.pairs[:m] if inputs.pairs else None)
+    reference = extract(load_model(reference_spec(loaded.spec)), sample, config.pooling, config.max_length,
+                        config.batch_size)
+    cka = [float(linear_cka(reps[i:i + 1, :m], reference[i:i + 1])[0, 0]) for i in range(len(reps))]
+    return {"agreement": {"rows": m, "cka_per_layer": [round(c, 6) for c in cka], "min_cka": float(np.nanmin(cka))}}
+
+
 def atlas(loaded: LoadedModel, inputs: TextInputs, config: AtlasConfig = AtlasConfig(),
           progress: Progress | None = None, store: ArrayStore | None = None,
           ranks: Ranks = ONE, row_limit: int | None = None) -> AtlasResult | None:
@@ -494,6 +512,7 @@ def atlas(loaded: LoadedModel, inputs: TextInputs, config: AtlasConfig = AtlasCo
         return None
     labels = np.asarray(inputs.labels)
     vectors_seconds = time.perf_counter() - start
+    agreement = approximate_check(loaded, inputs, config, reps)
 
     rows = []
     if progress:
@@ -526,6 +545,7 @@ def atlas(loaded: LoadedModel, inputs: TextInputs, config: AtlasConfig = AtlasCo
             "layer_names": loaded.anatomy.layer_names(), "pooling_name": pooling_name(config.pooling, loaded.pooling),
             "explained_variance": explained if config.method == "pca" else None,
             "constant_layers": constant, "cache_hit": hit,
+            "precision": {"mode": mode(str(loaded.model.dtype).removeprefix("torch.")), **agreement},
             "silhouette_sample": SILHOUETTE_MAX_ROWS if len(inputs) > SILHOUETTE_MAX_ROWS else None,
             "vectors_seconds": round(vectors_seconds, 3),
             "scoring_seconds": round(scored_at - start - vectors_seconds, 3),

@@ -8,6 +8,7 @@ import streamlit as st
 from analysis.csvout import to_csv
 from analysis.inputs import InputError
 from analysis.plots import atlas_grid, cka_heatmap, separability_curve
+from analysis.precision import precision_line
 from analysis.projection import (
     COLOR_BY,
     METHOD_NAMES,
@@ -89,6 +90,7 @@ st.caption(f"{info['rows']:,} rows · classes: {classes} · "
               f"vectors computed in {info['vectors_seconds']:.2f} s")
            + f" · scoring {info['scoring_seconds']:.2f} s · projection ({METHOD_NAMES[method]}) "
            f"{info['projection_seconds']:.2f} s")
+st.caption(precision_line(info.get("precision", {})))
 names = info["layer_names"]  # each result carries its own model's layer names
 if info["constant_layers"]:
     st.info(f"{', '.join(names[i] for i in info['constant_layers'])}: the vector is the same for every text "

@@ -392,3 +392,24 @@ def test_a_sentence_encoders_own_pooling_is_named_as_such(tiny_dirs, tmp_path):
 
     assert pooling_name("model", "mean+normalize") == ("checkpoint's own pooling (mean of the tokens, then "
                                                        "L2-normalised, sentence-transformers)")
+
+
+def test_an_approximate_atlas_states_its_cka_with_float32_per_layer():
+    from analysis.precision import AGREEMENT_ROWS
+    from analysis.projection import AtlasConfig, atlas, extract, linear_cka
+    from models.loading import ModelSpec, load_model
+
+    texts = tuple(f"text number {i} is {'good' if i % 2 else 'bad'} ." for i in range(40))
+    inputs = TextInputs(texts, labels=tuple(str(i % 2) for i in range(40)))
+    config = AtlasConfig(layers="all", folds=2)
+    exact = atlas(load_model(ModelSpec("demo", device="cpu")), inputs, config)
+    assert exact.info["precision"] == {"mode": "exact: float32"}
+    bf16 = load_model(ModelSpec("demo", device="cpu", dtype="bfloat16"))
+    approx = atlas(bf16, inputs, config)
+    agreement = approx.info["precision"]["agreement"]
+    assert approx.info["precision"]["mode"].startswith("approximate") and agreement["rows"] == min(40, AGREEMENT_ROWS)
+    ours = extract(bf16, inputs, "cls")
+    theirs = extract(load_model(ModelSpec("demo", device="cpu", dtype="float32")), inputs, "cls")
+    by_hand = [linear_cka(ours[i:i + 1], theirs[i:i + 1])[0, 0] for i in range(len(ours))]
+    np.testing.assert_allclose(agreement["cka_per_layer"], by_hand, rtol=0, atol=1e-5)
+    assert 0.99 < agreement["min_cka"] < 1  # bfloat16 moves the vectors a little, not their geometry
