@@ -1,8 +1,9 @@
-"""The probe in ``certified`` precision (certified bf16 vocabulary product) against ``float32``, and both against this
-machine's own matrix peak, in one run.
+"""The probe in ``certified`` precision (certified bf16 vocabulary product) and in the approximate mode (a bfloat16
+model) against ``float32``, and each against this machine's own matrix peak, in one run; ``--atlas`` adds the
+atlas's extraction in float32 and bfloat16 with their per-layer CKA.
 
     python -m benchmarks.bench_precision [--model demo] [--texts 872]
-    python -m benchmarks.bench_precision --model random:../shared/data/tokenizers/bert-base-uncased --texts 200
+    python -m benchmarks.bench_precision --model random:../shared/data/tokenizers/bert-base-uncased --texts 200 --atlas
 
 Prints: the fp32 and bf16 GEMM throughput of the head's shape (rows x hidden by hidden x vocab) measured now; each
 mode's probe time (median of 3, the model loaded once), the ratio, the share of rows recomputed in float32, the
@@ -47,6 +48,7 @@ def main() -> None:
     p.add_argument("--model", default="demo")
     p.add_argument("--texts", type=int, default=872)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--atlas", action="store_true", help="also time the atlas's extraction in float32 and bfloat16")
     args = p.parse_args()
     loaded = load_model(ModelSpec(args.model, device="cpu", dtype="float32"))
     data = read_file(DATA / "sst2" / "dev.tsv", column="text")
@@ -58,11 +60,13 @@ def main() -> None:
     print(f"head-shape GEMM (4096 x {hidden} by {hidden} x {vocab}): float32 {fp32:.0f} GFLOP/s, bfloat16 "
           f"{bf16:.0f} GFLOP/s ({bf16 / fp32:.2f}x)")
     results, times = {}, {}
-    for mode in ("float32", "certified"):
+    low = load_model(ModelSpec(args.model, device="cpu", dtype="bfloat16"))
+    for mode, model in (("float32", loaded), ("certified", loaded), ("approximate", low)):
         runs = []
         for _ in range(args.repeats):
             start = time.perf_counter()
-            results[mode] = probe(loaded, inputs, ProbeConfig(precision=mode))
+            results[mode] = probe(model, inputs, ProbeConfig(precision="float32" if mode == "approximate" else mode),
+                                  check_agreement=False)
             runs.append(time.perf_counter() - start)
         times[mode] = statistics.median(runs)
     plain, exact = results["float32"], results["certified"]
@@ -82,6 +86,47 @@ def main() -> None:
     gap = float(np.abs(np.log(exact.tokens["prob"]) - np.log(plain.tokens["prob"])).max())
     print(f"  tables identical: {same}; probabilities: largest |log p - log p_float32| {gap:.2e}, stated bound "
           f"{info.get('max_log_prob_bound', 0):.2e}")
+    approx = results["approximate"]
+    agree = (approx.tokens["predicted_token"] == plain.tokens["predicted_token"]).mean()
+    acc_gap = (approx.layers["accuracy"] - plain.layers["accuracy"]).abs().max()
+    print(f"  approximate (bfloat16 encoder and head) {times['approximate']:.2f} s: "
+          f"{times['float32'] / times['approximate']:.2f}x; predictions identical to float32 on {agree:.2%} of "
+          f"rows; layer accuracy within {acc_gap:.4f}; largest |p - p_float32| "
+          f"{(approx.tokens['prob'] - plain.tokens['prob']).abs().max():.2e}")
+    if args.atlas:
+        atlas_extraction(loaded, low, inputs, args.repeats)
+
+
+def atlas_extraction(loaded, low, inputs, repeats: int) -> None:
+    """The atlas's vector extraction (encoder only, [CLS] of every layer) in float32 and in bfloat16, with each
+    layer's linear CKA between the two and the encoder's GEMM throughput against the peak of a layer's shape."""
+    from analysis.projection import extract, linear_cka
+
+    times, vectors = {}, {}
+    for name, model in (("float32", loaded), ("bfloat16", low)):
+        runs = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            vectors[name] = extract(model, inputs, "cls")
+            runs.append(time.perf_counter() - start)
+        times[name] = statistics.median(runs)
+    cka = [linear_cka(vectors["float32"][i:i + 1], vectors["bfloat16"][i:i + 1])[0, 0]
+           for i in range(len(vectors["float32"]))]
+    hidden = loaded.anatomy.hidden_size
+    fp32, bf16 = gemm_peak(4096, hidden, 4 * hidden, torch.float32), gemm_peak(4096, hidden, 4 * hidden,
+                                                                                torch.bfloat16)
+    tokens = sum(len(loaded.tokenizer(t)["input_ids"]) for t in inputs.texts)
+    params = sum(p.numel() for n, p in loaded.model.named_parameters() if "embeddings" not in n and "cls." not in n
+                 and "lm_head" not in n and "predictions" not in n)
+    flops = 2 * params * tokens
+    print(f"atlas extraction ({len(inputs)} texts, {tokens:,} tokens; feed-forward GEMM peak now: float32 "
+          f"{fp32:.0f}, bfloat16 {bf16:.0f} GFLOP/s):")
+    print(f"  float32 {times['float32']:.2f} s ({flops / times['float32'] / 1e9:.0f} GFLOP/s, "
+          f"{flops / times['float32'] / 1e9 / fp32:.0%} of the fp32 peak); bfloat16 {times['bfloat16']:.2f} s "
+          f"({flops / times['bfloat16'] / 1e9:.0f} GFLOP/s, {flops / times['bfloat16'] / 1e9 / bf16:.0%} of the "
+          f"bf16 peak): {times['float32'] / times['bfloat16']:.2f}x")
+    print(f"  linear CKA per layer, bfloat16 vs float32: min {np.nanmin(cka):.5f} "
+          f"({', '.join(f'{c:.4f}' for c in cka)})")
 
 
 if __name__ == "__main__":
