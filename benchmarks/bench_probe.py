@@ -69,12 +69,51 @@ def peak_rss_mb(n_texts: int, model: str, device: str) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
+NAIVE_SCRIPT = """
+import sys, torch
+from transformers import AutoModelForMaskedLM, AutoTokenizer
+from benchmarks.bench_probe import naive
+from models.loading import ModelSpec, load_model
+import csv
+texts = [r[0] for r in list(csv.reader(open(sys.argv[1]), delimiter="\\t", quoting=csv.QUOTE_NONE))[1:]]
+{body}
+"""
+
+
+def whole_processes(model: str, runs: int) -> None:
+    """Whole processes, as a user times them: ``python -m analysis probe`` against a script with the naive loop,
+    and a process that only starts (imports torch and transformers, loads the model), alternating, medians.
+    The start-up is paid by both; the difference is the engines'."""
+    import statistics
+
+    data = str(DATA / "dev.tsv")
+    naive_body = "print(naive(load_model(ModelSpec(sys.argv[2])), texts))"
+    start_body = "load_model(ModelSpec(sys.argv[2]))"
+    times: dict[str, list[float]] = {"ours": [], "naive": [], "start-up": []}
+    with tempfile.TemporaryDirectory() as d:
+        commands = {
+            "ours": [sys.executable, "-m", "analysis", "probe", "--model", model, "--input", data, "--out", d],
+            "naive": [sys.executable, "-c", NAIVE_SCRIPT.format(body=naive_body), data, model],
+            "start-up": [sys.executable, "-c", NAIVE_SCRIPT.format(body=start_body), data, model]}
+        for _ in range(runs):
+            for name, argv in commands.items():
+                start = time.perf_counter()
+                subprocess.run(argv, check=True, capture_output=True, cwd=Path(__file__).resolve().parents[1])
+                times[name].append(time.perf_counter() - start)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(f"whole processes (median of {runs}): ours {med['ours']:.2f} s, naive {med['naive']:.2f} s: "
+          f"{med['naive'] / med['ours']:.2f}x; start-up alone (imports + model load) {med['start-up']:.2f} s; "
+          f"without it: {(med['naive'] - med['start-up']) / (med['ours'] - med['start-up']):.2f}x")
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="demo")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="float32", help="the engine's dtype (the naive loop is always float32)")
     p.add_argument("--memory", action="store_true")
+    p.add_argument("--processes", type=int, default=0, metavar="N",
+                   help="also time N whole processes of each (our CLI, the naive loop, start-up alone), alternating")
     args = p.parse_args()
     spec = ModelSpec(args.model, device=args.device)
     loaded = load_model(spec)
@@ -113,6 +152,8 @@ def main() -> None:
           f" (engine in {args.dtype}: largest accuracy difference "
           f"{max(abs(a - b) for a, b in zip(result.layers['correct'], ref_correct, strict=True)) / ref_counted:.4f})"))
     print(f"ratio: {t_naive / t_engine:.2f}x")
+    if args.processes:
+        whole_processes(args.model, args.processes)
     if args.memory:
         small, large = peak_rss_mb(2000, args.model, device), peak_rss_mb(20000, args.model, device)
         print(f"peak RSS: 2k texts {small:.0f} MB, 20k texts {large:.0f} MB, ratio {large / small:.2f}")

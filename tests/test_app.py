@@ -32,6 +32,16 @@ def test_home_loads_the_demo_model_by_default():
     assert not at.sidebar.error
     summary = load_model(ModelSpec("demo", device="cpu")).summary()
     assert f"{summary['layers']} layers" in at.sidebar.success[0].value
+    assert "Precision: exact: float32" in at.sidebar.success[0].value  # the mode is named
+
+
+def test_the_sidebar_names_the_approximate_mode():
+    from ui.sidebar import KEY_DTYPE
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    at.session_state[KEY_DTYPE] = "bfloat16"
+    at.run()
+    assert not at.exception and "Precision: approximate: encoder and head in bfloat16" in at.sidebar.success[0].value
 
 
 def test_home_names_every_analysis():
