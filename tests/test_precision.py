@@ -71,6 +71,22 @@ def test_every_family_gives_the_float32_tables(bf16_on, tiny_dir):
     check_against_float32(exact, plain)
 
 
+def certified_against_float32(decoder: torch.nn.Linear, targets: torch.Tensor) -> CertifiedHead:
+    """Score random states through LayerNorm + ``decoder`` with the certified head: integers identical to the
+    float32 head's, probabilities within the bound it states. Returns the head (its stats)."""
+    transform = torch.nn.LayerNorm(decoder.in_features)
+    states = torch.randn(len(targets), decoder.in_features)
+    head = CertifiedHead(transform, decoder)
+    got = head.score(states, targets, 4)
+    want = row_stats(decoder(transform(states)).detach(), targets, 4)
+    for g, w, name in zip(got, want, ["pred", "prob", "rank", "top_ids", "top_probs"], strict=True):
+        if name in ("prob", "top_probs"):
+            assert torch.allclose(g.log(), w.log(), rtol=0, atol=head.stats.max_log_prob_bound + 1e-5), name
+        else:
+            assert torch.equal(g, w), name
+    return head
+
+
 def test_near_ties_fall_back_and_agree_with_float32(bf16_on):
     """Vocabulary rows that differ by less than bf16 can resolve: every such row must be recomputed."""
     torch.manual_seed(0)
@@ -81,17 +97,7 @@ def test_near_ties_fall_back_and_agree_with_float32(bf16_on):
         # pairs of rows a few float32 ulps apart: their logits tie far below bf16's resolution
         decoder.weight[1::2] = decoder.weight[0::2] * (1 + 3e-6)
         decoder.bias[1::2] = decoder.bias[0::2]
-    transform = torch.nn.LayerNorm(hidden)
-    states = torch.randn(500, hidden)
-    targets = torch.randint(0, vocab, (500,))
-    head = CertifiedHead(transform, decoder)
-    got = head.score(states, targets, 4)
-    want = row_stats(decoder(transform(states)).detach(), targets, 4)
-    for g, w, name in zip(got, want, ["pred", "prob", "rank", "top_ids", "top_probs"], strict=True):
-        if name in ("prob", "top_probs"):
-            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-7)  # recomputed rows: the float32 numbers
-        else:
-            assert torch.equal(g, w), name
+    head = certified_against_float32(decoder, torch.randint(0, vocab, (500,)))
     assert head.stats.recomputed == head.stats.rows == 500  # every row has a near tie in its top-5
 
 
@@ -152,17 +158,7 @@ def test_a_rank_with_a_few_near_tokens_is_settled_token_by_token(bf16_on):
     with torch.no_grad():
         decoder.bias.zero_()
         decoder.bias[:4] = torch.tensor([60.0, 45.0, 30.0, 15.0])  # a top-4 far apart: certain at once
-    transform = torch.nn.LayerNorm(hidden)
-    states = torch.randn(400, hidden)
-    targets = torch.randint(4, vocab, (400,))
-    head = CertifiedHead(transform, decoder)
-    got = head.score(states, targets, 4)
-    want = row_stats(decoder(transform(states)).detach(), targets, 4)
-    for g, w, name in zip(got, want, ["pred", "prob", "rank", "top_ids", "top_probs"], strict=True):
-        if name in ("prob", "top_probs"):
-            assert torch.allclose(g.log(), w.log(), atol=head.stats.max_log_prob_bound + 1e-7), name
-        else:
-            assert torch.equal(g, w), name
+    head = certified_against_float32(decoder, torch.randint(4, vocab, (400,)))
     assert head.stats.settled > 100  # most rows had near tokens and were settled, not recomputed
     assert head.stats.recomputed < head.stats.rows
 
