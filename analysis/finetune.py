@@ -1,7 +1,8 @@
 """One fine-tuning run from data to files: what ``python -m analysis finetune`` and a dashboard job do.
 
 Writes under ``out``: ``metrics.json`` (accuracy, macro_f1, head_trainable_parameters, history, per-class
-report, confusion matrix), ``predictions.csv`` (``example_id,label,prediction`` for the test set when given,
+report, confusion matrix, ``autocast``: the precision training's products ran in, ``bfloat16`` or ``float32``),
+``predictions.csv`` (``example_id,label,prediction`` for the test set when given,
 else the validation set), ``layer_weights.csv`` (attention / scalar-mix heads: ``example_id`` then
 ``layer_<i>``; rows sum to 1), ``checkpoint/`` (``encoder/`` as ``save_pretrained`` in float32, the dtype
 training keeps its master weights in whatever the source checkpoint's dtype, with the tokenizer,
@@ -27,6 +28,7 @@ import pandas as pd
 import torch
 
 from analysis.activations import encode_truncated, position_limit
+from analysis.autocast import BF16, autocast, training_autocast
 from analysis.csvout import to_csv
 from analysis.inputs import DEMO_LABELLED, InputError, TextInputs
 from analysis.parallel import Ranks, ranks_for
@@ -124,8 +126,9 @@ def further_pretrain(spec: ModelSpec, texts, steps: int, out: Path, batch_size: 
                      lr: float = 5e-5, seed: int = 0, log: Callable[[str], None] = lambda s: None) -> Path:
     """Within-task further pre-training (Sun et al. 2019 §4.2 / §5.4): ``steps`` of masked-LM training (15%
     masking by transformers' ``DataCollatorForLanguageModeling``) on the task's own texts, from ``spec``'s
-    pre-trained MLM, trained and saved in float32 (bfloat16 only as autocast on a GPU); saved to ``out`` (a
-    ``save_pretrained`` directory to fine-tune from). Returns ``out``."""
+    pre-trained MLM, trained and saved in float32 (bfloat16 only as autocast where it pays:
+    :func:`analysis.autocast.training_autocast`, as fine-tuning); saved to ``out`` (a ``save_pretrained``
+    directory to fine-tune from). Returns ``out``."""
     from transformers import DataCollatorForLanguageModeling
 
     from models.loading import load_model
@@ -134,7 +137,7 @@ def further_pretrain(spec: ModelSpec, texts, steps: int, out: Path, batch_size: 
     # a fresh copy (not the shared cache), made trainable here, in float32 whatever the checkpoint's dtype
     loaded = load_model(dataclasses.replace(spec, dtype="float32"))
     model, tok = loaded.model.train().requires_grad_(True), loaded.tokenizer
-    autocast = loaded.spec.device.startswith("cuda") and torch.cuda.is_bf16_supported()
+    mode = training_autocast(loaded.spec.device, model.config.hidden_size)
     enc = encode_truncated(tok, list(texts), None, max_length, "head")[0]  # the one tokenisation
     collate = DataCollatorForLanguageModeling(tok, mlm_probability=0.15, seed=seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
@@ -142,15 +145,14 @@ def further_pretrain(spec: ModelSpec, texts, steps: int, out: Path, batch_size: 
     for step in range(steps):
         rows = rng.choice(len(enc), size=min(batch_size, len(enc)), replace=False)
         batch = {k: v.to(loaded.spec.device) for k, v in collate([{"input_ids": enc[i]} for i in rows]).items()}
-        with torch.autocast(device_type=torch.device(loaded.spec.device).type, dtype=torch.bfloat16,
-                            enabled=autocast):
+        with autocast(loaded.spec.device, mode):
             loss = model(**batch).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if step % 50 == 0 or step == steps - 1:
-            log(f"further pre-training step {step + 1}/{steps}: MLM loss {loss.item():.3f}")
+            log(f"further pre-training step {step + 1}/{steps} ({mode}): MLM loss {loss.item():.3f}")
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tok.save_pretrained(out)
@@ -183,15 +185,20 @@ def run_finetune(spec: ModelSpec, splits: Splits, config: FinetuneConfig, out: P
         spec = dataclasses.replace(spec, name=str(further), revision=None)
     seed_everything(config.seed)  # parts the checkpoint lacks (a masked LM's pooler) start from the run's seed
     encoder, tokenizer = load_encoder(spec)
+    precision = training_autocast(device, encoder.config.hidden_size)
     log(f"encoder: {spec.name} ({encoder.config.model_type}, {encoder.config.num_hidden_layers} layers, float32 "
-        f"master weights on {device}); {len(splits.train):,} training rows")
+        f"master weights on {device}, {'bfloat16 autocast' if precision == BF16 else 'float32 products'}); "
+        f"{len(splits.train):,} training rows")
     max_length = min(config.max_length, position_limit(encoder.config))
     encode = lambda inputs: prepare(tokenizer, inputs, labels, max_length, config.truncation)  # noqa: E731
     train_data = encode(splits.train)
     test_data = encode(splits.test) if splits.test is not None else None
     head_params = Classifier(encoder, config.head, len(labels), config.dropout).head_parameters()
     result: dict = {"labels": names, "head": config.head, "head_trainable_parameters": head_params,
-                    "truncated_train_texts": train_data.truncated, "max_length_used": max_length}
+                    "truncated_train_texts": train_data.truncated, "max_length_used": max_length,
+                    # what training's products ran in (float32 master weights either way); the scores below are
+                    # computed in float32
+                    "autocast": precision}
     if config.folds == 1:
         val_data = encode(splits.val)
         model, state = _one_run(encoder, tokenizer, len(labels), train_data, val_data, config, device, out, callbacks)
@@ -253,6 +260,7 @@ def run_options(options, out: Path, callbacks: list[Callback] = (),
         # per_process_batch rows), and every process takes the same number of steps
         "processes": ranks.count, "per_process_batch": math.ceil(config.batch_size / ranks.count),
         "global_batch": config.batch_size,
+        "autocast": metrics.get("autocast"),  # bfloat16 (autocast, float32 master weights) or float32
         # a task model's own head (a classifier's, say) is not used: the LayerLens head above replaces it
         "replaced_task_head": task_architecture(options.spec()),
         "model_spec": options.spec().to_dict(),

@@ -18,15 +18,19 @@ Training, as the decoder recipe with what an encoder needs:
   steps by 1 / (1 - momentum)), weight decay 1e-3, linear decay to 0, gradient clipping at 1.0 over all
   translators; Adam (amsgrad, lr 1e-3 x scale, linear warm-up over min(1000, steps / 5)) as an option;
 - the encoder runs once per batch without a graph; each layer's translator, head and loss are then
-  back-propagated one layer at a time, so training memory does not grow with the number of layers.
+  back-propagated one layer at a time, so training memory does not grow with the number of layers;
+- in bfloat16 autocast where :func:`analysis.precision.bf16_pays` (:mod:`analysis.autocast`; Micikevicius et al.
+  2018 mixed precision, float32 translators as master weights), the frozen encoder and head through bfloat16
+  shadow copies of their weights (:class:`Frozen`); the held-out measurements stay float32.
 Deviations from the reference (docs/tuned_lens.md says why): no per-step re-centring of the translators (the
 reference's ``normalize_`` relied on its unembedding starting with a LayerNorm; here the translator sits before the
 whole MLM head, whose first part is a dense layer); text files and hub datasets rather than pre-chunked token
 blocks (an encoder's inputs are sentences, padded per batch).
 
 Artifacts (a directory): ``config.json`` (the model, its weights id, family, layers, hidden size, head),
-``translators.safetensors``, ``training.json`` (options, loss curve, held-out KL and top-1 agreement per layer
-before and after, raw vs tuned; written last, its presence with all steps done is what makes a lens finished),
+``translators.safetensors``, ``training.json`` (options, ``autocast``: ``bfloat16`` or ``float32``, loss curve,
+held-out KL and top-1 agreement per layer before and after, raw vs tuned; written last, its presence with all steps
+done is what makes a lens finished),
 and ``checkpoint.safetensors`` to resume: the translators, the optimizer's state and the step, curve, options,
 weights and texts they belong to, in one file replaced by one rename, so a run killed at any point resumes from
 one step's state, never from a mix of two. A folder with a checkpoint and no finished ``training.json`` is a
@@ -35,6 +39,7 @@ one step's state, never from a mix of two. A folder with a checkpoint and no fin
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -328,11 +333,42 @@ class Batches:
         return batch, counted_mask(batch, list(tok.all_special_ids), include_special=False).cpu()
 
 
+@dataclasses.dataclass
+class Frozen:
+    """The frozen encoder (``base_model``) and MLM head a lens step runs: in bfloat16 autocast, their shadows with
+    bfloat16 ``nn.Linear`` weights (:func:`analysis.autocast.bf16_shadow`: the same results as autocast's own
+    casts, made once instead of on every call; measured in docs/benchmarks.md)."""
+
+    encoder: nn.Module
+    head: Callable[[torch.Tensor], torch.Tensor]
+    num_layers: int
+
+    @classmethod
+    def of(cls, loaded: LoadedModel, mode: str) -> Frozen | None:
+        """The shadows for ``mode`` ``"bfloat16"``; None (``loaded``'s own) for ``"float32"``."""
+        from analysis.autocast import BF16, bf16_shadow
+
+        if mode != BF16:
+            return None
+        head = loaded.anatomy.head
+        return cls(bf16_shadow(loaded.model.base_model), bf16_shadow(head) if isinstance(head, nn.Module) else head,
+                   loaded.num_layers)
+
+    def hidden_states(self, batch, input_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """As :func:`analysis.activations.hidden_states`, with the shadow encoder."""
+        out = self.encoder(**batch.model_inputs(input_ids), output_hidden_states=True, return_dict=True)
+        if len(out.hidden_states) != self.num_layers + 1:
+            raise RuntimeError(f"the model returned {len(out.hidden_states)} hidden states for {self.num_layers} "
+                               "layers")
+        return out.hidden_states
+
+
 def layer_losses(loaded: LoadedModel, lens: TunedLens, batch, counted: torch.Tensor, options, step: int,
-                 backward: bool) -> tuple[list[float], int]:
+                 backward: bool, frozen: Frozen | None = None) -> tuple[list[float], int]:
     """One batch: mask it (seeded by step), run the encoder once without a graph, then per layer the KL of the
     lens at the chosen positions (back-propagated one layer at a time with ``backward``). Returns each layer's
-    mean KL (L values, the last layer is the reference) and the number of positions."""
+    mean KL (L values, the last layer is the reference) and the number of positions. ``frozen``: the encoder and
+    head to run instead of ``loaded``'s (their bfloat16 shadows under autocast, :meth:`Frozen.of`)."""
     from analysis.activations import hidden_states
 
     gen = torch.Generator().manual_seed(options.seed * 1_000_003 + step)
@@ -341,14 +377,16 @@ def layer_losses(loaded: LoadedModel, lens: TunedLens, batch, counted: torch.Ten
     where = (selected if options.positions == "masked" else counted).to(batch.input_ids.device)
     if not where.any():
         return [math.nan] * loaded.num_layers, 0
+    head = frozen.head if frozen is not None else loaded.anatomy.head
     with torch.no_grad():
-        states = hidden_states(loaded, batch, masked.to(batch.input_ids.device))
-        final_logp = torch.log_softmax(loaded.anatomy.head(states[-1][where]).float(), dim=-1)
+        states = (frozen.hidden_states(batch, masked.to(batch.input_ids.device)) if frozen is not None else
+                  hidden_states(loaded, batch, masked.to(batch.input_ids.device)))
+        final_logp = torch.log_softmax(head(states[-1][where]).float(), dim=-1)
     losses = []
     for layer in range(loaded.num_layers):
         h = states[layer][where].detach()
         with torch.set_grad_enabled(backward):
-            loss = kl_to_final(final_logp, loaded.anatomy.head(lens(h, layer))).mean()
+            loss = kl_to_final(final_logp, head(lens(h, layer))).mean()
             if backward:
                 loss.backward()  # this layer's graph only: freed before the next layer's is built
         losses.append(loss.item())
@@ -397,6 +435,7 @@ def train(loaded: LoadedModel, texts: list[str], options, out: Path, progress: C
     losses)`` after every step. Returns ``training.json``'s dict, or None when stopped (a partial lens)."""
     from safetensors.torch import save_file
 
+    from analysis.autocast import autocast, training_autocast
     from analysis.reconstruction import require_mlm_head
 
     require_mlm_head(loaded)
@@ -435,6 +474,12 @@ def train(loaded: LoadedModel, texts: list[str], options, out: Path, progress: C
     eval_rows = list(range(len(eval_batches.ids)))
     before = evaluate(loaded, None, eval_batches, options, eval_rows)
     started = time.perf_counter()
+    # the frozen encoder and head (and the translators, float32 master weights) in bfloat16 autocast where it pays;
+    # the held-out measurements before and after stay float32: the figures a user reads are float32's
+    mode = training_autocast(loaded.spec.device, loaded.anatomy.hidden_size)
+    frozen = Frozen.of(loaded, mode)
+    log(f"training in {mode}" + (" autocast (float32 translators; held-out KL measured in float32)"
+                                 if mode != "float32" else ""))
 
     def checkpoint(step: int) -> None:
         """The step's translators, optimizer state, loss curve and run in one file, replaced by one rename: the
@@ -457,7 +502,9 @@ def train(loaded: LoadedModel, texts: list[str], options, out: Path, progress: C
             log(f"stopped at step {step} of {steps}; run again with the same options and --out to resume")
             return None
         batch, counted = train_batches.batch(train_batches.rows(step))
-        losses, positions = layer_losses(loaded, lens, batch, counted, options, step, backward=True)
+        with autocast(loaded.spec.device, mode):
+            losses, positions = layer_losses(loaded, lens, batch, counted, options, step, backward=True,
+                                             frozen=frozen)
         if positions:
             if options.max_grad_norm:
                 nn.utils.clip_grad_norm_(lens.parameters(), options.max_grad_norm)
@@ -472,7 +519,7 @@ def train(loaded: LoadedModel, texts: list[str], options, out: Path, progress: C
     after = evaluate(loaded, lens, eval_batches, options, eval_rows)
     training = {"options": options.to_dict(), "steps": steps, "total_steps": steps, "texts": len(train_rows),
                 "held_out_texts": len(held), "tokens_per_step": float(tokens_per_step),
-                "seconds": round(time.perf_counter() - started, 2), "curve": curve,
+                "seconds": round(time.perf_counter() - started, 2), "autocast": mode, "curve": curve,
                 "held_out": {"raw": before, "tuned": after}, "parameters": sum(p.numel() for p in lens.parameters())}
     checkpoint(steps)
     save(lens, loaded, out, training)  # training.json last: from then on the lens is finished

@@ -8,13 +8,17 @@
   the pooler sit on top (``lr``). ALBERT's one shared layer is used at every depth and gets the top rate.
 - Early stopping on validation loss, keeping the best epoch's weights; k-fold cross-validation (mean and std)
   with a majority-vote ensemble of the fold models on the test set (GRUBERT).
-- Accelerate runs the same loop on CPU, one GPU (bfloat16 autocast where supported) or several processes
+- Accelerate runs the same loop on CPU, one GPU or several processes
   under ``accelerate launch`` (:func:`share`): the batch size is the *global* batch; every process takes its
   rows of each global batch (so every process takes the same number of steps, whatever the number of batches)
   and the loss is scaled so that DDP's average of the gradients is the gradient of the global batch's mean
   loss, as in one process. Evaluation is shared between the processes and gathered.
 - Shaped like the HF Trainer without its weight: a :class:`TrainState` (step, epoch, history) and a
   :class:`TrainControl` (``should_stop``) are passed to callbacks after every step and epoch.
+- Float32 master weights; the products in bfloat16 autocast where :func:`analysis.precision.bf16_pays` says it
+  pays (a GPU with bfloat16, a CPU with bf16 units: :mod:`analysis.autocast`; mixed-precision training,
+  Micikevicius et al. 2018, without loss scaling in bfloat16, Kalamkar et al. 2019), as the HF Trainer's
+  ``bf16=True``. :attr:`TrainState.autocast` says which ran.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from analysis.autocast import BF16, F32, training_autocast
+from analysis.autocast import autocast as _autocast
 from analysis.csvout import to_csv
 from analysis.heads import HeadOutput, build_head, trainable_parameters
 from analysis.options import FinetuneConfig
@@ -112,6 +118,7 @@ class TrainState:
     history: list[dict] = dataclasses.field(default_factory=list)
     last_loss: float = float("nan")
     lr: float = float("nan")  # the top (base) learning rate after the last step
+    autocast: str = "float32"  # "bfloat16" (autocast, float32 master weights) or "float32": analysis.autocast
 
 
 @dataclasses.dataclass
@@ -140,7 +147,9 @@ class Evaluation:
 def evaluate(model: Classifier, data: TaskData, batch_size: int, pad_id: int, device, keep_vectors: bool = False,
              autocast: bool = False, ranks: Ranks = ONE) -> Evaluation:
     """Loss, predictions, layer weights (and [CLS] vectors) on ``data``. Under a launcher each process evaluates
-    every N-th batch and every process gets the whole result (the same numbers: early stopping decides alike)."""
+    every N-th batch and every process gets the whole result (the same numbers: early stopping decides alike).
+    In float32 unless ``autocast`` (bfloat16): :func:`train` evaluates every epoch in float32 whatever it trains
+    in, so the validation scores, layer weights and vectors a user reads are float32's."""
     model.eval()
     n = len(data)
     lengths = [len(ids) for ids in data.input_ids]
@@ -151,7 +160,7 @@ def evaluate(model: Classifier, data: TaskData, batch_size: int, pad_id: int, de
         batch = padded(data, idx, pad_id)
         pos = batch.pop("positions").numpy()
         labels = batch.pop("labels").to(device)
-        with torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16, enabled=autocast):
+        with _autocast(device, BF16 if autocast else F32):
             out, cls = model(**{k: v.to(device) for k, v in batch.items()}, return_states=True)
         logits, known = out.logits.float(), labels >= 0
         loss = nn.functional.cross_entropy(logits[known], labels[known], reduction="sum").item() if known.any() else 0
@@ -223,14 +232,15 @@ def train(model: Classifier, train_data: TaskData, val_data: TaskData, config: F
 
     seed_everything(config.seed)
     model = model.float()  # float32 master weights whatever the checkpoint's dtype; bf16 only as autocast
-    autocast = device.startswith("cuda") and torch.cuda.is_bf16_supported()
+    mode = training_autocast(device, model.encoder.config.hidden_size)
     ranks = ranks_for(device)
     handlers = []
     if ranks.count > 1:
         freeze_unused(model, padded(train_data, list(range(min(2, len(train_data)))), pad_id), device)
         handlers = [DistributedDataParallelKwargs(find_unused_parameters=True)]  # in case a head skips a part
-    accelerator = Accelerator(cpu=ranks.device_for(device) == "cpu", mixed_precision="bf16" if autocast else "no",
-                              kwargs_handlers=handlers)
+    # autocast is entered around the forward pass below, not through accelerate's mixed_precision: that wraps the
+    # model's forward in autocast for good, and the evaluations (and the returned model) are float32
+    accelerator = Accelerator(cpu=ranks.device_for(device) == "cpu", mixed_precision="no", kwargs_handlers=handlers)
     steps_per_epoch = math.ceil(len(train_data) / config.batch_size)  # global batches: each one step in every process
     total = min(config.max_steps or 10**12, steps_per_epoch * config.epochs)
     optimizer = torch.optim.AdamW(parameter_groups(model, config), lr=config.lr, fused=True)  # one kernel, CPU too
@@ -239,7 +249,7 @@ def train(model: Classifier, train_data: TaskData, val_data: TaskData, config: F
     else:
         scheduler = LambdaLR(optimizer, lambda step: 0.9 ** (step // steps_per_epoch))
     model, optimizer = accelerator.prepare(model, optimizer)  # the scheduler steps once per step: not prepared
-    state, control = TrainState(total_steps=total), TrainControl()
+    state, control = TrainState(total_steps=total, autocast=mode), TrainControl()
     best_loss, best_state, since_best = float("inf"), None, 0
     start = time.perf_counter()
     for epoch in range(1, config.epochs + 1):
@@ -254,7 +264,7 @@ def train(model: Classifier, train_data: TaskData, val_data: TaskData, config: F
             batch, weight = share(global_batch, ranks)
             batch.pop("positions")
             labels = batch.pop("labels").to(accelerator.device)
-            with accelerator.autocast():
+            with _autocast(accelerator.device, mode):
                 output: HeadOutput = model(**{k: v.to(accelerator.device) for k, v in batch.items()})
                 rows_loss = nn.functional.cross_entropy(output.logits.float(), labels, reduction="none")
                 loss = (rows_loss * weight.to(rows_loss.device)).sum() * ranks.count / len(global_batch["labels"])
@@ -274,7 +284,7 @@ def train(model: Classifier, train_data: TaskData, val_data: TaskData, config: F
                 break
         unwrapped = accelerator.unwrap_model(model)
         ev = evaluate(unwrapped, val_data, config.batch_size, pad_id, accelerator.device,
-                      keep_vectors=config.save_vectors and out is not None, autocast=autocast, ranks=ranks)
+                      keep_vectors=config.save_vectors and out is not None, ranks=ranks)
         metrics = ev.metrics(val_data.labels, [str(i) for i in range(unwrapped.num_labels)], train_data.labels)
         state.history.append({"epoch": epoch, "step": state.step, "train_loss": float(np.mean(losses or [np.nan])),
                               "val_loss": ev.loss, "val_accuracy": metrics["accuracy"],

@@ -358,3 +358,30 @@ def test_a_cancelled_lens_job_is_listed_as_partial_and_the_same_options_resume_i
     for x, y in zip(L.load(tmp_path / "whole", loaded).parameters(), L.load(second.artifacts, loaded).parameters(),
                     strict=True):
         torch.testing.assert_close(x, y)
+
+
+@pytest.mark.parametrize("units, mode", [("1", "bfloat16"), ("0", "float32")])
+def test_lens_training_names_its_precision_keeps_float32_translators_and_measures_in_float32(bert, tmp_path,
+                                                                                             monkeypatch, units, mode):
+    """LAYERLENS_BF16_UNITS=1: the training steps' lens logits are bfloat16 (autocast, the frozen model's bf16
+    shadows), the translators float32 master weights; =0: float32 throughout. The held-out measurements (no
+    gradient) are float32 in both, the shared model is left as it was, and the lens still learns."""
+    monkeypatch.setenv("LAYERLENS_BF16_UNITS", units)
+    seen = set()
+    real = L.kl_to_final
+
+    def spy(final_logp, logits):
+        seen.add((torch.is_grad_enabled(), logits.dtype))
+        return real(final_logp, logits)
+
+    monkeypatch.setattr(L, "kl_to_final", spy)
+    params = {n: (p.dtype, p.data_ptr(), p.requires_grad) for n, p in bert.model.named_parameters()}
+    training = L.train(bert, corpus(60), options(steps=10), tmp_path / "lens")
+    assert training["autocast"] == mode
+    assert json.loads((tmp_path / "lens" / "training.json").read_text())["autocast"] == mode
+    step_dtype = torch.bfloat16 if units == "1" else torch.float32
+    assert seen == {(True, step_dtype), (False, torch.float32)}
+    assert {p.dtype for p in L.load(tmp_path / "lens", bert).parameters()} == {torch.float32}
+    assert {n: (p.dtype, p.data_ptr(), p.requires_grad) for n, p in bert.model.named_parameters()} == params
+    raw, tuned = training["held_out"]["raw"]["masked"]["kl"], training["held_out"]["tuned"]["masked"]["kl"]
+    assert sum(tuned[:-1]) < sum(raw[:-1])

@@ -322,16 +322,23 @@ def _changed_fraction(before: dict, after: dict) -> float:
     return changed / total
 
 
-def test_a_bfloat16_checkpoint_is_fine_tuned_in_float32(bert4_bf16, tmp_path):
-    """6 steps at lr 2e-5 change > 90% of the encoder's values (bf16 parameters trained directly: ~15%)."""
+BF16_UNITS = pytest.mark.parametrize("units, mode", [("1", "bfloat16"), ("0", "float32")])
+
+
+@BF16_UNITS
+def test_a_bfloat16_checkpoint_is_fine_tuned_in_float32(bert4_bf16, tmp_path, monkeypatch, units, mode):
+    """6 steps at lr 2e-5 change > 90% of the encoder's values (bf16 parameters trained directly: ~15%), in bf16
+    autocast (a CPU with bf16 units, forced) as in float32: the master weights are float32 either way."""
     from safetensors.torch import load_file
     from transformers import AutoModel
 
+    monkeypatch.setenv("LAYERLENS_BF16_UNITS", units)
     before = {k: v.clone() for k, v in AutoModel.from_pretrained(bert4_bf16).state_dict().items()}
     splits = Splits(synthetic(48), synthetic(16, seed=1))
     config = FinetuneConfig(epochs=1, batch_size=8, lr=2e-5, warmup=0.0, save_vectors=False)
     metrics = run_finetune(ModelSpec(str(bert4_bf16), device="cpu"), splits, config, tmp_path)
-    assert metrics["steps"] == 6
+    assert metrics["steps"] == 6 and metrics["autocast"] == mode
+    assert json.loads((tmp_path / "metrics.json").read_text())["autocast"] == mode
     saved = load_file(tmp_path / "checkpoint" / "encoder" / "model.safetensors")
     assert {v.dtype for v in saved.values()} == {torch.float32}  # documented: checkpoints are float32
     assert _changed_fraction(before, {k.removeprefix("bert."): v for k, v in saved.items()}) > 0.9
@@ -339,17 +346,49 @@ def test_a_bfloat16_checkpoint_is_fine_tuned_in_float32(bert4_bf16, tmp_path):
     assert meta["dtype"] == "float32" and next(model.encoder.parameters()).dtype == torch.float32
 
 
-def test_further_pretraining_of_a_bfloat16_checkpoint_is_float32(bert4_bf16, tmp_path):
+@BF16_UNITS
+def test_further_pretraining_of_a_bfloat16_checkpoint_is_float32(bert4_bf16, tmp_path, monkeypatch, units, mode):
     from safetensors.torch import load_file
     from transformers import AutoModelForMaskedLM as MLM
 
+    monkeypatch.setenv("LAYERLENS_BF16_UNITS", units)
+    logged = []
     before = MLM.from_pretrained(bert4_bf16).state_dict()
     further = further_pretrain(ModelSpec(str(bert4_bf16), device="cpu", dtype="bfloat16"), synthetic(32).texts, 6,
-                               tmp_path / "fp", batch_size=8, lr=2e-5)
+                               tmp_path / "fp", batch_size=8, lr=2e-5, log=logged.append)
     saved = load_file(further / "model.safetensors")
     assert {v.dtype for v in saved.values()} == {torch.float32}
     encoder = {k: v for k, v in before.items() if k.startswith("bert.") and k in saved}
     assert _changed_fraction(encoder, saved) > 0.9
+    assert f"({mode})" in logged[-1]
+
+
+@BF16_UNITS
+def test_training_runs_its_products_in_the_policy_s_precision_and_evaluates_in_float32(bert4, monkeypatch, units,
+                                                                                        mode):
+    """LAYERLENS_BF16_UNITS=1: the training forward's products are bfloat16 (autocast), the master weights and
+    gradients float32; =0: float32 throughout (autocast not entered). Evaluation is float32 in both."""
+    monkeypatch.setenv("LAYERLENS_BF16_UNITS", units)
+    encoder, tok = load_encoder(ModelSpec(str(bert4), device="cpu"))
+    model = Classifier(encoder, "attention", 2)
+    seen = {True: set(), False: set()}  # module.training -> dtypes of the query projection's output
+    query = model.encoder.encoder.layer[0].attention.self.query
+    hook = query.register_forward_hook(lambda m, args, out: seen[m.training].add(out.dtype))
+    grads = set()
+    for p in model.parameters():
+        p.register_hook(lambda g: grads.add(g.dtype))
+    data = prepare(tok, synthetic(32), {"neg": 0, "pos": 1}, 32, "head")
+    config = FinetuneConfig(epochs=1, batch_size=8, max_steps=2, save_vectors=False)
+    try:
+        model, state = train(model, data, data.subset(range(8)), config, tok.pad_token_id, "cpu")
+    finally:
+        hook.remove()
+    assert state.autocast == mode and state.step == 2
+    assert seen == {True: {torch.bfloat16 if units == "1" else torch.float32}, False: {torch.float32}}
+    assert grads == {torch.float32} and {p.dtype for p in model.parameters()} == {torch.float32}
+    with torch.no_grad():  # the returned model computes in float32 (no autocast left on its forward)
+        out = model(torch.tensor([[2, 5, 9, 3]]), torch.ones(1, 4, dtype=torch.long))
+    assert out.logits.dtype == torch.float32
 
 
 def test_cross_validation_never_chooses_the_epoch_on_the_rows_it_scores(bert4, tmp_path):
