@@ -37,6 +37,7 @@ from analysis.activations import (
     make_batch,
     max_input_length,
 )
+from analysis.compare.cka import constant_layers, linear_cka
 from analysis.inputs import InputError, TextInputs, check_row_limit
 from analysis.options import ATLAS_METHODS, ATLAS_POOLINGS, COLOR_BY
 from analysis.parallel import ONE, Ranks
@@ -337,6 +338,28 @@ SEPARABILITY_HEADERS = {
 }
 
 
+def out_of_fold(x: np.ndarray, labels: np.ndarray, folds: int = 5, seed: int = 0) -> tuple[np.ndarray, list[float]]:
+    """The linear probe's out-of-fold predictions of ``x`` ``(n, d)`` (every row predicted once, by the fold that
+    did not train on it) and each fold's accuracy: ``StandardScaler -> LogisticRegression(max_iter=1000)``,
+    ``StratifiedKFold(folds, shuffle=True, random_state=seed)``. The same folds for the same labels and seed, so
+    two models' predictions of the same rows pair up (:mod:`analysis.compare`'s McNemar test)."""
+    from sklearn.base import clone
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    probe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
+    oof, scores = np.empty_like(labels), []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        for fit, held in StratifiedKFold(folds, shuffle=True, random_state=seed).split(x, labels):
+            oof[held] = clone(probe).fit(x[fit], labels[fit]).predict(x[held])
+            scores.append(float((oof[held] == labels[held]).mean()))
+    return oof, scores
+
+
 def separability(x: np.ndarray, labels: np.ndarray, folds: int = 5, seed: int = 0) -> dict:
     """Silhouette and a cross-validated linear probe of vectors ``x`` ``(n, d)`` with ``labels``.
 
@@ -347,69 +370,16 @@ def separability(x: np.ndarray, labels: np.ndarray, folds: int = 5, seed: int = 
     pooled out-of-fold predictions (every row predicted once); ``majority_baseline`` is the accuracy of always
     predicting the most frequent class.
     """
-    from sklearn.base import clone
-    from sklearn.exceptions import ConvergenceWarning
-    from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import f1_score, silhouette_score
-    from sklearn.model_selection import StratifiedKFold
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
 
     sample = SILHOUETTE_MAX_ROWS if len(x) > SILHOUETTE_MAX_ROWS else None
     sil = float(silhouette_score(x, labels, metric="euclidean", sample_size=sample, random_state=seed))
-    probe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
-    oof, scores = np.empty_like(labels), []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        for fit, held in StratifiedKFold(folds, shuffle=True, random_state=seed).split(x, labels):
-            oof[held] = clone(probe).fit(x[fit], labels[fit]).predict(x[held])
-            scores.append(float((oof[held] == labels[held]).mean()))
+    oof, scores = out_of_fold(x, labels, folds, seed)
     low, high = wilson_interval(int((oof == labels).sum()), len(labels))
     _, counts = np.unique(labels, return_counts=True)
     return {"silhouette": sil, "probe_accuracy": float(np.mean(scores)), "probe_accuracy_std": float(np.std(scores)),
             "probe_macro_f1": float(f1_score(labels, oof, average="macro")), "probe_ci_low": low,
             "probe_ci_high": high, "majority_baseline": float(counts.max() / len(labels))}
-
-
-def linear_cka(reps: np.ndarray, other: np.ndarray | None = None, *, constant: list[int] | None = None) -> np.ndarray:
-    """``(S, S2)`` linear CKA between every layer of ``reps`` ``(S, n, d)`` and every layer of ``other``
-    ``(S2, n, d2)`` (default: ``reps`` itself): ``||Y'X||_F^2 / (||X'X||_F ||Y'Y||_F)`` on column-centred X, Y.
-    Uses ``n x n`` Gram matrices when there are fewer rows than dimensions, cross-covariances otherwise (the
-    same number either way). Undefined (NaN) for a layer whose vectors are all the same (``constant``: those
-    layers of ``reps`` when ``other`` is None, found by :func:`constant_layers` when not given)."""
-    def centred(a: np.ndarray) -> torch.Tensor:
-        x = torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
-        return x - x.mean(1, keepdim=True)
-
-    x = centred(reps)
-    y = x if other is None else centred(other)
-    n = x.shape[1]
-    if n <= min(x.shape[2], y.shape[2]):
-        gx = torch.einsum("lnd,lmd->lnm", x, x).reshape(len(x), n * n).double()
-        gy = gx if other is None else torch.einsum("lnd,lmd->lnm", y, y).reshape(len(y), n * n).double()
-        dots = gx @ gy.T  # <K_i, L_j>_F = ||Y_j' X_i||_F^2
-        self_x, self_y = gx.square().sum(1).sqrt(), gy.square().sum(1).sqrt()
-    else:
-        def cross(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-            return (a.T @ b).double().square().sum()
-
-        dots = torch.stack([torch.stack([cross(xi, yj) for yj in y]) for xi in x])
-        self_x = torch.stack([cross(xi, xi) for xi in x]).sqrt()
-        self_y = self_x if other is None else torch.stack([cross(yj, yj) for yj in y]).sqrt()
-    cka = (dots / (self_x[:, None] * self_y[None, :]).clamp(min=1e-300)).numpy()
-    rows = constant_layers(reps) if constant is None else constant
-    cols = rows if other is None else constant_layers(other)
-    cka[rows, :] = np.nan
-    cka[:, cols] = np.nan
-    return cka
-
-
-def constant_layers(reps: np.ndarray, rtol: float = 1e-5) -> list[int]:
-    """Layers whose vectors are the same for every row (up to float noise), e.g. [CLS] at the embeddings:
-    its state there is the [CLS] embedding plus position 0, whatever the text."""
-    spread = np.abs(reps - reps[:, :1]).max(axis=(1, 2))
-    scale = np.abs(reps).max(axis=(1, 2))
-    return [i for i in range(len(reps)) if spread[i] <= rtol * max(scale[i], 1e-30)]
 
 
 # --- the whole analysis --------------------------------------------------------------------------------------

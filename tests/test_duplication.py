@@ -9,6 +9,7 @@ import torch
 from transformers import AutoModelForMaskedLM
 
 from analysis.cli import main
+from analysis.compare.cka import linear_cka
 from analysis.duplication import (
     duplicate_first,
     duplicate_last,
@@ -19,7 +20,6 @@ from analysis.duplication import (
     token_states,
 )
 from analysis.inputs import InputError, TextInputs
-from analysis.projection import linear_cka
 from analysis.reconstruction import probe
 from models.loading import ModelSpec, load_model
 

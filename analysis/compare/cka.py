@@ -1,0 +1,134 @@
+"""Centred kernel alignment between layers: one definition for the atlas, duplication and comparison.
+
+Linear CKA (Kornblith et al. 2019, "Similarity of neural network representations revisited", eq. 3 with the linear
+kernel): ``CKA(X, Y) = ||Y'X||_F^2 / (||X'X||_F ||Y'Y||_F)`` on column-centred ``X`` ``(n, d1)``, ``Y`` ``(n, d2)``;
+1 for representations equal up to an orthogonal transform and isotropic scaling.
+
+Debiased CKA (Nguyen, Raghu & Kornblith 2021, "Do wide and deep networks learn the same things?", §3, with the
+unbiased HSIC estimator of Song et al. 2012, eq. 5): the plain estimator is biased upwards for small ``n`` (two
+unrelated random matrices with ``d`` near ``n`` score far above 0); the unbiased HSIC fixes it. Computed here in
+feature space for the linear kernel, without the ``n x n`` Gram matrices (the identities are in
+:func:`_unbiased_hsic`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def linear_cka(reps: np.ndarray, other: np.ndarray | None = None, *, constant: list[int] | None = None) -> np.ndarray:
+    """``(S, S2)`` linear CKA between every layer of ``reps`` ``(S, n, d)`` and every layer of ``other``
+    ``(S2, n, d2)`` (default: ``reps`` itself): ``||Y'X||_F^2 / (||X'X||_F ||Y'Y||_F)`` on column-centred X, Y.
+    Uses ``n x n`` Gram matrices when there are fewer rows than dimensions, cross-covariances otherwise (the
+    same number either way). Undefined (NaN) for a layer whose vectors are all the same (``constant``: those
+    layers of ``reps`` when ``other`` is None, found by :func:`constant_layers` when not given)."""
+    def centred(a: np.ndarray) -> torch.Tensor:
+        x = torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
+        return x - x.mean(1, keepdim=True)
+
+    x = centred(reps)
+    y = x if other is None else centred(other)
+    n = x.shape[1]
+    if n <= min(x.shape[2], y.shape[2]):
+        gx = torch.einsum("lnd,lmd->lnm", x, x).reshape(len(x), n * n).double()
+        gy = gx if other is None else torch.einsum("lnd,lmd->lnm", y, y).reshape(len(y), n * n).double()
+        dots = gx @ gy.T  # <K_i, L_j>_F = ||Y_j' X_i||_F^2
+        self_x, self_y = gx.square().sum(1).sqrt(), gy.square().sum(1).sqrt()
+    else:
+        def cross(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return (a.T @ b).double().square().sum()
+
+        dots = torch.stack([torch.stack([cross(xi, yj) for yj in y]) for xi in x])
+        self_x = torch.stack([cross(xi, xi) for xi in x]).sqrt()
+        self_y = self_x if other is None else torch.stack([cross(yj, yj) for yj in y]).sqrt()
+    cka = (dots / (self_x[:, None] * self_y[None, :]).clamp(min=1e-300)).numpy()
+    rows = constant_layers(reps) if constant is None else constant
+    cols = rows if other is None else constant_layers(other)
+    cka[rows, :] = np.nan
+    cka[:, cols] = np.nan
+    return cka
+
+
+def constant_layers(reps: np.ndarray, rtol: float = 1e-5) -> list[int]:
+    """Layers whose vectors are the same for every row (up to float noise), e.g. [CLS] at the embeddings:
+    its state there is the [CLS] embedding plus position 0, whatever the text."""
+    spread = np.abs(reps - reps[:, :1]).max(axis=(1, 2))
+    scale = np.abs(reps).max(axis=(1, 2))
+    return [i for i in range(len(reps)) if spread[i] <= rtol * max(scale[i], 1e-30)]
+
+
+def _unbiased_hsic(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Song et al. 2012 eq. 5 for ``K = XX'``, ``L = YY'`` (float64), with ``K~``/``L~`` their diagonals zeroed:
+    ``[tr(K~L~) + 1'K~1 1'L~1 / ((n-1)(n-2)) - 2/(n-2) 1'K~L~1] / (n(n-3))``, using
+    ``tr(K~L~) = ||X'Y||_F^2 - sum_i |x_i|^2 |y_i|^2``, ``1'K~1 = |sum_i x_i|^2 - sum_i |x_i|^2`` and
+    ``K~1 = X (X'1) - (|x_i|^2)_i``."""
+    n = x.shape[0]
+    kx, ky = x.square().sum(1), y.square().sum(1)
+    trace = (x.T @ y).square().sum() - (kx * ky).sum()
+    ones_k, ones_l = x.sum(0).square().sum() - kx.sum(), y.sum(0).square().sum() - ky.sum()
+    k1, l1 = x @ x.sum(0) - kx, y @ y.sum(0) - ky
+    return (trace + ones_k * ones_l / ((n - 1) * (n - 2)) - 2 / (n - 2) * (k1 @ l1)) / (n * (n - 3))
+
+
+def debiased_cka(x: np.ndarray, y: np.ndarray) -> float:
+    """Debiased linear CKA of ``x`` ``(n, d1)`` and ``y`` ``(n, d2)`` (module docstring); needs ``n >= 4``. NaN
+    when either side is constant. Can be slightly negative for unrelated representations (it is unbiased)."""
+    if len(x) < 4:
+        raise ValueError("debiased CKA needs at least 4 rows")
+    a = torch.from_numpy(np.asarray(x, dtype=np.float64))
+    b = torch.from_numpy(np.asarray(y, dtype=np.float64))
+    a, b = a - a.mean(0), b - b.mean(0)  # centring does not change the unbiased HSIC; it helps the rounding
+    xy, xx, yy = _unbiased_hsic(a, b), _unbiased_hsic(a, a), _unbiased_hsic(b, b)
+    if xx <= 0 or yy <= 0:
+        return float("nan")
+    return float(xy / (xx * yy).sqrt())
+
+
+def paired_cka(a: np.ndarray, b: np.ndarray, layers: list[int], boot: int = 200, seed: int = 0,
+               max_rows: int = 2000, debiased: bool = False) -> list[dict]:
+    """Per layer ``l`` of ``layers``: the CKA of ``a[l]`` ``(n, d)`` and ``b[l]`` (the same rows) with a 95%
+    percentile bootstrap interval over rows (``boot`` resamples, seeded). The interval is computed on
+    ``min(n, max_rows)`` rows (a seeded sample above that: the Gram matrices are ``m x m``); the value on all rows.
+    Returns ``[{"layer", "cka", "ci_low", "ci_high", "bootstrap_rows"}]``."""
+    rng = np.random.default_rng(seed)
+    n = a.shape[1]
+    sub = np.sort(rng.choice(n, max_rows, replace=False)) if n > max_rows else np.arange(n)
+    draws = rng.integers(0, len(sub), (boot, len(sub)))
+    out = []
+    for layer in layers:
+        x, y = a[layer], b[layer]
+        value = debiased_cka(x, y) if debiased else float(linear_cka(x[None], y[None])[0, 0])
+        gx = torch.from_numpy(np.asarray(x[sub], np.float64))
+        gy = torch.from_numpy(np.asarray(y[sub], np.float64))
+        kx, ky = gx @ gx.T, gy @ gy.T  # Grams: a resample's Gram is a submatrix
+        values = []
+        for idx in torch.from_numpy(draws):
+            values.append(_gram_cka(kx[idx][:, idx], ky[idx][:, idx], debiased))
+        values = np.asarray(values, dtype=np.float64)
+        finite = values[np.isfinite(values)]
+        low, high = (np.percentile(finite, [2.5, 97.5]) if len(finite) else (np.nan, np.nan))
+        out.append({"layer": layer, "cka": value, "ci_low": float(low), "ci_high": float(high),
+                    "bootstrap_rows": len(sub)})
+    return out
+
+
+def _gram_cka(kx: torch.Tensor, ky: torch.Tensor, debiased: bool) -> float:
+    """CKA from Gram matrices (the same definitions as above, in their Gram form)."""
+    n = len(kx)
+    if debiased:
+        def hsic(p, q):
+            p, q = p.clone(), q.clone()
+            p.fill_diagonal_(0)
+            q.fill_diagonal_(0)
+            return ((p * q).sum() + p.sum() * q.sum() / ((n - 1) * (n - 2)) - 2 / (n - 2) * (p.sum(0) @ q.sum(0))) \
+                / (n * (n - 3))
+    else:
+        h = torch.eye(n, dtype=kx.dtype) - 1.0 / n
+
+        def hsic(p, q):
+            return ((h @ p @ h) * (h @ q @ h)).sum()
+    xx, yy = hsic(kx, kx), hsic(ky, ky)
+    if xx <= 0 or yy <= 0:
+        return float("nan")
+    return float(hsic(kx, ky) / (xx * yy).sqrt())

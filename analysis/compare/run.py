@@ -1,0 +1,167 @@
+"""Compare checkpoints layer by layer on the same rows (issue 28; Merchant et al. 2020, "What happens to BERT
+embeddings during fine-tuning?"; Kao et al. 2020 Fig. 2): the first model is the reference A, each other model B is
+compared with it.
+
+Per pair and per layer (paired by index, ``0 .. min(L_A, L_B)``; the cross matrix has every pair of layers):
+- linear CKA of A's and B's layer-l sentence vectors with a bootstrap interval (debiased CKA as an option),
+  :mod:`analysis.compare.cka`;
+- with labels: each model's linear-probe accuracy (the atlas's probe, the same folds for both, Wilson interval)
+  and an exact McNemar test on the paired out-of-fold predictions;
+- movers: each example's cosine distance after Procrustes alignment, raw, and its 10-nearest-neighbour overlap
+  (:mod:`analysis.compare.movers`);
+- one aligned map: PCA of A's and B's vectors pooled, each layer's map rotated onto the previous one.
+Vectors come from the atlas's cache (:func:`analysis.projection.representations`): a model already extracted on
+these rows is not extracted again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+import pandas as pd
+
+from analysis.compare.cka import linear_cka, paired_cka
+from analysis.compare.movers import mcnemar, movement, neighbour_overlap
+from analysis.inputs import InputError, TextInputs
+from analysis.scores import wilson_interval
+from models.loading import LoadedModel
+
+NEIGHBOURS = 10
+CHANGED = 0.5  # an example whose neighbours "mostly changed": fewer than half of its 10 nearest are kept
+
+
+@dataclasses.dataclass(frozen=True)
+class CompareConfig:
+    pooling: str = "cls"
+    max_length: int | None = None
+    batch_size: int = 32
+    folds: int = 5
+    seed: int = 0
+    boot: int = 200
+    debiased: bool = False
+    neighbours: int = NEIGHBOURS
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class CompareResult:
+    """``cka_cross``: model_b, layer_a, layer_b, cka; ``layer_summary``: one row per (model_b, layer);
+    ``movers``: one row per (model_b, layer, example); ``coords``: model, layer, example_id, x, y; ``info``."""
+
+    cka_cross: pd.DataFrame
+    layer_summary: pd.DataFrame
+    movers: pd.DataFrame
+    coords: pd.DataFrame
+    info: dict
+
+
+def same_tokenizer(a: LoadedModel, b: LoadedModel) -> None:
+    """Refuse a pair whose tokenizers differ (vocabulary or class): their token positions do not correspond."""
+    ta, tb = a.tokenizer, b.tokenizer
+    if type(ta).__name__ != type(tb).__name__ or ta.get_vocab() != tb.get_vocab():
+        raise InputError(f"'{a.spec.name}' and '{b.spec.name}' use different tokenizers: a layer-by-layer comparison "
+                         "needs the same tokens; only sentence-level comparisons would be possible between them")
+
+
+def aligned_maps(a: np.ndarray, b: np.ndarray, layers: list[int]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per layer, 2-D coordinates of A's and B's rows in one space: exact PCA of the two pooled, then rotated (or
+    reflected) onto the previous layer's map by 2-D orthogonal Procrustes, so a point whose vectors do not change
+    keeps its place from layer to layer."""
+    from scipy.linalg import orthogonal_procrustes
+
+    from analysis.projection import exact_pca
+
+    out, previous = [], None
+    n = a.shape[1]
+    for layer in layers:
+        pooled = np.concatenate([a[layer], b[layer]]).astype(np.float64)
+        coords = exact_pca(pooled) if np.ptp(pooled, axis=0).max() > 0 else np.zeros((2 * n, 2))
+        if previous is not None:
+            coords = coords @ orthogonal_procrustes(coords, previous)[0]
+        previous = coords
+        out.append((coords[:n], coords[n:]))
+    return out
+
+
+def compare_pair(a: np.ndarray, b: np.ndarray, names: tuple[str, str], inputs: TextInputs,
+                 config: CompareConfig = CompareConfig(), oof_a: dict | None = None) -> tuple[list, list, list, list]:
+    """One pair's tables from the vectors ``a`` ``(L_A + 1, n, d)`` and ``b`` of the same rows of ``inputs``:
+    ``(cross, summary, movers, coords)`` as lists of rows / frames (:class:`CompareResult`). ``oof_a`` caches A's
+    out-of-fold correctness per layer across pairs."""
+    from analysis.projection import out_of_fold
+
+    name_a, name_b = names
+    labels = np.asarray(inputs.labels) if inputs.labels else None
+    ids = np.asarray(inputs.ids)
+    oof_a = {} if oof_a is None else oof_a
+    same_width = a.shape[2] == b.shape[2]
+    layers = list(range(min(len(a), len(b))))
+    matrix = linear_cka(a, b)
+    cross = [{"model_b": name_b, "layer_a": i, "layer_b": j, "cka": float(matrix[i, j])}
+             for i in range(len(a)) for j in range(len(b))]
+    cka = paired_cka(a, b, layers, config.boot, config.seed, debiased=config.debiased)
+    maps = aligned_maps(a, b, layers) if same_width else []
+    summary, movers, coords = [], [], []
+    for layer, row in zip(layers, cka, strict=True):
+        nan = np.full(len(ids), np.nan)
+        aligned, raw = movement(a[layer], b[layer]) if same_width else (nan, nan)
+        overlap = neighbour_overlap(a[layer], b[layer], config.neighbours)
+        entry = {"model_a": name_a, "model_b": name_b, "layer": layer, "cka": row["cka"],
+                 "cka_ci_low": row["ci_low"], "cka_ci_high": row["ci_high"],
+                 "mean_movement": float(np.mean(aligned)), "median_movement": float(np.median(aligned)),
+                 "neighbours_mostly_changed": float(np.mean(overlap < CHANGED))}
+        if labels is not None:
+            if layer not in oof_a:
+                oof_a[layer] = out_of_fold(a[layer], labels, config.folds, config.seed)[0] == labels
+            right_a, right_b = oof_a[layer], out_of_fold(b[layer], labels, config.folds, config.seed)[0] == labels
+            low_a, high_a = wilson_interval(int(right_a.sum()), len(right_a))
+            low_b, high_b = wilson_interval(int(right_b.sum()), len(right_b))
+            test = mcnemar(right_a, right_b)
+            entry |= {"probe_accuracy_a": float(right_a.mean()), "probe_ci_low_a": low_a, "probe_ci_high_a": high_a,
+                      "probe_accuracy_b": float(right_b.mean()), "probe_ci_low_b": low_b, "probe_ci_high_b": high_b,
+                      "probe_change": float(right_b.mean() - right_a.mean()), "mcnemar_a_only": test["a_only"],
+                      "mcnemar_b_only": test["b_only"], "mcnemar_p": test["p_value"]}
+        summary.append(entry)
+        movers.append(pd.DataFrame({"model_b": name_b, "layer": layer, "example_id": ids, "text": inputs.texts,
+                                    **({"label": labels} if labels is not None else {}),
+                                    "movement": aligned, "movement_raw": raw, "neighbour_overlap": overlap}))
+        if maps:
+            for name, c in ((name_a, maps[layer][0]), (name_b, maps[layer][1])):
+                coords.append(pd.DataFrame({"model_b": name_b, "model": name, "layer": layer, "example_id": ids,
+                                            "x": c[:, 0], "y": c[:, 1]}))
+    return cross, summary, movers, coords
+
+
+def compare(models: list[LoadedModel], inputs: TextInputs, config: CompareConfig = CompareConfig(),
+            progress=None) -> CompareResult:
+    """Compare ``models[1:]`` each with ``models[0]`` on ``inputs`` (module docstring)."""
+    from analysis.projection import representations
+
+    if len(models) < 2:
+        raise InputError("comparing needs at least two models")
+    for other in models[1:]:
+        same_tokenizer(models[0], other)
+    start = time.perf_counter()
+    reps = [representations(m, inputs, config.pooling, config.max_length, config.batch_size, progress)[0]
+            for m in models]
+    cross, summary, movers, coords = [], [], [], []
+    oof_a: dict = {}
+    for model, b in zip(models[1:], reps[1:], strict=True):
+        parts = compare_pair(reps[0], b, (models[0].spec.name, model.spec.name), inputs, config, oof_a)
+        for whole, part in zip((cross, summary, movers, coords), parts, strict=True):
+            whole += part
+    info = {**config.to_dict(), "models": [m.spec.name for m in models],
+            "fingerprints": [m.fingerprint for m in models], "rows": len(inputs),
+            "layers": "paired by index, 0 .. min(L_A, L_B); cka_cross.csv has every pair",
+            "bootstrap": f"{config.boot} resamples of the rows (at most 2,000 of them), percentile 95%",
+            "movement": "cosine distance after orthogonal Procrustes of B onto A, fitted on all rows",
+            "neighbours_mostly_changed": f"share of rows keeping fewer than {CHANGED:.0%} of their "
+                                         f"{config.neighbours} nearest neighbours (cosine)",
+            "seconds": round(time.perf_counter() - start, 3)}
+    return CompareResult(pd.DataFrame(cross), pd.DataFrame(summary),
+                         pd.concat(movers, ignore_index=True) if movers else pd.DataFrame(),
+                         pd.concat(coords, ignore_index=True) if coords else pd.DataFrame(), info)
