@@ -155,6 +155,72 @@ def encode_truncated(tokenizer, texts, pairs, max_length: int, strategy: str = "
     return ids, types, cut
 
 
+_WORDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _prefix_spaces(node):
+    """Set ``add_prefix_space`` on every byte-level pre-tokenizer in a serialised pipeline (in place)."""
+    if isinstance(node, dict):
+        if node.get("type") == "ByteLevel" and "add_prefix_space" in node:
+            node["add_prefix_space"] = True
+        for value in node.values():
+            _prefix_spaces(value)
+    elif isinstance(node, list):
+        for value in node:
+            _prefix_spaces(value)
+
+
+def words_backend(tokenizer) -> Tokenizer:
+    """:func:`bare_backend` for text already split into words. A byte-level BPE (RoBERTa, GPT-2 style) marks a
+    word that follows a space with ``Ġ``; given one word at a time it would see every word as text-initial, so
+    its pre-tokenizer gets ``add_prefix_space=True`` (what transformers requires for ``is_split_into_words``):
+    every word, the first included, is read as if a space preceded it. WordPiece and SentencePiece (Metaspace
+    prepends ``▁`` to each word) need nothing. A copy, made once per tokenizer; the shared one is never touched."""
+    import json
+
+    with _BARE_LOCK:
+        backend = _WORDS.get(tokenizer)
+        if backend is None:
+            spec = json.loads(tokenizer.backend_tokenizer.to_str())
+            _prefix_spaces(spec.get("pre_tokenizer"))
+            backend = Tokenizer.from_str(json.dumps(spec))
+            backend.no_padding()
+            backend.no_truncation()
+            _WORDS[tokenizer] = backend
+        return backend
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodedWords(Encoded):
+    """:class:`Encoded` for pre-split words: ``word_ids[s][t]`` is the word of token ``t`` of sentence ``s``
+    (None for special tokens). Nothing is cut: ``too_long`` lists the sentences (input positions) longer than
+    ``max_length`` tokens and ``no_subword`` those with a word the tokenizer turns into no token at all; both are
+    left out of the batches by the callers, which report them."""
+
+    word_ids: list[list[int | None]] = dataclasses.field(default_factory=list)
+    too_long: list[int] = dataclasses.field(default_factory=list)
+    no_subword: list[int] = dataclasses.field(default_factory=list)
+
+
+def encode_words(tokenizer, sentences: list[list[str]], max_length: int) -> EncodedWords:
+    """Tokenise sentences given as words (``is_split_into_words``), with the model's special tokens and the
+    word of each token (:func:`words_backend`). A sentence over ``max_length`` tokens is never cut: it is listed
+    in ``too_long``."""
+    backend = words_backend(tokenizer)
+    ids, types, words, too_long, no_subword = [], [], [], [], []
+    for i, e in enumerate(backend.encode_batch([list(s) for s in sentences], is_pretokenized=True,
+                                               add_special_tokens=True)):
+        ids.append(e.ids)
+        types.append(e.type_ids)
+        words.append(e.word_ids)
+        if len(e.ids) > max_length:
+            too_long.append(i)
+        elif len({w for w in e.word_ids if w is not None}) < len(sentences[i]):
+            no_subword.append(i)
+    keep_types = "token_type_ids" in tokenizer.model_input_names
+    return EncodedWords(ids, types if keep_types else None, max_length, 0, words, too_long, no_subword)
+
+
 def encode(tokenizer, inputs: TextInputs, max_length: int, strategy: str = "head") -> Encoded:
     """Tokenise ``inputs`` with :func:`encode_truncated`, cutting texts longer than ``max_length`` (counted)."""
     ids, types, truncated = encode_truncated(tokenizer, inputs.texts, inputs.pairs, max_length, strategy)

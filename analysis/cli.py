@@ -38,6 +38,7 @@ from analysis.cli_finetune import (
     cmd_jobs,
 )
 from analysis.cli_lens import add_lens_arguments, cmd_lens
+from analysis.cli_structure import add_structure_arguments, cmd_structure
 from analysis.csvout import to_csv
 from analysis.inputs import PROBE_ROW_LIMIT, InputError, check_row_limit
 from analysis.options import ATLAS_METHODS as METHODS
@@ -291,6 +292,8 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str, Callable[[ar
     "duplicate": (cmd_duplicate, "layer duplication: a deeper model from the pre-trained layers, without training",
                   add_duplicate_arguments),
     "jobs": (cmd_jobs, "background fine-tuning jobs: submit, list, show, cancel, logs", add_jobs_arguments),
+    "structure": (cmd_structure, "linguistic structure per layer: UPOS and relation probes with control tasks, MDL, "
+                  "structural probes on UD treebanks", add_structure_arguments),
     "lens": (cmd_lens, "tuned lens: train per-layer translators read by the MLM head (probe --lens uses them)",
              add_lens_arguments),
 }

@@ -38,12 +38,14 @@ class ArrayStore:
     def path(self, kind: str, key: str) -> Path:
         return self.root / kind / f"{key}.npy"
 
-    def get(self, kind: str, key: str) -> np.ndarray | None:
+    def get(self, kind: str, key: str, mmap: bool = False) -> np.ndarray | None:
+        """The array stored under ``key`` (None when absent or unreadable); ``mmap``: memory-mapped read-only,
+        so a caller reading one slice at a time (a layer of word vectors) holds only that slice in memory."""
         path = self.path(kind, key)
         if not path.is_file():
             return None
         try:
-            return np.load(path, allow_pickle=False)
+            return np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)
         except (OSError, ValueError) as exc:
             log.warning("dropping unreadable cache entry %s (%s)", path, exc)
             path.unlink(missing_ok=True)

@@ -1,0 +1,73 @@
+"""``python -m analysis structure``: what each layer knows about linguistic structure (:mod:`analysis.structure`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from analysis.cli_base import StageBars, UserError, add_option_flag, prepare_out, spec_from_args, versions, write_json
+
+OUTPUTS = "probes.csv, mdl.csv, summary.csv, trees.jsonl, run.json"
+
+
+def add_structure_arguments(p: argparse.ArgumentParser) -> None:
+    from analysis.structure.options import DEFAULT_TEST, DEFAULT_TRAIN, StructureOptions
+
+    g = p.add_argument_group("linguistic structure (CoNLL-U treebanks, .conllu or .conllu.gz)")
+    g.add_argument("--train", type=Path, default=DEFAULT_TRAIN, help="treebank the probes are trained on "
+                   "(default: UD English-EWT dev under ../shared/data/ud_english_ewt)")
+    g.add_argument("--test", type=Path, default=DEFAULT_TEST, help="treebank the probes are scored on (default: "
+                   "UD English-EWT test)")
+    for name in StructureOptions.model_fields:
+        add_option_flag(g, name, schema=StructureOptions)
+
+
+def structure_options(args: argparse.Namespace):
+    from analysis.structure.options import StructureOptions
+
+    return StructureOptions(**{k: v for k, v in vars(args).items() if k in StructureOptions.model_fields})
+
+
+def cmd_structure(args: argparse.Namespace) -> int:
+    """Label probes with control tasks, MDL and structural probes per layer, on UD treebanks."""
+    from analysis.csvout import to_csv
+    from analysis.precision import mode
+    from analysis.structure.run import run_structure
+    from analysis.structure.treebank import read_conllu
+    from models.loading import load_model
+
+    if args.out is None:
+        raise UserError(f"--out DIR is required: the analysis writes {OUTPUTS}")
+    options = structure_options(args)
+    for name in ("train", "test"):
+        path = getattr(args, name)
+        if not path.is_file():
+            raise UserError(f"--{name} {path}: no such file (give a CoNLL-U treebank, .conllu or .conllu.gz)")
+    train = read_conllu(args.train, options.max_sentences)
+    test = read_conllu(args.test, options.max_sentences)
+    loaded = load_model(spec_from_args(args))
+    out = prepare_out(args.out)
+    with StageBars() as progress:
+        result = run_structure(loaded, train, test, options, progress=progress)
+    to_csv(result.probes, out / "probes.csv")
+    to_csv(result.mdl, out / "mdl.csv")
+    to_csv(result.summary, out / "summary.csv")
+    with open(out / "trees.jsonl", "w", encoding="utf-8") as f:
+        for record in result.trees:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    dtype = str(loaded.model.dtype).removeprefix("torch.")
+    write_json(out, "run.json", {**result.info, "model": loaded.spec.name, "fingerprint": loaded.fingerprint,
+                                 "model_spec": loaded.spec.to_dict(), "precision": mode(dtype),
+                                 "versions": versions()})
+    for name, info in (("train", result.info["train"]), ("test", result.info["test"])):
+        dropped = info["dropped_too_long"] + info["dropped_no_subword"]
+        if dropped:
+            print(f"note: {name}: dropped {info['dropped_too_long']} sentence(s) longer than the model's "
+                  f"{result.info['max_tokens']} tokens and {info['dropped_no_subword']} with a word that has no "
+                  f"subword, of {info['sentences']} (listed in run.json)", file=sys.stderr)
+    print(f"word vector: {result.info['word_vector_text']}", file=sys.stderr)
+    print(result.summary.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    print(f"wrote {args.out}: {OUTPUTS}", file=sys.stderr)
+    return 0

@@ -1,0 +1,62 @@
+"""The options of the linguistic-structure analysis (one schema: the CLI's flags are built from it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from analysis.inputs import InputError
+from analysis.options import MAX_SEED, Options
+
+TASKS = ("upos", "deprel", "distance", "depth")
+EWT = Path(__file__).resolve().parents[3] / "shared" / "data" / "ud_english_ewt"
+DEFAULT_TRAIN = EWT / "en_ewt-ud-dev.conllu.gz"
+DEFAULT_TEST = EWT / "en_ewt-ud-test.conllu.gz"
+
+
+class StructureOptions(Options):
+    """What :func:`analysis.structure.run.run_structure` computes (the model and files are given beside it)."""
+
+    tasks: str = Field("upos,deprel,distance,depth", title="tasks", description="comma-separated: "
+                       + ", ".join(TASKS))
+    word_vector: Literal["first", "mean"] = Field("first", title="word vector", description="a word's vector: its "
+                                                  "first subword's (Hewitt & Manning) or the mean of its subwords'")
+    probe: Literal["linear", "mlp"] = Field("linear", title="label probe", description="linear: multinomial "
+                                            "logistic regression; mlp: one hidden layer of 256 ReLU units")
+    rank: int | None = Field(None, ge=1, le=65536, title="structural probe rank", description="k of B (k x "
+                             "hidden), at most the hidden size (default min(hidden, 128))")
+    layers: str = Field("all", title="layers", description="hidden states to probe: all, a slice such as -6: or a "
+                        "list such as 0,4,8")
+    tree_layers: str = Field("all", title="tree layers", description="layers whose predicted trees go to "
+                             "trees.jsonl (of those probed), or none")
+    mdl: bool = Field(True, title="MDL", description="online codelength of the label tasks (Voita & Titov)")
+    seed: int = Field(0, ge=0, le=MAX_SEED, title="seed")
+    max_sentences: int | None = Field(None, ge=1, title="max sentences", description="read at most this many "
+                                      "sentences of each file (the first)")
+    max_epochs: int = Field(30, ge=1, le=1000, title="structural probe epochs", description="at most this many "
+                            "epochs (early stopping on a 10% dev split of the training file)")
+
+    @field_validator("tasks")
+    @classmethod
+    def _tasks(cls, value: str) -> str:
+        names = [t.strip().lower() for t in value.split(",") if t.strip()]
+        unknown = [t for t in names if t not in TASKS]
+        if unknown or not names:
+            raise ValueError(f"unknown task(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(TASKS)}")
+        return ",".join(dict.fromkeys(names))
+
+    @property
+    def task_list(self) -> list[str]:
+        return self.tasks.split(",")
+
+
+def check_rank(rank: int | None, hidden: int) -> int:
+    from analysis.structure.structural import default_rank
+
+    if rank is None:
+        return default_rank(hidden)
+    if rank > hidden:
+        raise InputError(f"--rank {rank} is more than the model's hidden size {hidden}: B is k x hidden, k <= hidden")
+    return rank
