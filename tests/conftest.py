@@ -9,6 +9,8 @@ os.environ["HF_HUB_OFFLINE"] = "1"  # before transformers is imported: any hub a
 os.environ["LAYERLENS_HOME"] = tempfile.mkdtemp(prefix="layerlens-home-")  # never the user's own cache
 os.environ.setdefault("LAYERLENS_MODEL_DIRS", tempfile.gettempdir())  # the tests' tiny models live in pytest's tmp
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# the same numbers on every machine: float32 unless a test asks for the bf16 paths (LAYERLENS_BF16_UNITS=1)
+os.environ.setdefault("LAYERLENS_BF16_UNITS", "0")
 
 from pathlib import Path  # noqa: E402
 

@@ -32,6 +32,15 @@ def test_the_capability_can_be_forced_either_way(monkeypatch):
         head_product("fast", "cpu")
 
 
+def test_without_the_override_the_capability_is_read_off_the_cpu(monkeypatch):
+    from analysis.precision import _cpu_flags, bf16_pays
+
+    monkeypatch.delenv("LAYERLENS_BF16_UNITS", raising=False)
+    has_units = bool({"amx_bf16", "avx512_bf16"} & _cpu_flags()) and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    assert bf16_units("cpu") == has_units
+    assert bf16_pays("cpu") <= has_units  # never bf16 training without the units
+
+
 def check_against_float32(exact, plain, certified=None):
     """Integers identical; probabilities within the bound the certified path stated."""
     assert exact.layers[["tokens", "correct"]].equals(plain.layers[["tokens", "correct"]])
