@@ -31,6 +31,7 @@ from analysis.cli_base import (
     versions,
     write_json,
 )
+from analysis.cli_compare import add_compare_arguments, cmd_compare
 from analysis.cli_finetune import (
     add_finetune_arguments,
     add_jobs_arguments,
@@ -294,6 +295,8 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str, Callable[[ar
     "jobs": (cmd_jobs, "background fine-tuning jobs: submit, list, show, cancel, logs", add_jobs_arguments),
     "structure": (cmd_structure, "linguistic structure per layer: UPOS and relation probes with control tasks, MDL, "
                   "structural probes on UD treebanks", add_structure_arguments),
+    "compare": (cmd_compare, "compare checkpoints layer by layer on the same rows: CKA, probe accuracy, the examples "
+                "that moved most, aligned maps", add_compare_arguments),
     "lens": (cmd_lens, "tuned lens: train per-layer translators read by the MLM head (probe --lens uses them)",
              add_lens_arguments),
 }
@@ -307,7 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     parent = model_options()
     for name, (func, help_text, add_arguments) in COMMANDS.items():
-        parents = [] if name in ("jobs", "finetune") else [parent]  # their model is one of their options
+        parents = [] if name in ("jobs", "finetune", "compare") else [parent]  # their models are their own options
         p = sub.add_parser(name, parents=parents, help=help_text, description=help_text)
         add_arguments(p)
         p.set_defaults(func=func)

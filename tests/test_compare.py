@@ -128,3 +128,31 @@ def test_a_model_compared_with_itself_and_a_different_tokenizer_refused(tiny_dir
     other = load_model(ModelSpec(str(tiny_dirs["roberta"]), device="cpu"))
     with pytest.raises(InputError, match="different tokenizers"):
         same_tokenizer(demo, other)
+
+
+def test_the_cli_writes_the_five_files_and_refuses_in_one_line(tmp_path, tiny_dirs, capsys):
+    import json
+
+    import pandas as pd
+
+    from analysis.cli import main
+
+    data = tmp_path / "rows.csv"
+    data.write_text("text,label\n" + "".join(f"film number {i} is {'good' if i % 2 else 'bad'} .,{i % 2}\n"
+                                             for i in range(24)))
+    out = tmp_path / "out"
+    assert main(["compare", "--model", "demo", "--model", "demo", "--data", str(data), "--out", str(out),
+                 "--bootstrap", "20", "--folds", "3"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["cka_cross.csv", "coords_aligned.csv", "layer_summary.csv",
+                                                     "movers.csv", "run.json"]
+    summary = pd.read_csv(out / "layer_summary.csv")
+    assert summary["cka"].isna().tolist() == summary["cka_ci_low"].isna().tolist()  # undefined: no interval either
+    assert json.loads((out / "run.json").read_text())["models"] == ["demo", "demo"]
+    assert len(pd.read_csv(out / "movers.csv")) == 24 * len(summary)
+    capsys.readouterr()
+    assert main(["compare", "--model", "demo", "--data", str(data), "--out", str(tmp_path / "x")]) == 2
+    assert main(["compare", "--model", "demo", "--model", str(tiny_dirs["roberta"]), "--data", str(data),
+                 "--out", str(tmp_path / "y")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "at least twice" in err[0] and "different tokenizers" in err[-1] and len(err) == 2
+    assert not (tmp_path / "y").exists()  # nothing half-written

@@ -107,7 +107,7 @@ def paired_cka(a: np.ndarray, b: np.ndarray, layers: list[int], boot: int = 200,
             values.append(_gram_cka(kx[idx][:, idx], ky[idx][:, idx], debiased))
         values = np.asarray(values, dtype=np.float64)
         finite = values[np.isfinite(values)]
-        low, high = (np.percentile(finite, [2.5, 97.5]) if len(finite) else (np.nan, np.nan))
+        low, high = (np.percentile(finite, [2.5, 97.5]) if len(finite) and np.isfinite(value) else (np.nan, np.nan))
         out.append({"layer": layer, "cka": value, "ci_low": float(low), "ci_high": float(high),
                     "bootstrap_rows": len(sub)})
     return out
