@@ -1,0 +1,99 @@
+"""``python -m analysis structure``: the files the issue names, their numbers consistent with one another, long
+sentences dropped and counted, bad input as one line with nothing written."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.cli import main
+from tests.conftest import FIXTURES
+
+TRAIN, TEST = FIXTURES / "ud_tiny_train.conllu", FIXTURES / "ud_tiny_test.conllu"
+COLUMNS = ["layer", "task", "metric", "value", "ci_low", "ci_high", "majority_baseline", "control", "selectivity"]
+
+
+@pytest.fixture(scope="module")
+def run(tiny_dirs, tmp_path_factory):
+    out = tmp_path_factory.mktemp("structure") / "out"
+    code = main(["structure", "--model", str(tiny_dirs["bert"]), "--train", str(TRAIN), "--test", str(TEST),
+                 "--out", str(out), "--max-epochs", "2", "--rank", "8", "--tree-layers", "0,3"])
+    return code, out
+
+
+def test_writes_the_issues_files_with_consistent_numbers(run):
+    code, out = run
+    assert code == 0
+    assert sorted(p.name for p in out.iterdir()) == ["mdl.csv", "probes.csv", "run.json", "summary.csv", "trees.jsonl"]
+    probes = pd.read_csv(out / "probes.csv")
+    assert list(probes.columns) == COLUMNS
+    assert sorted(probes.layer.unique()) == [0, 1, 2, 3] and len(probes) == 4 * 8
+    labels = probes[probes.task.isin(["upos", "deprel"])]
+    np.testing.assert_allclose(labels.selectivity, labels.value - labels.control)
+    assert (labels.ci_low <= labels.value + 1e-12).all() and (labels.value <= labels.ci_high + 1e-12).all()
+    assert probes[probes.task == "distance"].control.isna().all()
+    summary = pd.read_csv(out / "summary.csv")
+    for _, row in summary.iterrows():
+        curve = probes[(probes.task == row.task) & (probes.metric == row.metric)].set_index("layer").value
+        assert row.best_layer == curve.idxmax() and row.best_score == pytest.approx(curve.max())
+    mdl = pd.read_csv(out / "mdl.csv")
+    assert set(mdl.task) == {"upos", "deprel"} and (mdl.compression == mdl.uniform_bits / mdl.codelength_bits).all()
+    info = json.loads((out / "run.json").read_text())
+    assert info["word_vector"] == "first" and info["test"]["dropped_too_long"] == 0
+    assert info["rank"] == 8 and info["precision"].startswith("exact") and info["options"]["max_epochs"] == 2
+
+
+def test_trees_hold_gold_and_predicted_arcs_for_the_chosen_layers(run):
+    _, out = run
+    records = [json.loads(line) for line in (out / "trees.jsonl").read_text().splitlines()]
+    assert len(records) == 18 and set(records[0]["layers"]) == {"0", "3"}
+    probes = pd.read_csv(out / "probes.csv")
+    for layer in ("0", "3"):
+        correct = total = 0
+        for rec in records:
+            got = rec["layers"][layer]
+            pred = {tuple(e) for e in got["predicted_edges"]}
+            gold = {tuple(sorted((d, h))) for d, h in rec["gold_arcs"]
+                    if h and rec["upos"][d - 1] != "PUNCT" and rec["upos"][h - 1] != "PUNCT"}
+            correct, total = correct + len(pred & gold), total + len(gold)
+            assert len(got["predicted_upos"]) == len(rec["words"])
+        uuas = probes[(probes.task == "distance") & (probes.metric == "uuas") & (probes.layer == int(layer))].value
+        assert correct / total == pytest.approx(uuas.item())
+
+
+def test_long_sentences_are_dropped_counted_and_said(tiny_dirs, tmp_path, capsys):
+    long = "\n".join(f"{i}\tgood\tgood\tADJ\t_\t_\t{0 if i == 1 else 1}\t{'root' if i == 1 else 'conj'}\t_\t_"
+                     for i in range(1, 70))
+    path = tmp_path / "test.conllu"
+    path.write_text(TEST.read_text() + "\n# sent_id = long\n" + long + "\n\n")
+    out = tmp_path / "out"
+    assert main(["structure", "--model", str(tiny_dirs["bert"]), "--train", str(TRAIN), "--test", str(path),
+                 "--out", str(out), "--tasks", "upos", "--layers", "-1", "--no-mdl"]) == 0
+    info = json.loads((out / "run.json").read_text())
+    assert info["test"]["dropped_too_long"] == 1 and info["test"]["dropped_ids"] == ["long"]
+    assert info["test_sentences_scored"] == 18
+    assert "dropped 1 sentence(s) longer than the model's 64 tokens" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--rank", "99"], "more than the model's hidden size 16"),
+    (["--tasks", "pos"], "unknown task(s) pos"),
+    (["--layers", "9"], "layer 9 does not exist"),
+])
+def test_bad_options_are_one_line_and_write_nothing(tiny_dirs, tmp_path, capsys, extra, words):
+    out = tmp_path / "out"
+    code = main(["structure", "--model", str(tiny_dirs["bert"]), "--train", str(TRAIN), "--test", str(TEST),
+                 "--out", str(out), "--tasks", "upos,distance", "--no-mdl", *extra])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and words in err[-1] and err[-1].startswith("error: ") and not out.exists()
+
+
+def test_a_malformed_treebank_names_its_line(tiny_dirs, tmp_path, capsys):
+    bad = tmp_path / "bad.conllu"
+    bad.write_text(TEST.read_text().replace("2\tfilm\tfilm\tNOUN\t_\t_\t4", "2\tfilm\tfilm\tNOUN\t_\t_\tfour", 1))
+    code = main(["structure", "--model", str(tiny_dirs["bert"]), "--train", str(bad), "--test", str(TEST),
+                 "--out", str(tmp_path / "out")])
+    assert code == 2 and f"error: {bad}:4: HEAD 'four'" in capsys.readouterr().err
