@@ -92,6 +92,9 @@ def test_the_baseline_is_the_training_majority_scored_on_test():
     majority = Counter(train.labels.tolist()).most_common(1)[0][0]
     base = probes.baseline(train, test)
     assert base["class"] == majority and base["accuracy"] == pytest.approx(np.mean(test.labels == majority))
+    guess = np.full(len(test.labels), majority, dtype=object)  # macro-F1 defined as the probes' (sklearn's default)
+    assert base["macro_f1"] == pytest.approx(f1_score(test.labels.astype(str), guess.astype(str), average="macro"))
+    assert base["macro_f1"] == pytest.approx(probes.macro_f1_bootstrap(test.labels, guess, test.sentence)[0])
 
 
 # --- MDL ---------------------------------------------------------------------------------------------------------
@@ -169,3 +172,16 @@ def test_summary_bootstrap_rescores_every_layer_from_sentence_counts():
     cogs = center_of_gravity(boot, [0, 1, 2])
     assert row.center_of_gravity_ci_low == pytest.approx(np.percentile(cogs[np.isfinite(cogs)], 2.5))
     assert row.center_of_gravity_ci_low <= row.center_of_gravity <= row.center_of_gravity_ci_high
+
+
+def test_the_mlp_probe_is_one_hidden_layer_of_256_and_fits_small_blocks():
+    from sklearn.neural_network import MLPClassifier
+
+    rng = np.random.default_rng(0)
+    train = probes.label_data("upos", SENTENCES, OFFSETS)
+    layer = rng.normal(size=(int(OFFSETS[-1]), 8)).astype(np.float32)
+    scores = probes.run_layer("mlp", train, train, layer, layer, len(SENTENCES), seed=0)
+    plain = make_pipeline(StandardScaler(), MLPClassifier(hidden_layer_sizes=(256,), max_iter=200, random_state=0,
+                                                          early_stopping=False)).fit(layer, train.labels)
+    assert scores.accuracy == pytest.approx(accuracy_score(train.labels, plain.predict(layer)))
+    assert probes.fit("mlp", layer[:3], np.array(["a", "a", "b"], dtype=object), 0).predict(layer[:2]).shape == (2,)

@@ -27,7 +27,7 @@ from collections import Counter
 
 import numpy as np
 
-from analysis.scores import majority_baseline, wilson_interval
+from analysis.scores import class_baseline, majority_class, wilson_interval
 from analysis.structure.treebank import Sentence
 
 PROBES = ("linear", "mlp")
@@ -90,8 +90,9 @@ def with_control(data: LabelData, control: dict) -> LabelData:
     return dataclasses.replace(data, labels=np.asarray([control[t] for t in data.types], dtype=object))
 
 
-def make_probe(probe: str, seed: int, mlp_hidden: int = 256):
-    """A fresh scikit-learn classifier of the probe family (standardised inputs)."""
+def make_probe(probe: str, seed: int, mlp_hidden: int = 256, early_stopping: bool = True):
+    """A fresh scikit-learn classifier of the probe family (standardised inputs). The MLP stops early on a
+    stratified 10% of its rows where every class has enough of them (``early_stopping``)."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.neural_network import MLPClassifier
     from sklearn.pipeline import make_pipeline
@@ -100,7 +101,7 @@ def make_probe(probe: str, seed: int, mlp_hidden: int = 256):
     if probe == "linear":
         model = LogisticRegression(C=1.0, max_iter=300, random_state=seed)
     elif probe == "mlp":
-        model = MLPClassifier(hidden_layer_sizes=(mlp_hidden,), early_stopping=True, max_iter=200,
+        model = MLPClassifier(hidden_layer_sizes=(mlp_hidden,), early_stopping=early_stopping, max_iter=200,
                               random_state=seed)
     else:
         raise ValueError(f"unknown probe '{probe}'; choose one of {', '.join(PROBES)}")
@@ -108,9 +109,10 @@ def make_probe(probe: str, seed: int, mlp_hidden: int = 256):
 
 
 def fit(probe: str, x: np.ndarray, y: np.ndarray, seed: int):
-    model = make_probe(probe, seed)
-    if len(set(y.tolist())) == 1:  # one class: nothing to learn; predict it
+    counts = Counter(y.tolist())
+    if len(counts) == 1:  # one class: nothing to learn; predict it
         return _Constant(y[0])
+    model = make_probe(probe, seed, early_stopping=len(y) >= 200 and min(counts.values()) >= 10)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # ConvergenceWarning at max_iter: the scores say how good it is
         model.fit(x, y)
@@ -183,9 +185,10 @@ def score(y: np.ndarray, pred: np.ndarray, sentence: np.ndarray, n_sentences: in
 
 
 def baseline(train: LabelData, test: LabelData) -> dict:
-    """The training file's majority label scored on the test file (accuracy, macro-F1)."""
-    return majority_baseline(train.labels.tolist(), test.labels.tolist(),
-                             sorted(set(train.labels.tolist()) | set(test.labels.tolist())))
+    """The training file's majority label (:func:`analysis.scores.majority_class`) scored on the test file:
+    accuracy, and macro-F1 over the classes of the test labels and the guess (the probes' definition)."""
+    majority = majority_class(train.labels.tolist())
+    return class_baseline(majority, test.labels.tolist(), sorted(set(test.labels.tolist()) | {majority}))
 
 
 def run_layer(probe: str, train: LabelData, test: LabelData, train_layer: np.ndarray, test_layer: np.ndarray,
