@@ -360,3 +360,46 @@ def mean_weight_lines(frames: dict[str, pd.DataFrame], layer_names: list[str], t
     return fig
 
 
+
+
+# --- comparison of checkpoints -------------------------------------------------------------------------------
+
+def paired_cka_curve(summary: pd.DataFrame, layer_names: list[str]) -> go.Figure:
+    """Per layer, CKA(A's layer l, B's layer l) with its bootstrap interval, one line per compared model, on a
+    fixed 0-1 axis (CKA's range: no zooming into noise)."""
+    fig = go.Figure()
+    for i, (name, part) in enumerate(summary.groupby("model_b", sort=False)):
+        colour = COLOURS[i % len(COLOURS)]
+        names = [layer_names[int(v)] if int(v) < len(layer_names) else str(int(v)) for v in part["layer"]]
+        fig.add_trace(go.Scatter(x=names + names[::-1], y=list(part["cka_ci_high"]) + list(part["cka_ci_low"])[::-1],
+                                 fill="toself", fillcolor=_rgba(colour, 0.15), line={"width": 0}, hoverinfo="skip",
+                                 showlegend=False))
+        fig.add_trace(go.Scatter(x=names, y=part["cka"], name=visible(name), mode="lines+markers",
+                                 line={"color": colour}, hovertemplate="%{x}: CKA %{y:.4f}<extra></extra>"))
+    fig.update_layout(title="CKA of the same layer in both models (95% bootstrap interval)", height=380,
+                      yaxis={"range": [0, 1.02], "title": "linear CKA"}, margin={"t": 60, "b": 10},
+                      legend={"orientation": "h", "y": -0.2})
+    return fig
+
+
+def aligned_map(coords: pd.DataFrame, names: tuple[str, str], texts: dict[int, str], lines: list[int]) -> go.Figure:
+    """One layer's shared 2-D map: A's points and B's, with a line from A to B for the examples in ``lines``."""
+    fig = go.Figure()
+    for i, name in enumerate(names):
+        part = coords[coords["model"] == name] if i == 0 else coords[coords["model"] != names[0]]
+        fig.add_trace(go.Scattergl(x=part["x"], y=part["y"], mode="markers", name=visible(name),
+                                   marker={"size": 6, "color": COLOURS[i], "opacity": 0.7},
+                                   text=[plain(texts.get(int(j), "")) for j in part["example_id"]],
+                                   hovertemplate="%{text}<extra></extra>"))
+    a = coords[coords["model"] == names[0]].set_index("example_id")
+    b = coords[coords["model"] != names[0]].set_index("example_id")
+    xs, ys = [], []
+    for j in lines:
+        xs += [a.at[j, "x"], b.at[j, "x"], None]
+        ys += [a.at[j, "y"], b.at[j, "y"], None]
+    if lines:
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"color": "#888", "width": 1}, hoverinfo="skip",
+                                 name="moved most (A to B)"))
+    fig.update_layout(height=520, margin={"t": 30, "b": 10}, legend={"orientation": "h", "y": -0.1},
+                      xaxis={"title": "PC 1 of both models' vectors"}, yaxis={"title": "PC 2"})
+    return fig

@@ -118,6 +118,7 @@ def _full_streamlit_errors():
 # Tests that take more than ~5 s each: `make test` runs `pytest -m "not slow"`, `make test-all` (and CI) everything.
 SLOW_MODULES = {"test_browser", "test_parallel", "test_demo_model", "test_backends", "test_job_faults"}
 SLOW_TESTS = {"test_the_cli_writes_the_five_files_and_refuses_in_one_line",
+              "test_the_page_shows_the_engines_layer_summary_and_refuses_other_tokenizers",
               "test_a_probe_killed_midway_keeps_the_previous_result", "test_concurrent_mixed_traffic_keeps_budget",
               "test_nonlinear_methods_give_finite_coordinates", "test_a_killed_worker_never_blocks_the_queue",
               "test_ctrl_c_checkpoints_and_the_same_command_resumes", "test_submit_runs_to_success_with_artifacts",

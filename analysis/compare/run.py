@@ -157,7 +157,7 @@ def compare(models: list[LoadedModel], inputs: TextInputs, config: CompareConfig
     info = {**config.to_dict(), "models": [m.spec.name for m in models],
             "fingerprints": [m.fingerprint for m in models], "rows": len(inputs),
             "layers": "paired by index, 0 .. min(L_A, L_B); cka_cross.csv has every pair",
-            "bootstrap": f"{config.boot} resamples of the rows (at most 2,000 of them), percentile 95%",
+            "bootstrap": f"{config.boot} resamples of the rows (of at most 1,000 of them), percentile 95%",
             "movement": "cosine distance after orthogonal Procrustes of B onto A, fitted on all rows",
             "neighbours_mostly_changed": f"share of rows keeping fewer than {CHANGED:.0%} of their "
                                          f"{config.neighbours} nearest neighbours (cosine)",
