@@ -137,3 +137,14 @@ def test_the_loss_is_hewitt_and_mannings_l1_over_squared_length():
     pred, y = torch.tensor([[1.0, 3.0, 0.0]]), torch.tensor([[0.0, 1.0, 0.0]])
     mask = torch.tensor([[1.0, 1.0, 0.0]])  # the third position is padding
     assert structural.loss_of("depth", pred, y, mask, torch.tensor([2.0])).item() == 1.5
+
+
+def test_predicted_distances_are_squared_norms_of_b_times_differences():
+    probe = structural.Probe("distance", 6, 4)
+    h = torch.randn(2, 5, 6)
+    t = h @ probe.B.detach().T
+    expected = ((t[:, :, None] - t[:, None]) ** 2).sum(-1)
+    torch.testing.assert_close(probe(h).detach(), expected, atol=1e-5, rtol=1e-5)
+    depth = structural.Probe("depth", 6, 4)
+    depth.B.data = probe.B.data
+    torch.testing.assert_close(depth(h).detach(), (t ** 2).sum(-1))

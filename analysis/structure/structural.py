@@ -61,8 +61,8 @@ class Probe(torch.nn.Module):
         t = h @ self.B.T
         if self.kind == "depth":
             return (t * t).sum(-1)
-        diff = t[:, :, None, :] - t[:, None, :, :]
-        return (diff * diff).sum(-1)
+        sq = (t * t).sum(-1)  # |a - b|^2 = |a|^2 + |b|^2 - 2 a.b: no (batch, len, len, k) tensor
+        return (sq[:, :, None] + sq[:, None, :] - 2 * t @ t.transpose(1, 2)).clamp(min=0)
 
 
 def gold(kind: str, sentence: Sentence) -> np.ndarray:
