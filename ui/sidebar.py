@@ -84,6 +84,10 @@ ANALYSES = [
          "Fine-tune with layer-pooling heads (LSTM/attention pooling, GRUBERT, layer selection, layer-wise "
          "learning-rate decay) as background jobs: live progress, cancel, comparison, ensembles.",
          "Sun et al. 2019; Song et al. 2020"),
+    Page("pages/6_Linguistic_structure.py", "Linguistic structure", ":material/account_tree:",
+         "What each layer knows about syntax on UD treebanks: UPOS and relation probes with control tasks, MDL, "
+         "structural probes (distance, depth), and where each task peaks.",
+         "Tenney et al. 2019; Hewitt & Manning 2019; Hewitt & Liang 2019; Voita & Titov 2020"),
     Page("pages/7_Compare_checkpoints.py", "Compare checkpoints", ":material/compare_arrows:",
          "Two checkpoints layer by layer on the same rows: CKA, probe accuracy, the examples that moved most, "
          "one map per layer shared by both.", "Merchant et al. 2020; Kao et al. 2020, Fig. 2"),
