@@ -5,7 +5,8 @@
   head's vectors concatenated ``[h_dep; h_head]``, labelled with the full UD DEPREL (subtypes kept). Root arcs
   are **excluded**: the root has no head word to concatenate and its label is always ``root`` (HEAD 0 alone
   decides it), so it would only add free accuracy.
-- **Probe**: multinomial logistic regression on standardised features (scikit-learn, L2, ``C = 1``), or with
+- **Probe**: multinomial logistic regression on standardised features (scikit-learn, L2, ``C = 1``, lbfgs for at
+  most 100 iterations: its defaults), or with
   ``mlp`` a one-hidden-layer MLP (ReLU, Adam, early stopping on 10% of the training rows), as Hewitt & Liang
   2019 §3.
 - **Control task** (Hewitt & Liang 2019 §2, Eq. 1-2): each word *type* (FORM, case kept) gets a label drawn from
@@ -99,7 +100,7 @@ def make_probe(probe: str, seed: int, mlp_hidden: int = 256, early_stopping: boo
     from sklearn.preprocessing import StandardScaler
 
     if probe == "linear":
-        model = LogisticRegression(C=1.0, max_iter=300, random_state=seed)
+        model = LogisticRegression(C=1.0, max_iter=100, random_state=seed)  # scikit-learn's default
     elif probe == "mlp":
         model = MLPClassifier(hidden_layer_sizes=(mlp_hidden,), early_stopping=early_stopping, max_iter=200,
                               random_state=seed)
