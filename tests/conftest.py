@@ -129,8 +129,6 @@ SLOW_TESTS = {"test_the_cli_writes_the_five_files_and_refuses_in_one_line",
               "test_a_sigkill_between_the_files_of_a_checkpoint_never_mixes_steps",
               "test_values_the_run_would_refuse_are_refused_on_the_page",
               "test_an_upload_that_fails_midway_leaves_nothing_offered",
-              "test_writes_the_issues_files_with_consistent_numbers",
-              "test_trees_hold_gold_and_predicted_arcs_for_the_chosen_layers",
               "test_structure_page_shows_the_engine_numbers"}
 
 
