@@ -20,7 +20,7 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--d
         "--disable-sync", "--no-first-run"]
 HOME: list[Path] = []  # the server's LAYERLENS_HOME
 PAGES = ["/", "/Model_anatomy", "/Reconstruction", "/Layer_Atlas", "/Layer_Weights", "/Layer_Duplication",
-         "/Fine_Tune_Jobs"]
+         "/Fine_Tune_Jobs", "/Linguistic_structure"]
 
 playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 if not shutil.which(CHROMIUM):
