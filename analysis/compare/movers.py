@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from scipy.linalg import orthogonal_procrustes  # loaded before threadpool_limits is entered: it limits what is loaded
 
 
 def procrustes_rotation(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """The orthogonal ``R`` ``(d, d)`` minimising ``||b R - a||_F`` for ``a``, ``b`` ``(n, d)``."""
-    from scipy.linalg import orthogonal_procrustes
-
     return orthogonal_procrustes(np.asarray(b, np.float64), np.asarray(a, np.float64))[0]
 
 

@@ -21,6 +21,8 @@ import time
 
 import numpy as np
 import pandas as pd
+from scipy.linalg import orthogonal_procrustes
+from threadpoolctl import threadpool_limits
 
 from analysis.compare.cka import linear_cka, paired_cka
 from analysis.compare.movers import mcnemar, movement, neighbour_overlap
@@ -71,8 +73,6 @@ def aligned_maps(a: np.ndarray, b: np.ndarray, layers: list[int]) -> list[tuple[
     """Per layer, 2-D coordinates of A's and B's rows in one space: exact PCA of the two pooled, then rotated (or
     reflected) onto the previous layer's map by 2-D orthogonal Procrustes, so a point whose vectors do not change
     keeps its place from layer to layer."""
-    from scipy.linalg import orthogonal_procrustes
-
     from analysis.projection import exact_pca
 
     out, previous = [], None
@@ -91,7 +91,12 @@ def compare_pair(a: np.ndarray, b: np.ndarray, names: tuple[str, str], inputs: T
                  config: CompareConfig = CompareConfig(), oof_a: dict | None = None) -> tuple[list, list, list, list]:
     """One pair's tables from the vectors ``a`` ``(L_A + 1, n, d)`` and ``b`` of the same rows of ``inputs``:
     ``(cross, summary, movers, coords)`` as lists of rows / frames (:class:`CompareResult`). ``oof_a`` caches A's
-    out-of-fold correctness per layer across pairs."""
+    out-of-fold correctness per layer across pairs.
+
+    Its linear algebra is on ``hidden x hidden`` matrices (Procrustes' SVD, PCA's eigendecomposition): run it under
+    ``threadpoolctl.threadpool_limits(1, "blas")`` (as :func:`compare` does). Measured on the 2-core machine with
+    another process busy: OpenBLAS's two threads took 3.6 s for a 768 x 768 ``eigh`` that one thread does in 0.11 s
+    (its threads spin-wait for the busy core)."""
     from analysis.projection import out_of_fold
 
     name_a, name_b = names
@@ -151,7 +156,8 @@ def compare(models: list[LoadedModel], inputs: TextInputs, config: CompareConfig
     cross, summary, movers, coords = [], [], [], []
     oof_a: dict = {}
     for model, b in zip(models[1:], reps[1:], strict=True):
-        parts = compare_pair(reps[0], b, (models[0].spec.name, model.spec.name), inputs, config, oof_a)
+        with threadpool_limits(1, user_api="blas"):  # see compare_pair
+            parts = compare_pair(reps[0], b, (models[0].spec.name, model.spec.name), inputs, config, oof_a)
         for whole, part in zip((cross, summary, movers, coords), parts, strict=True):
             whole += part
     info = {**config.to_dict(), "models": [m.spec.name for m in models],
