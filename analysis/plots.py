@@ -373,7 +373,7 @@ def paired_cka_curve(summary: pd.DataFrame, layer_names: list[str]) -> go.Figure
         names = [layer_names[int(v)] if int(v) < len(layer_names) else str(int(v)) for v in part["layer"]]
         fig.add_trace(go.Scatter(x=names + names[::-1], y=list(part["cka_ci_high"]) + list(part["cka_ci_low"])[::-1],
                                  fill="toself", fillcolor=_rgba(colour, 0.15), line={"width": 0}, hoverinfo="skip",
-                                 showlegend=False))
+                                 mode="lines", showlegend=False))
         fig.add_trace(go.Scatter(x=names, y=part["cka"], name=visible(name), mode="lines+markers",
                                  line={"color": colour}, hovertemplate="%{x}: CKA %{y:.4f}<extra></extra>"))
     fig.update_layout(title="CKA of the same layer in both models (95% bootstrap interval)", height=380,
