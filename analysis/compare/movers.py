@@ -39,8 +39,8 @@ def movement(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def nearest(x: np.ndarray, k: int, block: int = 2048) -> np.ndarray:
-    """``(n, k)``: each row's k nearest other rows by cosine similarity (exact, blocked), nearest first; ties
-    broken by the lower index."""
+    """``(n, k)``: each row's k nearest other rows by cosine similarity (exact, blocked; ``topk``, not a full
+    sort), nearest first, equal similarities in order of index (a tie exactly at the k-th place may keep either)."""
     v = torch.from_numpy(np.asarray(x, np.float32))
     v = v / v.norm(dim=1, keepdim=True).clamp(min=1e-12)
     n = len(v)
@@ -49,7 +49,9 @@ def nearest(x: np.ndarray, k: int, block: int = 2048) -> np.ndarray:
     for start in range(0, n, block):
         sim = v[start:start + block] @ v.T
         sim[torch.arange(len(sim)), torch.arange(start, start + len(sim))] = -np.inf  # not itself
-        out[start:start + block] = torch.sort(sim, dim=1, descending=True, stable=True).indices[:, :k].numpy()
+        values, ids = sim.topk(k, dim=1)  # then ties in order of index, as a stable sort would give them
+        order = np.lexsort((ids.numpy(), -values.numpy()), axis=1)
+        out[start:start + block] = np.take_along_axis(ids.numpy(), order, axis=1)
     return out
 
 
