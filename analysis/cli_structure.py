@@ -33,7 +33,7 @@ def structure_options(args: argparse.Namespace):
 def cmd_structure(args: argparse.Namespace) -> int:
     """Label probes with control tasks, MDL and structural probes per layer, on UD treebanks."""
     from analysis.csvout import to_csv
-    from analysis.precision import mode
+    from analysis.precision import model_mode
     from analysis.structure.run import run_structure
     from analysis.structure.treebank import read_conllu
     from models.loading import load_model
@@ -57,9 +57,8 @@ def cmd_structure(args: argparse.Namespace) -> int:
     with open(out / "trees.jsonl", "w", encoding="utf-8") as f:
         for record in result.trees:
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
-    dtype = str(loaded.model.dtype).removeprefix("torch.")
     write_json(out, "run.json", {**result.info, "model": loaded.spec.name, "fingerprint": loaded.fingerprint,
-                                 "model_spec": loaded.spec.to_dict(), "precision": mode(dtype),
+                                 "model_spec": loaded.spec.to_dict(), "precision": model_mode(loaded.model),
                                  "versions": versions()})
     for name, info in (("train", result.info["train"]), ("test", result.info["test"])):
         dropped = info["dropped_too_long"] + info["dropped_no_subword"]

@@ -307,6 +307,16 @@ def mode(dtype: str, head: str = "float32") -> str:
     return "exact: float32"
 
 
+def dtype_of(model) -> str:
+    """The name of the dtype a loaded torch model's weights are in (``float32``, ``bfloat16``, ``float16``)."""
+    return str(model.dtype).removeprefix("torch.")
+
+
+def model_mode(model) -> str:
+    """:func:`mode` of a loaded torch model."""
+    return mode(dtype_of(model))
+
+
 def reference_spec(spec):
     """``spec`` in float32: the reference an approximate run is checked against."""
     return dataclasses.replace(spec, dtype="float32")

@@ -41,7 +41,7 @@ from analysis.compare.cka import constant_layers, linear_cka
 from analysis.inputs import InputError, TextInputs, check_row_limit
 from analysis.options import ATLAS_METHODS, ATLAS_POOLINGS, COLOR_BY
 from analysis.parallel import ONE, Ranks
-from analysis.precision import mode
+from analysis.precision import model_mode
 from analysis.scores import wilson_interval
 from analysis.store import ArrayStore, key_of
 from models.loading import LoadedModel, load_model, split_pooling
@@ -515,7 +515,7 @@ def atlas(loaded: LoadedModel, inputs: TextInputs, config: AtlasConfig = AtlasCo
             "layer_names": loaded.anatomy.layer_names(), "pooling_name": pooling_name(config.pooling, loaded.pooling),
             "explained_variance": explained if config.method == "pca" else None,
             "constant_layers": constant, "cache_hit": hit,
-            "precision": {"mode": mode(str(loaded.model.dtype).removeprefix("torch.")), **agreement},
+            "precision": {"mode": model_mode(loaded.model), **agreement},
             "silhouette_sample": SILHOUETTE_MAX_ROWS if len(inputs) > SILHOUETTE_MAX_ROWS else None,
             "vectors_seconds": round(vectors_seconds, 3),
             "scoring_seconds": round(scored_at - start - vectors_seconds, 3),

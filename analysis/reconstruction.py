@@ -40,7 +40,7 @@ from analysis.activations import (
 from analysis.inputs import InputError, TextInputs
 from analysis.memory import release_freed_memory
 from analysis.parallel import ONE, Ranks
-from analysis.precision import PRECISIONS, Certified, CertifiedHead, describe, head_product
+from analysis.precision import PRECISIONS, Certified, CertifiedHead, describe, dtype_of, head_product
 from analysis.rowstats import row_stats
 from analysis.token_sink import TokenSink
 from models.loading import LoadedModel
@@ -306,12 +306,8 @@ def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig = ProbeCo
                        sentence_accuracy=sentence, tokens=tokens, n_texts=n, truncated=encoded.truncated,
                        max_length=max_length, seconds=time.perf_counter() - start,
                        layer_names=anatomy.layer_names(),
-                       precision=describe(head_kind, total, dtype_name(loaded))
+                       precision=describe(head_kind, total, dtype_of(loaded.model))
                        | (approximate_check(loaded, inputs, config, lens) if check_agreement else {}))
-
-
-def dtype_name(loaded: LoadedModel) -> str:
-    return str(loaded.model.dtype).removeprefix("torch.")
 
 
 def approximate_check(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig, lens=None) -> dict:
