@@ -106,21 +106,27 @@ def test_the_pythagorean_embedding_is_exact():
         np.testing.assert_allclose((h ** 2).sum(-1), s.depths())
 
 
-def test_planted_tree_distances_are_found_uuas_one():
+def planted_scores(task: str) -> dict:
+    """A rank-12 probe of ``task`` trained on planted vectors and scored on others (one torch thread, restored)."""
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    x_train, o_train = planted(TRAIN, 0)
-    x_test, o_test = planted(TEST, 1)
-    fitted = structural.train("distance", x_train, o_train, TRAIN, rank=12, seed=0, lr=1e-2, max_epochs=12)
-    scores = structural.distance_scores(structural.predict(fitted.probe, x_test, o_test, TEST), TEST)
+    try:
+        x_train, o_train = planted(TRAIN, 0)
+        x_test, o_test = planted(TEST, 1)
+        fitted = structural.train(task, x_train, o_train, TRAIN, rank=12, seed=0, lr=1e-2, max_epochs=12)
+        predicted = structural.predict(fitted.probe, x_test, o_test, TEST)
+        return (structural.distance_scores if task == "distance" else structural.depth_scores)(predicted, TEST)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_planted_tree_distances_are_found_uuas_one():
+    scores = planted_scores("distance")
     assert scores["uuas"] == 1.0 and scores["spearman"] > 0.85
 
 
 def test_planted_depths_are_found_root_accuracy_one():
-    torch.set_num_threads(1)
-    x_train, o_train = planted(TRAIN, 0)
-    x_test, o_test = planted(TEST, 1)
-    fitted = structural.train("depth", x_train, o_train, TRAIN, rank=12, seed=0, lr=1e-2, max_epochs=12)
-    scores = structural.depth_scores(structural.predict(fitted.probe, x_test, o_test, TEST), TEST)
+    scores = planted_scores("depth")
     assert scores["root_acc"] == 1.0 and scores["spearman"] > 0.8
 
 
