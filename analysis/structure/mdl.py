@@ -10,11 +10,13 @@ examples::
 
 and the compression is ``L_uniform / L_online`` with ``L_uniform = N log2 K`` (§3.3). Codelengths are in bits.
 
-Deviation, argued: the paper's probe has an output for each of the ``K`` labels; a scikit-learn classifier
-trained on an early block knows only the labels it has seen there and gives the others probability 0 (an
-infinite codelength). Every probability is therefore mixed with the uniform distribution,
-``(1 - eps) p + eps / K`` with ``eps = 1e-3``: a label not yet seen costs at most ``log2(K / eps)`` bits, and a
-well-predicted one loses at most ``-log2(1 - eps) ≈ 0.0014`` bits.
+The linear probe has an output for each of the ``K`` labels, as the paper's, seen in the block or not
+(:mod:`analysis.structure.softmax`), and each block's probe starts from the previous block's (the objective is
+convex: the start changes how many iterations it takes, not the optimum it approaches; with the 100-iteration cap
+a warm start ends nearer to it). The MLP option (scikit-learn) knows only the labels of its block and gives the
+others probability 0, an infinite codelength. Deviation, argued: every probability is therefore mixed with the
+uniform distribution, ``(1 - eps) p + eps / K`` with ``eps = 1e-3``: a label not yet seen costs at most
+``log2(K / eps)`` bits, and a well-predicted one loses at most ``-log2(1 - eps) ≈ 0.0014`` bits.
 """
 
 from __future__ import annotations
@@ -68,12 +70,20 @@ def online_codelength(x: np.ndarray, y: np.ndarray, fit_proba: FitProba, classes
     return Codelength(float(sum(blocks)), float(len(y) * np.log2(k)), len(y), k, tuple(map(float, blocks)))
 
 
-def sklearn_fit_proba(probe: str, seed: int) -> FitProba:
-    """A :data:`FitProba` training the label probes' family (:func:`analysis.structure.probes.fit`); the
-    columns of labels it has not seen are 0 (mixed with the uniform code by :func:`online_codelength`)."""
+def probe_fit_proba(probe: str, seed: int) -> FitProba:
+    """A :data:`FitProba` training the label probes' family (:func:`analysis.structure.probes.fit`): the linear
+    probe over all ``K`` labels, warm-started from the previous call's; the MLP with zeros in the columns of
+    labels it has not seen (mixed with the uniform code by :func:`online_codelength`)."""
     from analysis.structure.probes import fit
+    from analysis.structure.softmax import fit_softmax
+
+    last = []
 
     def fit_proba(x_train, y_train, x_eval, k):
+        if probe == "linear":
+            model = fit_softmax(x_train, y_train, classes=np.arange(k), init=last[-1] if last else None)
+            last[:] = [model]
+            return model.predict_proba(x_eval)
         model = fit(probe, x_train, y_train, seed)
         out = np.zeros((len(x_eval), k))
         out[:, np.asarray(model.classes_, dtype=int)] = model.predict_proba(x_eval)

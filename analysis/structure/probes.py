@@ -5,8 +5,9 @@
   head's vectors concatenated ``[h_dep; h_head]``, labelled with the full UD DEPREL (subtypes kept). Root arcs
   are **excluded**: the root has no head word to concatenate and its label is always ``root`` (HEAD 0 alone
   decides it), so it would only add free accuracy.
-- **Probe**: multinomial logistic regression on standardised features (scikit-learn, L2, ``C = 1``, lbfgs for at
-  most 100 iterations: its defaults), or with
+- **Probe**: multinomial logistic regression on standardised features (scikit-learn's ``LogisticRegression``
+  objective and lbfgs stopping rule, L2, ``C = 1``, at most 100 iterations: its defaults; computed in float32 on
+  every core by :mod:`analysis.structure.softmax`), or with
   ``mlp`` a one-hidden-layer MLP (ReLU, Adam, early stopping on 10% of the training rows), as Hewitt & Liang
   2019 §3.
 - **Control task** (Hewitt & Liang 2019 §2, Eq. 1-2): each word *type* (FORM, case kept) gets a label drawn from
@@ -29,6 +30,7 @@ from collections import Counter
 import numpy as np
 
 from analysis.scores import class_baseline, majority_class, wilson_interval
+from analysis.structure.softmax import fit_softmax
 from analysis.structure.treebank import Sentence
 
 PROBES = ("linear", "mlp")
@@ -91,29 +93,28 @@ def with_control(data: LabelData, control: dict) -> LabelData:
     return dataclasses.replace(data, labels=np.asarray([control[t] for t in data.types], dtype=object))
 
 
-def make_probe(probe: str, seed: int, mlp_hidden: int = 256, early_stopping: bool = True):
-    """A fresh scikit-learn classifier of the probe family (standardised inputs). The MLP stops early on a
-    stratified 10% of its rows where every class has enough of them (``early_stopping``)."""
-    from sklearn.linear_model import LogisticRegression
+def make_mlp(seed: int, mlp_hidden: int = 256, early_stopping: bool = True):
+    """A fresh scikit-learn MLP probe on standardised inputs. It stops early on a stratified 10% of its rows where
+    every class has enough of them (``early_stopping``)."""
     from sklearn.neural_network import MLPClassifier
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    if probe == "linear":
-        model = LogisticRegression(C=1.0, max_iter=100, random_state=seed)  # scikit-learn's default
-    elif probe == "mlp":
-        model = MLPClassifier(hidden_layer_sizes=(mlp_hidden,), early_stopping=early_stopping, max_iter=200,
-                              random_state=seed)
-    else:
-        raise ValueError(f"unknown probe '{probe}'; choose one of {', '.join(PROBES)}")
-    return make_pipeline(StandardScaler(), model)
+    return make_pipeline(StandardScaler(), MLPClassifier(hidden_layer_sizes=(mlp_hidden,), max_iter=200,
+                                                         early_stopping=early_stopping, random_state=seed))
 
 
 def fit(probe: str, x: np.ndarray, y: np.ndarray, seed: int):
+    """A fitted probe of the family ``probe`` (``linear`` or ``mlp``) with ``predict``, ``predict_proba`` and
+    ``classes_``."""
+    if probe not in PROBES:
+        raise ValueError(f"unknown probe '{probe}'; choose one of {', '.join(PROBES)}")
+    if probe == "linear":  # deterministic: no seed to use
+        return fit_softmax(x, y)
     counts = Counter(y.tolist())
     if len(counts) == 1:  # one class: nothing to learn; predict it
         return _Constant(y[0])
-    model = make_probe(probe, seed, early_stopping=len(y) >= 200 and min(counts.values()) >= 10)
+    model = make_mlp(seed, early_stopping=len(y) >= 200 and min(counts.values()) >= 10)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # ConvergenceWarning at max_iter: the scores say how good it is
         model.fit(x, y)
@@ -192,9 +193,10 @@ def baseline(train: LabelData, test: LabelData) -> dict:
     return class_baseline(majority, test.labels.tolist(), sorted(set(test.labels.tolist()) | {majority}))
 
 
-def run_layer(probe: str, train: LabelData, test: LabelData, train_layer: np.ndarray, test_layer: np.ndarray,
+def run_layer(probe: str, train: LabelData, test: LabelData, train_x: np.ndarray, test_x: np.ndarray,
               n_test_sentences: int, seed: int) -> LabelScores:
-    """Train the probe on ``train`` at one layer (``(words, hidden)`` arrays) and score it on ``test``."""
-    model = fit(probe, train.features(train_layer), train.labels, seed)
-    pred = np.asarray(model.predict(test.features(test_layer)), dtype=object)
+    """Train the probe on ``train``'s examples, whose features at one layer are ``train_x`` (``train.features``
+    of the layer), and score it on ``test``'s (``test_x``)."""
+    model = fit(probe, train_x, train.labels, seed)
+    pred = np.asarray(model.predict(test_x), dtype=object)
     return score(test.labels, pred, test.sentence, n_test_sentences, seed)

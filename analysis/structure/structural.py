@@ -52,10 +52,10 @@ class Probe(torch.nn.Module):
     """``B``: ``(k, hidden)``. ``forward(h)`` with ``h`` ``(batch, len, hidden)`` gives ``(batch, len, len)``
     squared distances (``distance``) or ``(batch, len)`` squared norms (``depth``)."""
 
-    def __init__(self, kind: str, hidden: int, rank: int):
+    def __init__(self, kind: str, hidden: int, rank: int, generator: torch.Generator | None = None):
         super().__init__()
         self.kind = kind
-        self.B = torch.nn.Parameter(torch.empty(rank, hidden).uniform_(-0.05, 0.05))
+        self.B = torch.nn.Parameter(torch.empty(rank, hidden).uniform_(-0.05, 0.05, generator=generator))
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         t = h @ self.B.T
@@ -105,13 +105,13 @@ def train(kind: str, layer: np.ndarray, offsets: np.ndarray, sentences: list[Sen
           max_epochs: int = 30, patience: int = 4, lr: float = 1e-3, dev_fraction: float = 0.1) -> Trained:
     """A structural probe of ``kind`` on one layer's word vectors ``(words, hidden)`` of ``sentences`` (whose
     words start at ``offsets``)."""
-    torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(sentences))
     n_dev = max(1, int(round(len(sentences) * dev_fraction))) if len(sentences) > 1 else 0
     dev, fit_on = order[:n_dev], order[n_dev:] if n_dev < len(sentences) else order
     targets = [gold(kind, s) for s in sentences]
-    probe = Probe(kind, layer.shape[1], rank)
+    probe = Probe(kind, layer.shape[1], rank, torch.Generator().manual_seed(seed))  # no global state: probes of
+    # several layers and tasks train at once in threads (analysis.structure.run)
     opt = torch.optim.Adam(probe.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=0.1, patience=0)
     dev_batches = [_batch(kind, layer, offsets, sentences, dev[i:i + BATCH], targets)
