@@ -8,11 +8,13 @@ is dropped and recomputed.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -60,3 +62,28 @@ class ArrayStore:
             os.replace(f.name, path)
         except OSError as exc:  # a full or read-only disk costs a recomputation, never the result
             log.warning("could not cache %s (%s)", path, exc)
+
+    @contextlib.contextmanager
+    def create(self, kind: str, key: str, shape: tuple[int, ...], dtype=np.float32) -> Iterator[np.ndarray]:
+        """A new entry written in place: yields a writable array (memory-mapped on a temporary file beside the
+        entry) to fill, then flushes it and renames it into place; on an exception the temporary file is removed
+        and nothing is stored. A writer fills an array larger than memory a slice at a time. Where the disk
+        refuses (full, read-only), the array is an ordinary one in memory and is not stored."""
+        path = self.path(kind, key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+            os.close(fd)
+            array = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
+        except OSError as exc:
+            log.warning("could not cache %s (%s); keeping it in memory", path, exc)
+            yield np.empty(shape, dtype)
+            return
+        try:
+            yield array
+            array.flush()
+            del array
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise

@@ -127,6 +127,7 @@ def test_word_vectors_are_cached_by_model_words_and_pooling(tiny_dirs, tmp_path)
     first = extract(loaded, SENTENCES, "first", store=store)
     again = extract(loaded, SENTENCES, "first", store=store)
     assert not first.cache_hit and again.cache_hit
+    assert isinstance(first.vectors, np.memmap)  # written in place and read back mapped: never all in memory
     np.testing.assert_array_equal(first.vectors, again.vectors)
     assert not extract(loaded, SENTENCES, "mean", store=store).cache_hit
     assert not extract(loaded, SENTENCES[:-1], "first", store=store).cache_hit

@@ -9,7 +9,8 @@ the **mean** of its subwords' states (Tenney et al. 2019 pool spans; an option h
 A sentence longer than the model's limit is never cut: it is dropped and counted (``too_long``), as is a
 sentence with a word the tokenizer turns into nothing (``no_subword``). The ``(L + 1, words, hidden)`` float32
 array is cached on disk (:mod:`analysis.store`, like the atlas' vectors) by model fingerprint, words, pooling
-and limit, and handed back memory-mapped so a probe holds one layer at a time.
+and limit, written there batch by batch through a memory map (the whole array is never in memory), and handed
+back memory-mapped so a probe holds one layer at a time.
 """
 
 from __future__ import annotations
@@ -119,7 +120,6 @@ def extract(loaded: LoadedModel, sentences: list[list[str]], pooling: str = "fir
 
     sub = Encoded([encoded.input_ids[i] for i in kept],
                   [encoded.token_type_ids[i] for i in kept] if encoded.token_type_ids is not None else None, limit, 0)
-    out = np.empty(shape, np.float32)
     done = 0
 
     def run(idx: list[int]):
@@ -140,14 +140,19 @@ def extract(loaded: LoadedModel, sentences: list[list[str]], pooling: str = "fir
         counts = torch.bincount(wrd, minlength=n).clamp(min=1).to(states.dtype)
         return idx, (pooled / counts[None, :, None]).cpu().numpy()
 
-    for idx in bucket_indices(sub, batch_size, loaded):
-        for part, pooled in halving_on_oom(run, idx):
-            start = 0
-            for s in part:
-                out[:, offsets[s]:offsets[s + 1]] = pooled[:, start:start + sizes[s]]
-                start += int(sizes[s])
-            done += len(part)
-        if progress:
-            progress("word vectors", done, len(kept))
-    store.put("word_vectors", key, out)
-    return WordVectors(out, **common)
+    with store.create("word_vectors", key, shape) as out:  # written in place: memory holds a batch, not the file
+        for idx in bucket_indices(sub, batch_size, loaded):
+            for part, pooled in halving_on_oom(run, idx):
+                start = 0
+                for s in part:
+                    out[:, offsets[s]:offsets[s + 1]] = pooled[:, start:start + sizes[s]]
+                    start += int(sizes[s])
+                done += len(part)
+            if progress:
+                progress("word vectors", done, len(kept))
+        if not isinstance(out, np.memmap):  # the disk refused: keep the array in memory
+            return WordVectors(out, **common)
+    stored = store.get("word_vectors", key, mmap=True)
+    if stored is None:
+        raise OSError(f"the word vectors just written to {store.path('word_vectors', key)} cannot be read back")
+    return WordVectors(stored, **common)
