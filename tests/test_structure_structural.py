@@ -154,3 +154,29 @@ def test_predicted_distances_are_squared_norms_of_b_times_differences():
     depth = structural.Probe("depth", 6, 4)
     depth.B.data = probe.B.data
     torch.testing.assert_close(depth(h).detach(), (t ** 2).sum(-1))
+
+
+def test_a_packed_batch_is_the_padded_batch_without_the_padding():
+    """The probes train on packed batches (no h B^T for padding): the same predictions and gradient as the
+    zero-padded batch."""
+    rng = np.random.default_rng(0)
+    sentences = read_conllu(FIXTURES / "ud_tiny_train.conllu").sentences[:3]
+    offsets = np.concatenate([[0], np.cumsum([len(s) for s in sentences])])
+    layer = rng.normal(size=(int(offsets[-1]), 6)).astype(np.float32)
+    for kind in structural.STRUCTURAL_TASKS:
+        targets = [structural.gold(kind, s) for s in sentences]
+        packed, y, mask, lengths = structural._batch(kind, layer, offsets, sentences, [2, 0, 1], targets)
+        padded = torch.zeros(packed.sentences, packed.longest, 6)
+        padded[packed.rows, packed.cols] = packed.h
+        for row, i in enumerate([2, 0, 1]):  # sentence after sentence, in the batch's order
+            torch.testing.assert_close(padded[row, :len(sentences[i])], torch.from_numpy(
+                layer[offsets[i]:offsets[i + 1]]), rtol=0, atol=0)
+        probe = structural.Probe(kind, 6, 4, torch.Generator().manual_seed(1))
+        grads = []
+        for h in (packed, padded):
+            probe.zero_grad()
+            out = probe(h)
+            structural.loss_of(kind, out, y, mask, lengths).backward()
+            grads.append((out.detach(), probe.B.grad.clone()))
+        torch.testing.assert_close(grads[0][0], grads[1][0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(grads[0][1], grads[1][1], atol=1e-5, rtol=1e-5)

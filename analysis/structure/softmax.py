@@ -42,7 +42,8 @@ TOL = 1e-4
 @dataclasses.dataclass(frozen=True)
 class SoftmaxRegression:
     """A fitted probe: ``coef`` ``(d, K)`` and ``intercept`` ``(K,)`` in standardised units, the training rows'
-    ``mean`` and ``scale``, the labels ``classes_`` (sorted) and the L-BFGS iterations ``n_iter``."""
+    ``mean`` and ``scale``, the labels ``classes_`` (sorted), the L-BFGS iterations ``n_iter`` and the loss and
+    gradient evaluations ``n_eval`` (two matrix products each: what a fit costs)."""
 
     classes_: np.ndarray
     coef: np.ndarray
@@ -50,6 +51,7 @@ class SoftmaxRegression:
     mean: np.ndarray
     scale: np.ndarray
     n_iter: int
+    n_eval: int = 0
 
     def decision_function(self, x: np.ndarray) -> torch.Tensor:
         xs = _standardise(x, self.mean, self.scale)
@@ -123,4 +125,4 @@ def fit_softmax(x: np.ndarray, y: np.ndarray, classes: np.ndarray | None = None,
                                               "ftol": 64 * np.finfo(float).eps})
     w = result.x.astype(np.float32)
     return SoftmaxRegression(classes, w[:d * k].reshape(d, k).copy(), w[d * k:].copy(), mean, scale,
-                             int(result.nit))
+                             int(result.nit), int(result.nfev))
