@@ -7,7 +7,16 @@ import json
 import sys
 from pathlib import Path
 
-from analysis.cli_base import StageBars, UserError, add_option_flag, prepare_out, spec_from_args, versions, write_json
+from analysis.cli_base import (
+    StageBars,
+    UserError,
+    add_option_flag,
+    launched,
+    prepare_out,
+    processes_note,
+    versions,
+    write_json,
+)
 
 OUTPUTS = "probes.csv, mdl.csv, summary.csv, trees.jsonl, run.json"
 
@@ -21,7 +30,8 @@ def add_structure_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--test", type=Path, default=DEFAULT_TEST, help="treebank the probes are scored on (default: "
                    "UD English-EWT test)")
     for name in StructureOptions.model_fields:
-        add_option_flag(g, name, schema=StructureOptions)
+        if name != "batch_size":  # --batch-size is the model group's (every command's)
+            add_option_flag(g, name, schema=StructureOptions)
 
 
 def structure_options(args: argparse.Namespace):
@@ -47,10 +57,14 @@ def cmd_structure(args: argparse.Namespace) -> int:
             raise UserError(f"--{name} {path}: no such file (give a CoNLL-U treebank, .conllu or .conllu.gz)")
     train = read_conllu(args.train, options.max_sentences)
     test = read_conllu(args.test, options.max_sentences)
-    loaded = load_model(spec_from_args(args))
+    ranks, spec = launched(args)
+    loaded = load_model(spec)
+    if not ranks.is_main:  # a helper process: its share of the word vectors; the main process does the rest
+        run_structure(loaded, train, test, options, ranks=ranks)
+        return 0
     out = prepare_out(args.out)
-    with StageBars() as progress:
-        result = run_structure(loaded, train, test, options, progress=progress)
+    with StageBars(processes_note(ranks)) as progress:
+        result = run_structure(loaded, train, test, options, progress=progress, ranks=ranks)
     to_csv(result.probes, out / "probes.csv")
     to_csv(result.mdl, out / "mdl.csv")
     to_csv(result.summary, out / "summary.csv")
@@ -59,6 +73,7 @@ def cmd_structure(args: argparse.Namespace) -> int:
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
     write_json(out, "run.json", {**result.info, "model": loaded.spec.name, "fingerprint": loaded.fingerprint,
                                  "model_spec": loaded.spec.to_dict(), "precision": model_mode(loaded.model),
+                                 "processes": ranks.count,
                                  "versions": versions()})
     for name, info in (("train", result.info["train"]), ("test", result.info["test"])):
         dropped = info["dropped_too_long"] + info["dropped_no_subword"]

@@ -183,3 +183,17 @@ def test_a_job_with_two_processes_runs_the_shared_loop(tmp_path):
     assert job.metrics["steps_per_process"] == [6, 6]  # 21 rows in global batches of 4
     log = job.log_path.read_text()
     assert log.count("epoch 1/1: train loss") == 1, log  # said once, by the main process
+
+
+def test_structure_in_two_processes_writes_the_files_of_one(tmp_path):
+    data = Path(__file__).resolve().parent / "data"
+    args = ["structure", "--model", "demo", "--train", data / "ud_tiny_train.conllu", "--test",
+            data / "ud_tiny_test.conllu", "--tasks", "upos,depth", "--layers", "0,2", "--batch-size", "2"]
+    for n in (1, 2):  # separate homes: the second run must extract, not read the first one's cache
+        run_cli([*args, "--out", tmp_path / f"out{n}"], n, tmp_path / f"home{n}")
+    one, two = tmp_path / "out1", tmp_path / "out2"
+    for name in ("probes.csv", "mdl.csv", "summary.csv"):
+        assert_same_rows(pd.read_csv(one / name), pd.read_csv(two / name), name)
+    assert (one / "trees.jsonl").read_text() == (two / "trees.jsonl").read_text()
+    info = [json.loads((d / "run.json").read_text()) for d in (one, two)]
+    assert [i["processes"] for i in info] == [1, 2] and not any(any(i["cache_hit"].values()) for i in info)

@@ -32,6 +32,8 @@ class StructureOptions(Options):
     tree_layers: str = Field("all", title="tree layers", description="layers whose predicted trees go to "
                              "trees.jsonl (of those probed), or none")
     mdl: bool = Field(True, title="MDL", description="online codelength of the label tasks (Voita & Titov)")
+    batch_size: int = Field(32, ge=1, le=4096, title="batch size", description="sentences per forward pass when "
+                            "extracting the word vectors")
     seed: int = Field(0, ge=0, le=MAX_SEED, title="seed")
     max_sentences: int | None = Field(None, ge=1, title="max sentences", description="read at most this many "
                                       "sentences of each file (the first)")

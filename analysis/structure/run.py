@@ -16,6 +16,7 @@ import torch
 from threadpoolctl import threadpool_limits
 
 from analysis.inputs import InputError
+from analysis.parallel import ONE, Ranks
 from analysis.projection import parse_layers
 from analysis.scores import wilson_interval
 from analysis.store import ArrayStore
@@ -92,7 +93,10 @@ def _structural(task: str, x: dict, vec: dict, sents: dict, rank: int, options: 
 
 
 def run_structure(loaded: LoadedModel, train: Treebank, test: Treebank, options: StructureOptions,
-                  progress: Progress | None = None, store: ArrayStore | None = None) -> StructureResult:
+                  progress: Progress | None = None, store: ArrayStore | None = None, ranks: Ranks = ONE
+                  ) -> StructureResult | None:
+    """The analysis (module docstring). Under a launcher (``ranks``) the word vectors are extracted by every
+    process and the probes run in the main one; the others return None."""
     tasks = options.task_list
     n_states = loaded.num_layers + 1
     layers = parse_layers(options.layers, n_states)
@@ -101,9 +105,11 @@ def run_structure(loaded: LoadedModel, train: Treebank, test: Treebank, options:
     rank = check_rank(options.rank, hidden)
     vec: dict[str, WordVectors] = {}
     for name, bank in (("train", train), ("test", test)):
-        vec[name] = extract(loaded, [list(s.words) for s in bank.sentences], options.word_vector,
+        vec[name] = extract(loaded, [list(s.words) for s in bank.sentences], options.word_vector, options.batch_size,
                             progress=(lambda st, d, t, n=name: progress(f"{n} {st}", d, t)) if progress else None,
-                            store=store)
+                            store=store, ranks=ranks)
+    if not ranks.is_main:
+        return None
     sents = {n: [b.sentences[i] for i in vec[n].kept] for n, b in (("train", train), ("test", test))}
     if len(sents["train"]) < 2:
         raise InputError(f"{train.path}: fewer than 2 sentences fit the model's {vec['train'].max_length} tokens")

@@ -33,6 +33,7 @@ from analysis.activations import (
     max_input_length,
 )
 from analysis.inputs import InputError
+from analysis.parallel import ONE, Ranks
 from analysis.store import ArrayStore, key_of
 from models.loading import LoadedModel
 
@@ -94,9 +95,14 @@ def subword_index(word_ids: list[int | None], n_words: int, pooling: str) -> tup
 
 @torch.inference_mode()
 def extract(loaded: LoadedModel, sentences: list[list[str]], pooling: str = "first", batch_size: int = 32,
-            progress: Progress | None = None, store: ArrayStore | None = None) -> WordVectors:
+            progress: Progress | None = None, store: ArrayStore | None = None, ranks: Ranks = ONE
+            ) -> WordVectors | None:
     """Every layer's word vectors of ``sentences`` (lists of words), read from the cache when this model,
-    words, pooling and limit were seen before."""
+    words, pooling and limit were seen before.
+
+    Under a launcher (``ranks``) each process runs its share of the batches and the main process writes them in
+    place (:mod:`analysis.parallel`, as the atlas's extraction); only the main process gets the vectors (the
+    others get None)."""
     if pooling not in WORD_VECTORS:
         raise InputError(f"unknown word vector '{pooling}'; choose one of {', '.join(WORD_VECTORS)}")
     tokenizer = loaded.tokenizer
@@ -114,9 +120,9 @@ def extract(loaded: LoadedModel, sentences: list[list[str]], pooling: str = "fir
     shape = (loaded.num_layers + 1, int(offsets[-1]), loaded.anatomy.hidden_size)
     common = dict(kept=kept, offsets=offsets, too_long=list(encoded.too_long), no_subword=list(encoded.no_subword),
                   pooling=pooling, max_length=limit)
-    cached = store.get("word_vectors", key, mmap=True)
-    if cached is not None and cached.shape == shape:
-        return WordVectors(cached, cache_hit=True, **common)
+    cached = store.get("word_vectors", key, mmap=True) if ranks.is_main else None
+    if ranks.broadcast(cached is not None and cached.shape == shape):
+        return WordVectors(cached, cache_hit=True, **common) if ranks.is_main else None
 
     sub = Encoded([encoded.input_ids[i] for i in kept],
                   [encoded.token_type_ids[i] for i in kept] if encoded.token_type_ids is not None else None, limit, 0)
@@ -140,9 +146,15 @@ def extract(loaded: LoadedModel, sentences: list[list[str]], pooling: str = "fir
         counts = torch.bincount(wrd, minlength=n).clamp(min=1).to(states.dtype)
         return idx, (pooled / counts[None, :, None]).cpu().numpy()
 
+    plan = ranks.broadcast(list(bucket_indices(sub, batch_size, loaded)) if ranks.is_main else None)
+    if not ranks.is_main:  # a helper process: its share of the batches, sent to the main process
+        for idx in ranks.steps(plan):
+            ranks.gather(list(halving_on_oom(run, idx)) if idx is not None else [])
+        return None
     with store.create("word_vectors", key, shape) as out:  # written in place: memory holds a batch, not the file
-        for idx in bucket_indices(sub, batch_size, loaded):
-            for part, pooled in halving_on_oom(run, idx):
+        for idx in ranks.steps(plan):
+            for part, pooled in (p for rank_parts in ranks.gather(list(halving_on_oom(run, idx)) if idx is not None
+                                                                   else []) for p in rank_parts):
                 start = 0
                 for s in part:
                     out[:, offsets[s]:offsets[s + 1]] = pooled[:, start:start + sizes[s]]
