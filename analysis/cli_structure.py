@@ -29,6 +29,13 @@ def add_structure_arguments(p: argparse.ArgumentParser) -> None:
                    "(default: UD English-EWT dev under ../shared/data/ud_english_ewt)")
     g.add_argument("--test", type=Path, default=DEFAULT_TEST, help="treebank the probes are scored on (default: "
                    "UD English-EWT test)")
+    g.add_argument("--label-data", type=Path, help="a labelled set of texts (.csv, .tsv, .jsonl, as the atlas "
+                   "reads): its task label becomes one more task, 'label', probed per layer as the atlas does, so "
+                   "the summary says where it peaks beside POS and syntax")
+    g.add_argument("--text-column", default="text", help="--label-data's text column (default: text)")
+    g.add_argument("--label-column", default="label", help="--label-data's label column (default: label)")
+    g.add_argument("--label-pooling", choices=("cls", "mean"), default="cls", help="--label-data's sentence "
+                   "vector (default cls, the atlas's)")
     for name in StructureOptions.model_fields:
         if name != "batch_size":  # --batch-size is the model group's (every command's)
             add_option_flag(g, name, schema=StructureOptions)
@@ -57,14 +64,22 @@ def cmd_structure(args: argparse.Namespace) -> int:
             raise UserError(f"--{name} {path}: no such file (give a CoNLL-U treebank, .conllu or .conllu.gz)")
     train = read_conllu(args.train, options.max_sentences)
     test = read_conllu(args.test, options.max_sentences)
+    labelled = None
+    if args.label_data is not None:
+        from analysis.inputs import read_file
+
+        labelled = read_file(args.label_data, args.text_column, label_column=args.label_column)
     ranks, spec = launched(args)
     loaded = load_model(spec)
+    extra = {"labelled": labelled, "label_pooling": args.label_pooling}
     if not ranks.is_main:  # a helper process: its share of the word vectors; the main process does the rest
-        run_structure(loaded, train, test, options, ranks=ranks)
+        run_structure(loaded, train, test, options, ranks=ranks, **extra)
         return 0
     out = prepare_out(args.out)
     with StageBars(processes_note(ranks)) as progress:
-        result = run_structure(loaded, train, test, options, progress=progress, ranks=ranks)
+        result = run_structure(loaded, train, test, options, progress=progress, ranks=ranks, **extra)
+    if labelled is not None:
+        result.info["label_task"]["data"] = str(args.label_data)
     to_csv(result.probes, out / "probes.csv")
     to_csv(result.mdl, out / "mdl.csv")
     to_csv(result.summary, out / "summary.csv")

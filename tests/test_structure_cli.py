@@ -97,3 +97,51 @@ def test_a_malformed_treebank_names_its_line(tiny_dirs, tmp_path, capsys):
     code = main(["structure", "--model", str(tiny_dirs["bert"]), "--train", str(bad), "--test", str(TEST),
                  "--out", str(tmp_path / "out")])
     assert code == 2 and f"error: {bad}:4: HEAD 'four'" in capsys.readouterr().err
+
+
+def test_a_labelled_set_adds_the_task_label_scored_as_the_atlas_scores_it(tiny_dirs, tmp_path):
+    """--label-data: the 'label' rows are the atlas's out-of-fold probe of the same sentence vectors (recomputed
+    here with plain scikit-learn), with the training majority as baseline, and the summary places it."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold, cross_val_predict
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from analysis.inputs import read_file
+    from analysis.projection import extract
+    from analysis.scores import wilson_interval
+    from models.loading import load_model
+    from models.spec import ModelSpec
+
+    sst2 = FIXTURES / "sst2_dev_200.tsv"
+    out = tmp_path / "out"
+    assert main(["structure", "--model", str(tiny_dirs["bert"]), "--train", str(TRAIN), "--test", str(TEST),
+                 "--out", str(out), "--tasks", "upos", "--no-mdl", "--layers", "0,2", "--label-data", str(sst2)]) == 0
+    probes = pd.read_csv(out / "probes.csv")
+    rows = probes[probes.task == "label"].set_index("layer")
+    assert list(rows.index) == [0, 2] and (rows.metric == "accuracy").all() and rows.control.isna().all()
+    data = read_file(sst2, "text", label_column="label")
+    reps = extract(load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu")), data, "cls")
+    labels = np.asarray(data.labels)
+    for layer in (0, 2):
+        folds = StratifiedKFold(5, shuffle=True, random_state=0)
+        pred = cross_val_predict(make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)), reps[layer],
+                                 labels, cv=folds)
+        correct = int((pred == labels).sum())
+        assert rows.value[layer] == pytest.approx(correct / len(labels), abs=1e-12)
+        assert (rows.ci_low[layer], rows.ci_high[layer]) == pytest.approx(wilson_interval(correct, len(labels)))
+        assert rows.majority_baseline[layer] == pytest.approx(max(np.mean(labels == c) for c in set(labels)))
+    summary = pd.read_csv(out / "summary.csv").set_index("task")
+    assert summary.loc["label", "best_layer"] == rows.value.idxmax()
+    info = json.loads((out / "run.json").read_text())["label_task"]
+    assert info["texts"] == 200 and info["pooling"] == "cls" and info["data"] == str(sst2)
+
+
+def test_a_labelled_set_without_labels_is_one_line(tiny_dirs, tmp_path, capsys):
+    txt = tmp_path / "texts.txt"
+    txt.write_text("one text\nanother text\n")
+    code = main(["structure", "--model", str(tiny_dirs["bert"]), "--train", str(TRAIN), "--test", str(TEST),
+                 "--out", str(tmp_path / "out"), "--tasks", "upos", "--no-mdl", "--label-data", str(txt)])
+    assert code != 0 and not (tmp_path / "out").exists()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "label" in err[0]

@@ -12,7 +12,8 @@ from analysis.plots import plain
 TITLES = {("upos", "accuracy"): "UPOS accuracy", ("deprel", "accuracy"): "DEPREL accuracy (edge probe)",
           ("distance", "uuas"): "UUAS (distance probe)", ("depth", "root_acc"): "root accuracy (depth probe)",
           ("upos", "macro_f1"): "UPOS macro-F1", ("deprel", "macro_f1"): "DEPREL macro-F1",
-          ("distance", "spearman"): "distance Spearman", ("depth", "spearman"): "norm Spearman"}
+          ("distance", "spearman"): "distance Spearman", ("depth", "spearman"): "norm Spearman",
+          ("label", "accuracy"): "task label accuracy (sentence probe)"}
 
 
 def task_curves(probes: pd.DataFrame, metrics=("accuracy", "uuas", "root_acc")) -> go.Figure:

@@ -15,10 +15,10 @@ import pandas as pd
 import torch
 from threadpoolctl import threadpool_limits
 
-from analysis.inputs import InputError
+from analysis.inputs import InputError, TextInputs
 from analysis.parallel import ONE, Ranks
-from analysis.projection import parse_layers
-from analysis.scores import wilson_interval
+from analysis.projection import check_labels, out_of_fold, parse_layers, representations
+from analysis.scores import class_baseline, majority_class, wilson_interval
 from analysis.store import ArrayStore
 from analysis.structure import mdl, probes, structural
 from analysis.structure.options import StructureOptions, check_rank
@@ -28,7 +28,7 @@ from analysis.structure.words import WordVectors, extract
 from models.loading import LoadedModel
 
 Progress = Callable[[str, int, int], None]
-PRIMARY = {"upos": "accuracy", "deprel": "accuracy", "distance": "uuas", "depth": "root_acc"}
+PRIMARY = {"upos": "accuracy", "deprel": "accuracy", "distance": "uuas", "depth": "root_acc", "label": "accuracy"}
 
 
 @dataclasses.dataclass
@@ -92,11 +92,24 @@ def _structural(task: str, x: dict, vec: dict, sents: dict, rank: int, options: 
     return scores(preds, sents["test"])
 
 
+def _sentence_label(x: np.ndarray, labels: np.ndarray, seed: int) -> dict:
+    """The atlas's probe of a labelled set at one layer: its out-of-fold predictions (every row once), scored."""
+    oof, _ = out_of_fold(x, labels, seed=seed)
+    correct = np.asarray(oof == labels, dtype=float)
+    return {"correct": correct, "accuracy": float(correct.mean()),
+            "ci": wilson_interval(int(correct.sum()), len(correct))}
+
+
 def run_structure(loaded: LoadedModel, train: Treebank, test: Treebank, options: StructureOptions,
-                  progress: Progress | None = None, store: ArrayStore | None = None, ranks: Ranks = ONE
-                  ) -> StructureResult | None:
+                  progress: Progress | None = None, store: ArrayStore | None = None, ranks: Ranks = ONE,
+                  labelled: TextInputs | None = None, label_pooling: str = "cls") -> StructureResult | None:
     """The analysis (module docstring). Under a launcher (``ranks``) the word vectors are extracted by every
-    process and the probes run in the main one; the others return None."""
+    process and the probes run in the main one; the others return None.
+
+    ``labelled``: a labelled set of texts (the atlas's input): its task label becomes one more task, ``label``,
+    scored per layer as the atlas scores it (:func:`analysis.projection.separability`'s probe, out of fold on the
+    sentence vectors pooled by ``label_pooling``, from the atlas's cache), so the summary says where the task
+    label peaks beside POS and syntax. Its intervals resample the labelled texts."""
     tasks = options.task_list
     n_states = loaded.num_layers + 1
     layers = parse_layers(options.layers, n_states)
@@ -108,8 +121,21 @@ def run_structure(loaded: LoadedModel, train: Treebank, test: Treebank, options:
         vec[name] = extract(loaded, [list(s.words) for s in bank.sentences], options.word_vector, options.batch_size,
                             progress=(lambda st, d, t, n=name: progress(f"{n} {st}", d, t)) if progress else None,
                             store=store, ranks=ranks)
+    reps = None
+    if labelled is not None:
+        if not labelled.labels:
+            raise InputError("the labelled set has no labels: give its label column")
+        check_labels(labelled.labels, 5)
+        reps, _ = representations(loaded, labelled, label_pooling, batch_size=options.batch_size, store=store,
+                                  ranks=ranks, progress=(lambda st, d, t: progress(f"labelled texts {st}", d, t))
+                                  if progress else None)
     if not ranks.is_main:
         return None
+    if reps is not None:
+        tasks = [*tasks, "label"]
+        sentence_labels = np.asarray(labelled.labels, dtype=object)
+        label_base = class_baseline(majority_class(list(labelled.labels)), list(labelled.labels),
+                                    sorted(set(labelled.labels)))
     sents = {n: [b.sentences[i] for i in vec[n].kept] for n, b in (("train", train), ("test", test))}
     if len(sents["train"]) < 2:
         raise InputError(f"{train.path}: fewer than 2 sentences fit the model's {vec['train'].max_length} tokens")
@@ -140,8 +166,14 @@ def run_structure(loaded: LoadedModel, train: Treebank, test: Treebank, options:
                     jobs[t, "mdl"] = pool.submit(_codelength, tr, fx[0], options)
             for t in (t for t in tasks if t in structural.STRUCTURAL_TASKS):
                 jobs[t, "structural"] = pool.submit(_structural, t, x, vec, sents, rank, options)
+            if reps is not None:
+                jobs["label", "task"] = pool.submit(_sentence_label, reps[layer], sentence_labels, options.seed)
             for t in tasks:
-                if t in label:
+                if t == "label":
+                    r = jobs[t, "task"].result()
+                    rows.append(_row(layer, t, "accuracy", r["accuracy"], r["ci"], label_base["accuracy"]))
+                    per_layer[t][layer] = (r["correct"], np.ones_like(r["correct"]))
+                elif t in label:
                     s, c = jobs[t, "task"].result(), jobs[t, "control"].result()
                     base = probes.baseline(label[t]["train"], label[t]["test"])
                     rows.append(_row(layer, t, "accuracy", s.accuracy, s.accuracy_ci, base["accuracy"], c.accuracy))
@@ -182,6 +214,10 @@ def run_structure(loaded: LoadedModel, train: Treebank, test: Treebank, options:
             "test": {**test.to_dict(), **_dropped(vec["test"], test)}, **_vector_info(vec),
             "bootstrap": BOOTSTRAP, "test_sentences_scored": n_test,
             "root_arcs": "excluded from deprel (the root's label is fixed by HEAD 0)",
+            "label_task": None if reps is None else {
+                "texts": len(labelled), "classes": len(set(labelled.labels)), "pooling": label_pooling,
+                "probe": "the atlas's: StandardScaler + LogisticRegression(max_iter=1000), 5-fold out-of-fold",
+                "interval": "95% Wilson (probes.csv); bootstrap over the labelled texts (summary.csv)"},
             "punctuation": "UPOS PUNCT excluded from UUAS and root accuracy"}
     return StructureResult(pd.DataFrame(rows), pd.DataFrame(mdl_rows), summary,
                            _tree_records(sents["test"], test, vec["test"], trees), info)
