@@ -16,8 +16,11 @@ TITLES = {("upos", "accuracy"): "UPOS accuracy", ("deprel", "accuracy"): "DEPREL
           ("label", "accuracy"): "task label accuracy (sentence probe)"}
 
 
-def task_curves(probes: pd.DataFrame, metrics=("accuracy", "uuas", "root_acc")) -> go.Figure:
-    """One panel per task: the score per layer with its 95% band, the majority baseline and the control task."""
+def task_curves(probes: pd.DataFrame, metrics=("accuracy", "uuas", "root_acc"), reference: pd.DataFrame | None = None,
+                reference_name: str = "random weights") -> go.Figure:
+    """One panel per task: the score per layer with its 95% band, the majority baseline and the control task;
+    with ``reference`` (another run's ``probes.csv``, e.g. the same architecture with random weights), its scores
+    as a grey line."""
     panels = [(t, m) for t in dict.fromkeys(probes.task) for m in metrics
               if ((probes.task == t) & (probes.metric == m)).any()]
     fig = make_subplots(rows=1, cols=max(len(panels), 1), subplot_titles=[TITLES.get(p, " ".join(p)) for p in panels])
@@ -26,6 +29,7 @@ def task_curves(probes: pd.DataFrame, metrics=("accuracy", "uuas", "root_acc")) 
         first = c == 1
         fig.add_trace(go.Scatter(x=list(rows.layer) + list(rows.layer[::-1]),
                                  y=list(rows.ci_high) + list(rows.ci_low[::-1]), fill="toself", line_width=0,
+                                 mode="lines",  # plotly's default for < 20 points adds stray markers
                                  fillcolor="rgba(31,119,180,0.2)", name="95% interval", legendgroup="ci",
                                  showlegend=first, hoverinfo="skip"), 1, c)
         fig.add_trace(go.Scatter(x=rows.layer, y=rows.value, mode="lines+markers", name="probe",
@@ -37,6 +41,12 @@ def task_curves(probes: pd.DataFrame, metrics=("accuracy", "uuas", "root_acc")) 
             fig.add_trace(go.Scatter(x=rows.layer, y=rows.control, mode="lines+markers", name="control task",
                                      line=dict(color="#d62728", dash="dash"), legendgroup="control",
                                      showlegend=first), 1, c)
+        if reference is not None:
+            ref = reference[(reference.task == task) & (reference.metric == metric)].sort_values("layer")
+            if len(ref):
+                fig.add_trace(go.Scatter(x=ref.layer, y=ref.value, mode="lines+markers", name=reference_name,
+                                         line=dict(color="#7f7f7f"), marker_symbol="x", legendgroup="reference",
+                                         showlegend=first), 1, c)
         fig.update_xaxes(title_text="layer", dtick=1, row=1, col=c)
     fig.update_yaxes(range=[0, 1.02])
     fig.update_layout(height=360, margin=dict(t=50, b=40), legend=dict(orientation="h", y=-0.2))

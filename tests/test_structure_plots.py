@@ -1,0 +1,35 @@
+"""The structure page's curves draw what probes.csv says: the score, its band, baseline, control and, when given,
+a reference run (random weights)."""
+
+import pandas as pd
+import pytest
+
+from analysis.structure.plots import task_curves
+
+
+def _probes(shift: float = 0.0) -> pd.DataFrame:
+    rows = []
+    for layer in range(3):
+        rows.append({"layer": layer, "task": "upos", "metric": "accuracy", "value": 0.5 + 0.1 * layer + shift,
+                     "ci_low": 0.45 + 0.1 * layer + shift, "ci_high": 0.55 + 0.1 * layer + shift,
+                     "majority_baseline": 0.2, "control": 0.3, "selectivity": 0.2 + 0.1 * layer})
+        rows.append({"layer": layer, "task": "distance", "metric": "uuas", "value": 0.4, "ci_low": 0.35,
+                     "ci_high": 0.45, "majority_baseline": float("nan"), "control": float("nan"),
+                     "selectivity": float("nan")})
+    return pd.DataFrame(rows)
+
+
+def test_curves_show_band_baseline_control_and_the_reference_run():
+    fig = task_curves(_probes(), reference=_probes(-0.2), reference_name="random weights")
+    by_name = {}
+    for trace in fig.data:
+        by_name.setdefault(trace.name, []).append(trace)
+    assert [y for t in by_name["probe"] for y in t.y] == pytest.approx([0.5, 0.6, 0.7, 0.4, 0.4, 0.4])
+    assert [y for t in by_name["random weights"] for y in t.y] == pytest.approx([0.3, 0.4, 0.5, 0.4, 0.4, 0.4])
+    assert len(by_name["control task"]) == 1 and list(by_name["majority baseline"][0].y) == [0.2] * 3
+    band = by_name["95% interval"][0]
+    assert band.mode == "lines" and list(band.y) == pytest.approx([0.55, 0.65, 0.75, 0.65, 0.55, 0.45])  # high, then low reversed
+
+
+def test_no_reference_no_reference_line():
+    assert all(t.name != "random weights" for t in task_curves(_probes()).data)
