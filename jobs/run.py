@@ -1,6 +1,7 @@
 """One job's process: ``python -m jobs.run ID [--root DIR]`` (started by the worker).
 
-Runs :func:`analysis.finetune.run_options` on the job's stored options with its artifacts in ``<root>/<ID>/artifacts``,
+Runs :func:`analysis.finetune.run_options` on the job's stored options with its artifacts in ``<root>/<ID>/artifacts``
+(a ``lens`` job: :func:`train_lens`; a ``structure`` job: :func:`run_structure_job`),
 writes progress (step, epoch, loss, learning rate, per-epoch validation metrics) to the job database at most
 once a second and at every epoch, and records ``succeeded`` with the metrics at the end. A failure ends the
 process with the traceback in the job's log; the worker records it.
@@ -94,6 +95,83 @@ def train_lens(store: JobStore, job, out: Path) -> dict:
     return {"kind": "lens", "steps": training["steps"], "held_out": held, "seconds": training["seconds"]}
 
 
+class Cancelled(Exception):
+    """A stop was requested (SIGTERM from Cancel): raised from a progress callback, so the run ends at once."""
+
+
+def structure_phases(options) -> list[str]:
+    """The stages a structure run reports, in order (:func:`analysis.structure.run.run_structure`): the word
+    vectors of each file, the labelled texts when given, then the probes."""
+    return ["train word vectors", "test word vectors", *(["labelled texts"] if options.label_data else []), "probes"]
+
+
+def run_structure_job(store: JobStore, job, out: Path) -> dict:
+    """A linguistic-structure job: :func:`analysis.structure.run.run_structure` on the job's options, its progress
+    in the store (``stage``, ``step`` of ``total_steps`` within it, ``fraction`` of the whole: each stage an
+    equal share) and the log; SIGTERM (Cancel) stops it at the next progress report (:class:`Cancelled`). The five
+    files go to ``out`` (:func:`analysis.structure.output.write_outputs`, as the CLI writes them). Returns the
+    job's metrics: where each task lives (``summary.csv``'s rows) and what was scored."""
+    import signal
+
+    from analysis.inputs import read_file
+    from analysis.structure.options import StructureJobOptions
+    from analysis.structure.output import run_info, write_outputs
+    from analysis.structure.run import run_structure
+    from analysis.structure.treebank import read_conllu
+    from models.loading import load_model
+
+    options = StructureJobOptions(**{k: v for k, v in job.config.items() if k != "kind"})
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    train = read_conllu(options.train, options.max_sentences)
+    test = read_conllu(options.test, options.max_sentences)
+    labelled = (read_file(Path(options.label_data), options.text_column, label_column=options.label_column)
+                if options.label_data else None)
+    loaded = load_model(options.spec())
+    say(f"model: {loaded.spec.name} ({loaded.num_layers} layers) on {loaded.spec.device}; train {train.path} "
+        f"({len(train.sentences):,} sentences), test {test.path} ({len(test.sentences):,} sentences); tasks "
+        f"{options.tasks}")
+    report = Reporter(store, job.id)
+    phases = structure_phases(options)
+
+    def progress(stage: str, done: int, total: int) -> None:
+        if stop:
+            raise Cancelled("cancelled on request")
+        name = next((p for p in phases if stage.startswith(p)), stage)
+        phase = phases.index(name) if name in phases else len(phases) - 1
+        fraction = (phase + done / max(total, 1)) / len(phases)
+        report(f"{stage} {done}/{total}", {"stage": stage, "step": done, "total_steps": total,
+                                          "fraction": fraction}, force=done == total)
+
+    result = run_structure(loaded, train, test, options.analysis(), progress=progress, labelled=labelled,
+                           label_pooling=options.label_pooling)
+    write_outputs(result, out, run_info(result, loaded, label_data=options.label_data))
+    for name in ("train", "test"):
+        info = result.info[name]
+        if info["dropped_too_long"] + info["dropped_no_subword"]:
+            say(f"{name}: dropped {info['dropped_too_long']} sentence(s) longer than the model's "
+                f"{result.info['max_tokens']} tokens and {info['dropped_no_subword']} with a word that has no "
+                f"subword, of {info['sentences']} (listed in run.json)")
+    say(f"word vector: {result.info['word_vector_text']}")
+    for row in result.summary.to_dict("records"):
+        say(f"{row['task']}: best layer {row['best_layer']} ({row['metric']} {row['best_score']:.4f}), center of "
+            f"gravity {row['center_of_gravity']:.2f}")
+    return {"kind": "structure", "summary": json_safe(result.summary.to_dict("records")),
+            "test_sentences_scored": result.info["test_sentences_scored"],
+            "word_vector": result.info["word_vector"]}
+
+
+def json_safe(records: list[dict]) -> list[dict]:
+    """Records with NaN as None (the store keeps JSON) and numpy numbers as Python numbers."""
+    import math
+
+    def value(v):
+        v = v.item() if hasattr(v, "item") else v
+        return None if isinstance(v, float) and math.isnan(v) else v
+
+    return [{k: value(v) for k, v in r.items()} for r in records]
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("job_id", type=int)
@@ -130,12 +208,18 @@ def main() -> int:
         if job.config.get("kind") == "lens":  # checkpoints go straight to the artifacts (to resume), file by file
             out.mkdir(parents=True, exist_ok=True)
             metrics = train_lens(store, job, out)
+        elif job.config.get("kind") == "structure":  # one process; the artifacts appear whole when complete
+            with staged(out) as stage:
+                metrics = run_structure_job(store, job, stage)
         elif main_process:  # the artifacts appear whole when the run is complete (analysis.staging)
             options = resolve(job.config)
             with staged(out) as stage:
                 metrics = run_options(options, stage, [progress], log=say)
         else:  # another process of a multi-process job: it writes nothing
             metrics = run_options(resolve(job.config), out, [progress], log=say)
+    except Cancelled:
+        say("stopped: cancelled on request")
+        return 1
     except (InputError, ModelLoadError, ValueError) as exc:
         print(f"error: {exc}", flush=True)
         return 1

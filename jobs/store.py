@@ -99,7 +99,8 @@ class Job:
     @property
     def label(self) -> str:
         """How pages name the job's fine-tuned model: ``job #3 (attention, demo)``."""
-        what = "tuned lens" if self.config.get("kind") == "lens" else self.config.get("head", "cls")
+        kind = self.config.get("kind")
+        what = {"lens": "tuned lens", "structure": "linguistic structure"}.get(kind) or self.config.get("head", "cls")
         return f"job #{self.id} ({what}, {self.config.get('model', 'demo')})"
 
     def to_dict(self) -> dict:

@@ -33,7 +33,8 @@ class SubmitError(ValueError):
     """The job was not queued; the message says why."""
 
 
-KINDS = ("finetune", "lens")  # what a job does: fine-tune a head, or train a tuned lens (analysis.lens)
+KINDS = ("finetune", "lens", "structure")  # what a job does: fine-tune a head, train a tuned lens (analysis.lens),
+# or probe each layer for linguistic structure (analysis.structure)
 
 
 def browser_checked(options):
@@ -72,6 +73,51 @@ def validate_lens(config: dict, browser: bool = False) -> tuple[dict, str]:
     return {"kind": "lens", **options.to_dict()}, spec.device
 
 
+def validate_structure(config: dict, browser: bool = False) -> tuple[dict, str]:
+    """A linguistic-structure job: its options (:class:`analysis.structure.options.StructureJobOptions`), the two
+    treebanks (read whole: a malformed line is refused now, naming it), the labelled set if any, the layers and
+    rank against the model's config, the backend. From the ``browser`` the treebanks and the labelled set are
+    files under the data roots and the model a hub id or a folder under the model roots, before anything is
+    read."""
+    from analysis.dataroots import browser_model, within_roots
+    from analysis.projection import parse_layers
+    from analysis.structure.options import StructureJobOptions, check_rank
+    from analysis.structure.treebank import read_conllu
+
+    try:
+        options = StructureJobOptions(**{k: v for k, v in config.items() if k != "kind"})
+        if browser:
+            browser_model(options.model)
+            if options.allow_pickle:
+                raise InputError("allow_pickle: pickle weights are never loaded for the browser (use the CLI)")
+            options = options.replace(**{k: str(within_roots(getattr(options, k))) for k in
+                                         ("train", "test", "label_data") if getattr(options, k)})
+        for name in ("train", "test"):
+            path = Path(getattr(options, name)).expanduser()
+            if not path.is_file():
+                raise InputError(f"{name} {path}: no such file (give a CoNLL-U treebank, .conllu or .conllu.gz)")
+            read_conllu(path, options.max_sentences)
+        if options.label_data:
+            from analysis.inputs import read_file
+            from analysis.projection import check_labels
+
+            labelled = read_file(Path(options.label_data), options.text_column, label_column=options.label_column)
+            check_labels(labelled.labels, 5)
+        spec = options.spec().resolved()
+        model_config, _ = _config_and_family(spec)
+        n_states = model_config.num_hidden_layers + 1
+        parse_layers(options.layers, n_states)
+        if options.tree_layers.strip().lower() != "none":
+            parse_layers(options.tree_layers, n_states)
+        if set(options.task_list) & {"distance", "depth"}:
+            check_rank(options.rank, model_config.hidden_size)
+        if options.backend == "slurm":
+            check_available()
+    except (InputError, ModelLoadError, ValueError) as exc:
+        raise SubmitError(str(exc)) from None
+    return {"kind": "structure", **options.to_dict()}, spec.device
+
+
 def check_held_out(options, train) -> None:
     """The validation rows the run will hold out of ``train`` (with ``val_fraction``), held out now with the
     run's own function (:func:`analysis.finetune.split_off`), so a fraction that leaves a class without a row in
@@ -101,6 +147,8 @@ def validate(config: dict, browser: bool = False) -> tuple[dict, str]:
         raise SubmitError(f"unknown job kind '{kind}' (choose from {', '.join(KINDS)})")
     if kind == "lens":
         return validate_lens(config, browser)
+    if kind == "structure":
+        return validate_structure(config, browser)
     config = {k: v for k, v in config.items() if k != "kind"}
     try:
         options = resolve(config)
@@ -149,6 +197,10 @@ def job_name(options: dict) -> str:
     options that differ from what the model and the preset give by default."""
     from analysis.options import FinetuneConfig, defaults_for
 
+    if options.get("kind") == "structure":
+        return " · ".join(["linguistic structure", model_label(options.get("model", "demo")),
+                           str(options.get("tasks", "")).replace(",", ", "), Path(str(options.get("train"))).name
+                           + " → " + Path(str(options.get("test"))).name])
     if options.get("kind") == "lens":
         corpus = str(options.get("corpus") or "")
         return " · ".join(["tuned lens", model_label(options.get("model", "demo")),

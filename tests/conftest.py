@@ -129,7 +129,8 @@ SLOW_TESTS = {"test_the_cli_writes_the_five_files_and_refuses_in_one_line",
               "test_a_sigkill_between_the_files_of_a_checkpoint_never_mixes_steps",
               "test_values_the_run_would_refuse_are_refused_on_the_page",
               "test_an_upload_that_fails_midway_leaves_nothing_offered",
-              "test_structure_page_shows_the_engine_numbers"}
+              "test_structure_page_shows_the_engine_numbers", "test_a_local_job_writes_what_the_cli_writes",
+              "test_a_cancelled_job_stops_and_is_marked_cancelled"}
 
 
 def pytest_collection_modifyitems(config, items):
