@@ -10,11 +10,13 @@ from analysis.dataroots import data_roots, save_upload, server_file_picker_label
 from analysis.inputs import InputError
 from analysis.precision import mode
 from analysis.projection import parse_layers
-from analysis.structure.options import TASKS, StructureOptions
+from analysis.structure.options import SAMPLE, TASKS, StructureOptions
+from analysis.structure.output import read_outputs
 from analysis.structure.plots import sentence_trees, task_curves, upos_across_layers
 from analysis.structure.run import run_structure
 from analysis.structure.treebank import read_conllu
-from ui.results import chart, result_key, shared_result, stop_button, wait_for_run
+from ui.jobs import finished_structure_jobs, structure_job_form, structure_jobs_running
+from ui.results import chart, md_plain, result_key, shared_result, stop_button, wait_for_run
 from ui.sidebar import start_page
 
 loaded = start_page("Linguistic structure", (
@@ -23,6 +25,72 @@ loaded = start_page("Linguistic structure", (
     "(Hewitt & Liang 2019), the **MDL** online codelength (Voita & Titov 2020), and the **structural probes** "
     "(Hewitt & Manning 2019): tree distances (UUAS) and depths (root accuracy). Probes are trained on one file "
     "and scored on another. Layer 0 is the embedding output."))
+SAMPLE_NOTE = ("**A small sample**: the first 300 sentences of UD English-EWT dev (train) and 150 of its test split "
+               "(score), bundled with LayerLens (CC BY-SA 4.0, `analysis/data/ud_english_ewt_sample/README.md`). "
+               "With so few sentences the numbers are noisy (intervals several points wide): use it to try the "
+               "page, and a whole treebank (upload one, or the full EWT) for results.")
+
+
+def show(result, about: str, key: str = "structure", sample_note: bool = False) -> None:
+    """A run's results: the curves, where each task lives, one sentence's trees, the tables and downloads."""
+    info = result.info
+    dropped = info["test"]["dropped_too_long"] + info["train"]["dropped_too_long"]
+    st.caption(f"{about} · word vector: **{info['word_vector_text']}** · {info['test_sentences_scored']:,} test "
+               f"sentences scored · {dropped} sentence(s) longer than the model's {info['max_tokens']} tokens "
+               "dropped (not cut)")
+    if sample_note and SAMPLE.resolve() in {Path(info[n]["path"]).resolve().parent for n in ("train", "test")}:
+        st.caption(SAMPLE_NOTE.replace("**A small sample**", "Scored on **the bundled small sample**"))
+    chart(task_curves(result.probes), f"{key}_curves")
+    st.subheader("Where each task lives")
+    st.dataframe(result.summary, hide_index=True, key=f"{key}_summary")
+    st.caption("Best layer and the center of gravity (Tenney et al.'s expected layer under cumulative gains), with "
+               "95% bootstrap intervals over test sentences.")
+
+    if result.trees and any(r["layers"] for r in result.trees):
+        st.subheader("One sentence")
+        ids = list(range(len(result.trees)))
+        pick = st.selectbox("Sentence", ids, key=f"{key}_sentence",
+                            format_func=lambda i: " ".join(result.trees[i]["words"])[:120])
+        record = result.trees[pick]
+        shown = sorted(record["layers"], key=int)
+        if shown:
+            layer = st.select_slider("Layer", shown, value=shown[-1], key=f"{key}_layer")
+            chart(sentence_trees(record, layer), f"{key}_tree")
+        if any("predicted_upos" in v for v in record["layers"].values()):
+            st.dataframe(upos_across_layers(record), hide_index=True, key=f"{key}_upos")
+
+    with st.expander("Tables and downloads"):
+        st.dataframe(result.probes, hide_index=True)
+        d1, d2, d3, d4, d5 = st.columns(5)
+        d1.download_button("probes.csv", to_csv(result.probes), "probes.csv", "text/csv", key=f"dl_{key}_probes")
+        d2.download_button("mdl.csv", to_csv(result.mdl), "mdl.csv", "text/csv", key=f"dl_{key}_mdl")
+        d3.download_button("summary.csv", to_csv(result.summary), "summary.csv", "text/csv", key=f"dl_{key}_summary")
+        d4.download_button("trees.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in result.trees),
+                           "trees.jsonl", "application/jsonl", key=f"dl_{key}_trees")
+        d5.download_button("run.json", json.dumps(info, indent=2, default=str), "run.json", "application/json",
+                           key=f"dl_{key}_run")
+
+
+MODES = ["Run the probes", "Open a finished job"]
+if st.radio("Results", MODES, horizontal=True, key="structure_mode", label_visibility="collapsed") == MODES[1]:
+    structure_jobs_running()
+    done = finished_structure_jobs()
+    if not done:
+        st.info("No finished linguistic-structure job yet: choose **Run the probes** above, set the treebanks and "
+                "tasks, and submit it under **Run it as a background job**.")
+        st.stop()
+    by_id = {j.id: j for j in done}
+    chosen = by_id[st.selectbox("Finished job", list(by_id), key="structure_job",
+                                format_func=lambda i: f"#{i} {by_id[i].name}")]
+    try:
+        opened = read_outputs(chosen.artifacts)
+    except InputError as exc:
+        st.error(f"Job #{chosen.id}: its results cannot be opened: {exc}")
+        st.stop()
+    show(opened, f"Job #{chosen.id} · model **{md_plain(opened.info.get('model', '?'))}** · "
+         f"{opened.info.get('precision', '')}", key="structure_job", sample_note=True)
+    st.stop()
+
 
 
 def treebanks() -> list[Path]:
@@ -51,7 +119,9 @@ if not files:
 
 
 def default(name: str) -> int:
-    return next((i for i, f in enumerate(files) if f.name.startswith(name)), 0)
+    """The bundled sample's file when it is offered (a first look in seconds), else the full EWT file."""
+    sample = [i for i, f in enumerate(files) if f.parent == SAMPLE.resolve() and f.name.startswith(name)]
+    return sample[0] if sample else next((i for i, f in enumerate(files) if f.name.startswith(name)), 0)
 
 
 c1, c2 = st.columns(2)
@@ -59,7 +129,9 @@ train = c1.selectbox("Train on", files, index=default("en_ewt-ud-dev"), key="str
                      format_func=server_file_picker_label)
 test = c2.selectbox("Score on", files, index=default("en_ewt-ud-test"), key="structure_test",
                     format_func=server_file_picker_label)
-c1, c2, c3, c4, c5 = st.columns([2.2, 1.2, 1.2, 1, 1])
+if SAMPLE.resolve() in (Path(train).parent, Path(test).parent):
+    st.caption(SAMPLE_NOTE)
+c1, c2, c3, c4, c5, c6 = st.columns([2.2, 1.2, 1.2, 1, 1, 0.7])
 tasks = c1.multiselect("Tasks", TASKS, default=list(TASKS), key="structure_tasks")
 word_vector = c2.radio("Word vector", ["first", "mean"], horizontal=True, key="structure_vector",
                        help="a word's vector: its first subword's, or the mean of its subwords'")
@@ -67,9 +139,11 @@ probe = c3.radio("Label probe", ["linear", "mlp"], horizontal=True, key="structu
                  help="multinomial logistic regression, or one hidden layer of 256 units")
 layers = c4.text_input("Layers", "all", key="structure_layers", help="all, a slice (-6:) or a list 0,4,8")
 limit = c5.number_input("Max sentences", 0, 100_000, 0, key="structure_max", help="0: every sentence of each file")
+with_mdl = c6.checkbox("MDL", True, key="structure_mdl", help="the online codelength of the label tasks (Voita & "
+                       "Titov): 10 more fits per task and layer")
 try:
     options = StructureOptions(tasks=",".join(tasks) or "none", word_vector=word_vector, probe=probe, layers=layers,
-                               max_sentences=int(limit) or None)
+                               max_sentences=int(limit) or None, mdl=with_mdl)
     parse_layers(layers, loaded.num_layers + 1)
 except InputError as exc:
     st.error(str(exc))
@@ -82,6 +156,10 @@ def compute(report):
     return run_structure(loaded, train_bank, test_bank, options,
                          progress=lambda stage, done, n: report(done / max(n, 1), f"{stage} {done}/{n}"))
 
+
+with st.expander("Run it as a background job (bert-base on a GPU or on Slurm; progress, Cancel and log on the "
+                 "Fine-tuning jobs page)"):
+    structure_job_form(loaded.spec, train, test, options)
 
 request = (str(train), str(test), options.to_dict())
 wait_for_run("structure_request", st.button("Probe the layers", type="primary", key="structure_run"), request,
@@ -97,37 +175,4 @@ except InputError as exc:
     st.stop()
 stop.empty()
 
-info = result.info
-dropped = info["test"]["dropped_too_long"] + info["train"]["dropped_too_long"]
-st.caption(f"Word vector: **{info['word_vector_text']}** · {info['test_sentences_scored']:,} test sentences scored"
-           f" · {dropped} sentence(s) longer than the model's {info['max_tokens']} tokens dropped (not cut) · "
-           f"{mode(str(loaded.model.dtype).removeprefix('torch.'))}")
-chart(task_curves(result.probes), "structure_curves")
-st.subheader("Where each task lives")
-st.dataframe(result.summary, hide_index=True, key="structure_summary")
-st.caption("Best layer and the center of gravity (Tenney et al.'s expected layer under cumulative gains), with "
-           "95% bootstrap intervals over test sentences.")
-
-if result.trees and any(r["layers"] for r in result.trees):
-    st.subheader("One sentence")
-    ids = list(range(len(result.trees)))
-    pick = st.selectbox("Sentence", ids, key="structure_sentence",
-                        format_func=lambda i: " ".join(result.trees[i]["words"])[:120])
-    record = result.trees[pick]
-    shown = sorted(record["layers"], key=int)
-    if shown:
-        layer = st.select_slider("Layer", shown, value=shown[-1], key="structure_layer")
-        chart(sentence_trees(record, layer), "structure_tree")
-    if any("predicted_upos" in v for v in record["layers"].values()):
-        st.dataframe(upos_across_layers(record), hide_index=True, key="structure_upos")
-
-with st.expander("Tables and downloads"):
-    st.dataframe(result.probes, hide_index=True)
-    d1, d2, d3, d4, d5 = st.columns(5)
-    d1.download_button("probes.csv", to_csv(result.probes), "probes.csv", "text/csv", key="dl_structure_probes")
-    d2.download_button("mdl.csv", to_csv(result.mdl), "mdl.csv", "text/csv", key="dl_structure_mdl")
-    d3.download_button("summary.csv", to_csv(result.summary), "summary.csv", "text/csv", key="dl_structure_summary")
-    d4.download_button("trees.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in result.trees),
-                       "trees.jsonl", "application/jsonl", key="dl_structure_trees")
-    d5.download_button("run.json", json.dumps(info, indent=2, default=str), "run.json", "application/json",
-                       key="dl_structure_run")
+show(result, f"Model **{md_plain(loaded.spec.name)}** · {mode(str(loaded.model.dtype).removeprefix('torch.'))}")

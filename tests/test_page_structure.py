@@ -1,6 +1,7 @@
 """AppTest of the linguistic-structure page: the tables it shows are the engine's; bad input is a message."""
 
 import shutil
+from pathlib import Path
 
 import pandas as pd
 
@@ -47,3 +48,77 @@ def test_bad_layers_are_a_message(tiny_dirs, tmp_path, monkeypatch):
     at = run_page(PAGE, model=str(tiny_dirs["bert"]))
     at.text_input(key="structure_layers").set_value("9").run()
     assert not at.exception and "does not exist" in at.error[0].value
+
+
+SAMPLE = Path(__file__).resolve().parents[1] / "analysis" / "data" / "ud_english_ewt_sample"
+
+
+def test_the_bundled_sample_parses_is_small_and_carries_its_licence():
+    train, test = (read_conllu(SAMPLE / name) for name in ("en_ewt-ud-dev-first300.conllu.gz",
+                                                           "en_ewt-ud-test-first150.conllu.gz"))
+    assert (len(train.sentences), train.n_words) == (300, 5708) and (len(test.sentences), test.n_words) == (150, 3032)
+    assert sum(p.stat().st_size for p in SAMPLE.iterdir()) < 300_000
+    readme = (SAMPLE / "README.md").read_text()
+    assert "CC BY-SA 4.0" in readme and "Silveira" in readme and "first 300 sentences" in readme
+    assert (SAMPLE / "LICENSE").read_text().startswith("Attribution-ShareAlike 4.0 International")
+    assert not list(SAMPLE.glob("*.txt"))  # a .txt under the data roots would be offered as texts elsewhere
+
+
+def test_the_page_defaults_to_the_bundled_sample_and_runs_on_it(tiny_dirs, monkeypatch):
+    monkeypatch.delenv("LAYERLENS_DATA_DIRS", raising=False)  # a fresh clone: the bundled data only
+    at = run_page(PAGE, model=str(tiny_dirs["bert"]))
+    assert not at.exception and not at.error
+    assert Path(at.selectbox(key="structure_train").value).name == "en_ewt-ud-dev-first300.conllu.gz"
+    assert Path(at.selectbox(key="structure_test").value).name == "en_ewt-ud-test-first150.conllu.gz"
+    assert any("small sample" in c.value and "noisy" in c.value for c in at.caption)
+    at.multiselect(key="structure_tasks").set_value(["upos"]).run()
+    at.text_input(key="structure_layers").set_value("0").run()
+    at.checkbox(key="structure_mdl").uncheck().run()
+    at.button(key="structure_run").click().run()
+    assert not at.exception and not at.error
+    assert at.dataframe[0].value.task.tolist() == ["upos"]
+
+
+def test_the_page_submits_a_structure_job_and_opens_its_results(tiny_dirs, tmp_path, monkeypatch):
+    from analysis.structure.output import run_info, write_outputs
+    from jobs.store import JobStore
+
+    roots(tmp_path, monkeypatch)
+    monkeypatch.setenv("LAYERLENS_JOBS_NO_WORKER", "1")
+    at = run_page(PAGE, model=str(tiny_dirs["bert"]))
+    at.multiselect(key="structure_tasks").set_value(["upos", "distance"]).run()
+    at.text_input(key="structure_layers").set_value("0,3").run()
+    at.button(key="structure_submit").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert any("queued" in s.value for s in at.success)
+    store = JobStore()
+    job = store.list()[0]
+    assert job.config["kind"] == "structure" and job.config["tasks"] == "upos,distance"
+    assert job.config["train"] == str((tmp_path / "en_ewt-ud-dev.conllu").resolve())
+    assert job.name.startswith("linguistic structure · bert · upos, distance")
+    # the job's process, in short: the run and its files in the artifacts, success recorded
+    loaded = load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu"))
+    expected = run_structure(loaded, read_conllu(tmp_path / "en_ewt-ud-dev.conllu"),
+                             read_conllu(tmp_path / "en_ewt-ud-test.conllu"),
+                             StructureOptions(tasks="upos,distance", layers="0,3"))
+    job.artifacts.mkdir(parents=True)
+    write_outputs(expected, job.artifacts, run_info(expected, loaded))
+    store.finish(job.id, "succeeded", metrics={"kind": "structure"})
+    at.radio(key="structure_mode").set_value("Open a finished job").run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert at.selectbox(key="structure_job").value == job.id
+    pd.testing.assert_frame_equal(at.dataframe[0].value.reset_index(drop=True), expected.summary)
+    assert any(f"Job #{job.id}" in c.value for c in at.caption)
+    assert len(at.get("plotly_chart")) == 2
+
+
+def test_a_job_whose_artifacts_are_gone_is_a_message(tiny_dirs, tmp_path, monkeypatch):
+    from jobs.store import JobStore
+
+    roots(tmp_path, monkeypatch)
+    store = JobStore()
+    job_id = store.submit({"kind": "structure", "model": "demo", "tasks": "upos"}, "cpu", "linguistic structure")
+    store.finish(job_id, "succeeded", metrics={"kind": "structure"})
+    at = run_page(PAGE, model=str(tiny_dirs["bert"]))
+    at.radio(key="structure_mode").set_value("Open a finished job").run()
+    assert not at.exception and "missing" in at.error[0].value

@@ -188,3 +188,15 @@ def test_a_cancelled_job_stops_and_is_marked_cancelled(home):
     log = job.log_path.read_text()
     assert "stopped: cancelled on request" in log and "Traceback" not in log
     assert log.rstrip().splitlines()[-1].startswith("cancelled on request at ")
+
+
+def test_the_jobs_table_shows_a_structure_jobs_progress_over_its_stages(home):
+    from ui.jobs import job_table, structure_stage
+
+    store, data = home
+    job_id = submit(config(data), store, start_worker=False)
+    store.claim("cpu", 1)
+    store.update_progress(job_id, {"stage": "probes", "step": 5, "total_steps": 20, "fraction": 0.8125})
+    row = job_table(store.list()).iloc[0]
+    assert row["progress"] == 0.8125 and row["epoch"] == "" and row["name"].startswith("linguistic structure")
+    assert structure_stage(store.get(job_id)) == "probes 5/20 · 81%"

@@ -38,10 +38,11 @@ def job_table(jobs) -> pd.DataFrame:
         p = j.progress or {}
         total = p.get("total_steps") or 0
         last = (p.get("history") or [{}])[-1]
-        done = 1.0 if j.status == "succeeded" else (p.get("step", 0) / total if total else 0.0)
+        done = 1.0 if j.status == "succeeded" else p["fraction"] if "fraction" in p else (
+            p.get("step", 0) / total if total else 0.0)  # a structure job's fraction covers its stages
         rows.append({"id": j.id, "name": j.name, "status": j.shown_status, "runs on": j.where, "group": j.group or "",
                      "progress": done,
-                     "epoch": f"{p.get('epoch', '')}/{p.get('epochs', '')}" if p else "",
+                     "epoch": f"{p.get('epoch', '')}/{p.get('epochs', '')}" if "epoch" in p else "",
                      "batch loss": p.get("loss"), "val accuracy": last.get("val_accuracy"),
                      "accuracy": (j.metrics or {}).get("accuracy"),
                      "majority class": ((j.metrics or {}).get("baseline") or {}).get("accuracy"),
@@ -121,3 +122,79 @@ def lens_job_form(model: str) -> None:
                        "has finished, the lens is offered under 'Tuned lens' above.")
         except SubmitError as exc:
             st.error(f"Not queued: {exc}")
+
+
+def structure_job_form(spec, train, test, options) -> None:
+    """Queue the Linguistic structure page's analysis (the chosen treebanks and ``options``, the sidebar's
+    model and precision) as a ``structure`` job: where it runs (this machine's worker or Slurm), Submit. Its
+    device is the job machine's own (a GPU when it has one)."""
+    import os
+
+    import streamlit as st
+
+    from analysis.options import FinetuneOptions
+    from jobs.submit import SubmitError, submit
+    from ui.options import option_input
+
+    c1, c2, c3, c4 = st.columns([1.2, 1, 1, 1])
+    backend = option_input(c1, "backend", "structure_job", options_schema=FinetuneOptions)
+    slurm = {}
+    if backend == "slurm":
+        slurm = {name: option_input(col, name, "structure_job", options_schema=FinetuneOptions)
+                 for col, name in zip((c2, c3, c4), ("slurm_partition", "slurm_time", "slurm_gpus"), strict=True)}
+    st.caption("The job runs the options above on the whole files, in its own process: it goes on when this page "
+               "is closed, and its word vectors are cached for later runs of the same model and files.")
+    if st.button("Submit as a job", key="structure_submit"):
+        config = {"kind": "structure", "model": spec.name, "revision": spec.revision, "dtype": spec.dtype,
+                  "train": str(train), "test": str(test), **options.to_dict(), "backend": backend, **slurm}
+        try:
+            job_id = submit(config, start_worker=not os.environ.get("LAYERLENS_JOBS_NO_WORKER"), browser=True)
+            st.success(f"Job {job_id} queued: its progress shows under **Open a finished job** at the top of this "
+                       "page and on the Fine-tuning jobs page (Cancel, log). When it has finished, open its results "
+                       "there.")
+        except SubmitError as exc:
+            st.error(f"Not queued: {exc}")
+
+
+def _structure_jobs(store=None) -> list:
+    import streamlit as st
+
+    from jobs.store import JobStore, StoreError
+
+    try:
+        return [j for j in (store or JobStore()).list() if j.config.get("kind") == "structure"]
+    except StoreError as exc:  # a damaged or unreadable jobs.db: one line naming it
+        st.error(str(exc))
+        st.stop()
+
+
+def finished_structure_jobs() -> list:
+    """The succeeded ``structure`` jobs, newest first."""
+    return [j for j in _structure_jobs() if j.status == "succeeded"]
+
+
+def structure_stage(job) -> str:
+    """``probes 3/20 · 72%``: where a running structure job is."""
+    p = job.progress or {}
+    if not p:
+        return job.status
+    return f"{p.get('stage', '')} {p.get('step', 0)}/{p.get('total_steps', '?')} · {p.get('fraction', 0):.0%}"
+
+
+def structure_jobs_running() -> None:
+    """The queued and running ``structure`` jobs with their stage, refreshed every 3 s; the page reruns when
+    one of them finishes (so it is offered)."""
+    import streamlit as st
+
+    @st.fragment(run_every=3)
+    def live() -> None:
+        active = [j for j in _structure_jobs() if j.status in ("queued", "running")]
+        ids = tuple(j.id for j in active)
+        if st.session_state.setdefault("structure_active", ids) != ids:  # one finished (or started): redraw all
+            st.session_state["structure_active"] = ids
+            st.rerun(scope="app")
+        for j in active:
+            st.caption(f"#{j.id} {j.name}: **{structure_stage(j) if j.status == 'running' else 'queued'}** "
+                       "(Cancel and log on the Fine-tuning jobs page)")
+
+    live()
