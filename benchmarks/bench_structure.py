@@ -75,9 +75,12 @@ def extraction(args, loaded, train, test) -> None:
               f"dropped {len(v.too_long)} too long")
     sentences = [list(s.words) for s in train.sentences[:args.extract_sentences]]
     tokens = sum(len(ids) for ids in loaded.tokenizer(sentences, is_split_into_words=True)["input_ids"])
+    texts = TextInputs(tuple(" ".join(s) for s in sentences))
+    with tempfile.TemporaryDirectory() as tmp:  # a warm-up of both first: the first forward passes pay set-up
+        extract(loaded, sentences[:8], store=ArrayStore(tmp))
+        atlas_extract(loaded, TextInputs(texts.texts[:8]), pooling="mean")
     with tempfile.TemporaryDirectory() as tmp:
         words = _timed(lambda: extract(loaded, sentences, store=ArrayStore(tmp)))
-    texts = TextInputs(tuple(" ".join(s) for s in sentences))
     atlas = _timed(lambda: atlas_extract(loaded, texts, pooling="mean"))
     print(f"extraction of {len(sentences)} sentences (~{tokens:,} tokens): word vectors {tokens / words:,.0f} "
           f"tokens/s, the atlas's sentence vectors {tokens / atlas:,.0f} tokens/s (ratio {atlas / words:.2f})")

@@ -28,7 +28,8 @@ def test_curves_show_band_baseline_control_and_the_reference_run():
     assert [y for t in by_name["random weights"] for y in t.y] == pytest.approx([0.3, 0.4, 0.5, 0.4, 0.4, 0.4])
     assert len(by_name["control task"]) == 1 and list(by_name["majority baseline"][0].y) == [0.2] * 3
     band = by_name["95% interval"][0]
-    assert band.mode == "lines" and list(band.y) == pytest.approx([0.55, 0.65, 0.75, 0.65, 0.55, 0.45])  # high, then low reversed
+    # the band: the highs, then the lows reversed
+    assert band.mode == "lines" and list(band.y) == pytest.approx([0.55, 0.65, 0.75, 0.65, 0.55, 0.45])
 
 
 def test_no_reference_no_reference_line():

@@ -128,6 +128,10 @@ def test_word_vectors_are_cached_by_model_words_and_pooling(tiny_dirs, tmp_path)
     again = extract(loaded, SENTENCES, "first", store=store)
     assert not first.cache_hit and again.cache_hit
     assert isinstance(first.vectors, np.memmap)  # written in place and read back mapped: never all in memory
+    for layer in range(first.vectors.shape[0]):  # a layer read through its own map: the same numbers
+        got = first.layer(layer)
+        assert not isinstance(got, np.memmap)
+        np.testing.assert_array_equal(got, np.asarray(first.vectors[layer]))
     np.testing.assert_array_equal(first.vectors, again.vectors)
     assert not extract(loaded, SENTENCES, "mean", store=store).cache_hit
     assert not extract(loaded, SENTENCES[:-1], "first", store=store).cache_hit

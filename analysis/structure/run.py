@@ -154,7 +154,7 @@ def run_structure(loaded: LoadedModel, train: Treebank, test: Treebank, options:
     per_layer: dict[str, dict[int, tuple]] = {t: {} for t in tasks}
     with parallel_fits() as workers, ThreadPoolExecutor(workers) as pool, _cancel_pending(pool):
         for layer in layers:
-            x = {n: np.array(vec[n].vectors[layer]) for n in vec}  # one layer in memory at a time (off the map)
+            x = {n: vec[n].layer(layer) for n in vec}  # one layer in memory at a time
             jobs = {}
             for t, data in label.items():
                 tr, te = data["train"], data["test"]

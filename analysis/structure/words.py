@@ -60,6 +60,17 @@ class WordVectors:
         if self.vectors.ndim != 3 or self.vectors.shape[1] != int(self.offsets[-1]):
             raise ValueError(f"word vectors {self.vectors.shape} do not match {int(self.offsets[-1])} words")
 
+    def layer(self, index: int) -> np.ndarray:
+        """Layer ``index`` ``(words, hidden)``, copied into memory. From the memory-mapped cache it is read through
+        a map opened for this read and dropped after it, so the file's pages do not stay mapped: the process's
+        resident memory holds the layer being probed, not every layer read so far."""
+        if isinstance(self.vectors, np.memmap) and self.vectors.filename:
+            mapped = np.load(self.vectors.filename, mmap_mode="r")
+            out = np.array(mapped[index])
+            del mapped
+            return out
+        return np.array(self.vectors[index])
+
     def info(self) -> dict:
         return {"word_vector": self.pooling, "word_vector_text": POOLING_TEXT[self.pooling],
                 "max_tokens": self.max_length, "sentences_kept": len(self.kept),
