@@ -140,8 +140,9 @@ def run_structure_job(store: JobStore, job, out: Path) -> dict:
         name = next((p for p in phases if stage.startswith(p)), stage)
         phase = phases.index(name) if name in phases else len(phases) - 1
         fraction = (phase + done / max(total, 1)) / len(phases)
-        report(f"{stage} {done}/{total}", {"stage": stage, "step": done, "total_steps": total,
-                                          "fraction": fraction}, force=done == total)
+        line = (f"probes: {done} of {total} (layer, task) results" if stage == "probes" else
+                f"{stage}: {done} of {total} {'texts' if name == 'labelled texts' else 'sentences'}")
+        report(line, {"stage": stage, "step": done, "total_steps": total, "fraction": fraction}, force=done == total)
 
     result = run_structure(loaded, train, test, options.analysis(), progress=progress, labelled=labelled,
                            label_pooling=options.label_pooling)

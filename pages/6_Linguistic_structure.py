@@ -29,6 +29,8 @@ SAMPLE_NOTE = ("**A small sample**: the first 300 sentences of UD English-EWT de
                "(score), bundled with LayerLens (CC BY-SA 4.0, `analysis/data/ud_english_ewt_sample/README.md`). "
                "With so few sentences the numbers are noisy (intervals several points wide): use it to try the "
                "page, and a whole treebank (upload one, or the full EWT) for results.")
+SAMPLE_TIME = (" Every task with MDL takes a couple of minutes on a 2-core CPU; untick MDL or drop tasks for a "
+               "quicker first look.")
 
 
 def show(result, about: str, key: str = "structure", sample_note: bool = False) -> None:
@@ -44,7 +46,8 @@ def show(result, about: str, key: str = "structure", sample_note: bool = False) 
     st.subheader("Where each task lives")
     st.dataframe(result.summary, hide_index=True, key=f"{key}_summary")
     st.caption("Best layer and the center of gravity (Tenney et al.'s expected layer under cumulative gains), with "
-               "95% bootstrap intervals over test sentences.")
+               "95% bootstrap intervals over test sentences. The center of gravity is empty (None) when no layer "
+               "scores above the first one.")
 
     if result.trees and any(r["layers"] for r in result.trees):
         st.subheader("One sentence")
@@ -130,7 +133,7 @@ train = c1.selectbox("Train on", files, index=default("en_ewt-ud-dev"), key="str
 test = c2.selectbox("Score on", files, index=default("en_ewt-ud-test"), key="structure_test",
                     format_func=server_file_picker_label)
 if SAMPLE.resolve() in (Path(train).parent, Path(test).parent):
-    st.caption(SAMPLE_NOTE)
+    st.caption(SAMPLE_NOTE + SAMPLE_TIME)
 c1, c2, c3, c4, c5, c6 = st.columns([2.2, 1.2, 1.2, 1, 1, 0.7])
 tasks = c1.multiselect("Tasks", TASKS, default=list(TASKS), key="structure_tasks")
 word_vector = c2.radio("Word vector", ["first", "mean"], horizontal=True, key="structure_vector",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -160,7 +161,9 @@ def test_a_local_job_writes_what_the_cli_writes(home, tmp_path):
     assert [r["task"] for r in job.metrics["summary"]] == list(summary.task)
     assert job.metrics["kind"] == "structure" and job.metrics["test_sentences_scored"] == 18
     log = job.log_path.read_text()
-    assert "model: demo (4 layers) on cpu" in log and "probes 20/20" in log and "upos: best layer" in log
+    assert "model: demo (4 layers) on cpu" in log and "upos: best layer" in log
+    assert re.search(r"train word vectors: (\d+) of \1 sentences", log)
+    assert "probes: 20 of 20 (layer, task) results" in log
     assert "Traceback" not in log
 
 

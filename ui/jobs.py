@@ -142,8 +142,9 @@ def structure_job_form(spec, train, test, options) -> None:
     if backend == "slurm":
         slurm = {name: option_input(col, name, "structure_job", options_schema=FinetuneOptions)
                  for col, name in zip((c2, c3, c4), ("slurm_partition", "slurm_time", "slurm_gpus"), strict=True)}
-    st.caption("The job runs the options above on the whole files, in its own process: it goes on when this page "
-               "is closed, and its word vectors are cached for later runs of the same model and files.")
+    st.caption(f"The job runs **{spec.name}** (the sidebar's model) with the treebanks and options above, in a "
+               "process of its own: on the job machine's GPU when it has one (local), or as a Slurm job. It goes on "
+               "when this page is closed; its word vectors are cached for later runs of the same model and files.")
     if st.button("Submit as a job", key="structure_submit"):
         config = {"kind": "structure", "model": spec.name, "revision": spec.revision, "dtype": spec.dtype,
                   "train": str(train), "test": str(test), **options.to_dict(), "backend": backend, **slurm}
