@@ -76,11 +76,13 @@ def show(result, about: str, key: str = "structure", sample_note: bool = False) 
 
 MODES = ["Run the probes", "Open a finished job"]
 if st.radio("Results", MODES, horizontal=True, key="structure_mode", label_visibility="collapsed") == MODES[1]:
-    structure_jobs_running()
+    running = structure_jobs_running()
     done = finished_structure_jobs()
     if not done:
-        st.info("No finished linguistic-structure job yet: choose **Run the probes** above, set the treebanks and "
-                "tasks, and submit it under **Run it as a background job**.")
+        st.info("No finished linguistic-structure job yet: the job above is offered here as soon as it finishes "
+                "(this view refreshes itself)." if running else "No finished linguistic-structure job yet: choose "
+                "**Run the probes** above, set the treebanks and tasks, and submit it under **Run it as a "
+                "background job**.")
         st.stop()
     by_id = {j.id: j for j in done}
     chosen = by_id[st.selectbox("Finished job", list(by_id), key="structure_job",

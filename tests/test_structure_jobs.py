@@ -202,4 +202,4 @@ def test_the_jobs_table_shows_a_structure_jobs_progress_over_its_stages(home):
     store.update_progress(job_id, {"stage": "probes", "step": 5, "total_steps": 20, "fraction": 0.8125})
     row = job_table(store.list()).iloc[0]
     assert row["progress"] == 0.8125 and row["epoch"] == "" and row["name"].startswith("linguistic structure")
-    assert structure_stage(store.get(job_id)) == "probes 5/20 · 81%"
+    assert structure_stage(store.get(job_id)) == "probes: 5 of 20 (layer, task) results · 81% of the job"

@@ -179,12 +179,14 @@ def structure_stage(job) -> str:
     p = job.progress or {}
     if not p:
         return job.status
-    return f"{p.get('stage', '')} {p.get('step', 0)}/{p.get('total_steps', '?')} · {p.get('fraction', 0):.0%}"
+    stage = p.get("stage", "")
+    unit = "(layer, task) results" if stage == "probes" else "texts" if stage.startswith("labelled") else "sentences"
+    return f"{stage}: {p.get('step', 0)} of {p.get('total_steps', '?')} {unit} · {p.get('fraction', 0):.0%} of the job"
 
 
-def structure_jobs_running() -> None:
+def structure_jobs_running() -> bool:
     """The queued and running ``structure`` jobs with their stage, refreshed every 3 s; the page reruns when
-    one of them finishes (so it is offered)."""
+    one of them finishes (so it is offered). Whether there are any."""
     import streamlit as st
 
     @st.fragment(run_every=3)
@@ -199,3 +201,4 @@ def structure_jobs_running() -> None:
                        "(Cancel and log on the Fine-tuning jobs page)")
 
     live()
+    return bool(st.session_state.get("structure_active"))
