@@ -40,6 +40,7 @@ from analysis.cli_finetune import (
 )
 from analysis.cli_lens import add_lens_arguments, cmd_lens
 from analysis.cli_structure import add_structure_arguments, cmd_structure
+from analysis.cli_tokens import add_tokens_arguments, cmd_tokens
 from analysis.csvout import to_csv
 from analysis.inputs import PROBE_ROW_LIMIT, InputError, check_row_limit
 from analysis.options import ATLAS_METHODS as METHODS
@@ -297,6 +298,8 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str, Callable[[ar
                   "structural probes on UD treebanks", add_structure_arguments),
     "compare": (cmd_compare, "compare checkpoints layer by layer on the same rows: CKA, probe accuracy, the examples "
                 "that moved most, aligned maps", add_compare_arguments),
+    "tokens": (cmd_tokens, "token vectors of a corpus per layer on disk, nearest tokens per layer, each layer's "
+               "geometry (extract | index | neighbours | geometry)", add_tokens_arguments),
     "lens": (cmd_lens, "tuned lens: train per-layer translators read by the MLM head (probe --lens uses them)",
              add_lens_arguments),
 }

@@ -1,0 +1,251 @@
+"""Nearest tokens per layer by cosine (issue 29 item 2): faiss indexes over L2-normalised float32 vectors,
+cached beside the vectors, and a brute-force search that streams the float16 shards (the baseline and the
+reference for recall).
+
+Index kinds (``KINDS``): ``flat`` (faiss ``IndexFlatIP``: exact), ``hnsw`` (``IndexHNSWFlat``, inner product) and
+``ivf`` (``IndexIVFFlat``, inner product, ``nlist`` about ``4 sqrt(n)`` cells trained on a sample). Which one
+the CLI builds by default, and why, is measured in ``docs/tokens.md``. An index file is written to a temporary
+file and renamed (``index/layerNN.KIND.faiss`` with its ``.json``: parameters, build time, recall@10 against exact).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis.inputs import InputError
+from analysis.tokens.vectors import TokenVectors, _write_atomic
+
+KINDS = ("flat", "hnsw", "ivf")
+DEFAULT_KIND = "flat"
+HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 80, 64
+IVF_TRAIN_ROWS = 65_536
+
+
+def normalise(block: np.ndarray) -> np.ndarray:
+    """float32 rows of unit L2 norm (a zero row stays zero)."""
+    x = np.asarray(block, dtype=np.float32)
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return x / np.where(norms > 0, norms, 1)
+
+
+def layer_matrix(tv: TokenVectors, layer: int) -> np.ndarray:
+    """``(rows, hidden)`` float32, normalised: one layer in memory (4 bytes x rows x hidden)."""
+    out = np.empty((tv.rows, tv.hidden), np.float32)
+    for first, block in tv.layer_blocks(layer):
+        out[first:first + len(block)] = normalise(block)
+    return out
+
+
+def brute_force(tv: TokenVectors, layer: int, queries: np.ndarray, k: int, chunk: int = 65_536
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Exact cosine search in plain numpy, streaming the mapped shards ``chunk`` rows at a time: ``(scores,
+    rows)``, each ``(len(queries), k)``, best first (ties by row). ``queries`` are normalised here."""
+    q = normalise(np.atleast_2d(queries))
+    k = min(k, tv.rows)
+    best_s = np.full((len(q), 0), -np.inf, np.float32)
+    best_i = np.zeros((len(q), 0), np.int64)
+    for first, block in tv.layer_blocks(layer):
+        for lo in range(0, len(block), chunk):
+            x = normalise(block[lo:lo + chunk])
+            scores = q @ x.T
+            idx = np.broadcast_to(np.arange(first + lo, first + lo + len(x)), scores.shape)
+            best_s = np.concatenate([best_s, scores], axis=1)
+            best_i = np.concatenate([best_i, idx], axis=1)
+            if best_s.shape[1] > k:
+                keep = np.argpartition(-best_s, k - 1, axis=1)[:, :k]
+                best_s = np.take_along_axis(best_s, keep, 1)
+                best_i = np.take_along_axis(best_i, keep, 1)
+    order = np.lexsort((best_i, -best_s), axis=1) if best_s.size else np.zeros_like(best_i)
+    return np.take_along_axis(best_s, order, 1), np.take_along_axis(best_i, order, 1)
+
+
+def index_path(tv: TokenVectors, layer: int, kind: str) -> Path:
+    return tv.directory / "index" / f"layer{layer:02d}.{kind}.faiss"
+
+
+def _faiss():
+    try:
+        import faiss
+    except ImportError:  # pragma: no cover - a requirement
+        raise InputError("nearest-neighbour indexes need faiss-cpu (pip install faiss-cpu)") from None
+    return faiss
+
+
+def _new_index(kind: str, d: int, n: int, sample: np.ndarray | None):
+    faiss = _faiss()
+    if kind == "flat":
+        return faiss.IndexFlatIP(d), {}
+    if kind == "hnsw":
+        index = faiss.IndexHNSWFlat(d, HNSW_M, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
+        index.hnsw.efSearch = HNSW_EF_SEARCH
+        return index, {"M": HNSW_M, "efConstruction": HNSW_EF_CONSTRUCTION, "efSearch": HNSW_EF_SEARCH}
+    if kind == "ivf":
+        nlist = max(1, min(int(4 * math.sqrt(n)), n // 39 or 1))  # faiss wants >= 39 training points a cell
+        quantizer = faiss.IndexFlatIP(d)
+        index = faiss.IndexIVFFlat(quantizer, d, nlist, faiss.METRIC_INNER_PRODUCT)
+        index.train(sample)
+        nprobe = max(1, min(nlist, int(math.ceil(nlist / 16))))
+        index.nprobe = nprobe
+        return index, {"nlist": nlist, "nprobe": nprobe, "train_rows": len(sample)}
+    raise InputError(f"unknown index '{kind}'; choose one of {', '.join(KINDS)}")
+
+
+def build_index(tv: TokenVectors, layer: int, kind: str = DEFAULT_KIND, threads: int | None = None,
+                seed: int = 0, force: bool = False) -> dict:
+    """Build (or find) the ``kind`` index of hidden state ``layer``: vectors added shard by shard, written
+    atomically. Returns its description (also ``.json`` beside the index)."""
+    faiss = _faiss()
+    if threads:
+        faiss.omp_set_num_threads(threads)
+    path = index_path(tv, layer, kind)
+    meta_path = path.with_suffix(".json")
+    if path.is_file() and meta_path.is_file() and not force:
+        return {**json.loads(meta_path.read_text()), "cached": True}
+    tv.layer_slot(layer)
+    path.parent.mkdir(exist_ok=True)
+    t0 = time.perf_counter()
+    sample = None
+    if kind == "ivf":
+        rng = np.random.default_rng(seed)
+        rows = np.sort(rng.choice(tv.rows, size=min(tv.rows, IVF_TRAIN_ROWS), replace=False))
+        sample = normalise(tv.rows_at(layer, rows))
+    index, params = _new_index(kind, tv.hidden, tv.rows, sample)
+    for _first, block in tv.layer_blocks(layer):
+        for lo in range(0, len(block), 65_536):
+            index.add(normalise(block[lo:lo + 65_536]))
+    seconds = time.perf_counter() - t0
+    _write_atomic(path, lambda p: faiss.write_index(index, str(p)))
+    meta = {"layer": layer, "kind": kind, "rows": tv.rows, "hidden": tv.hidden, "metric": "cosine (inner product "
+            "of L2-normalised float32)", "params": params, "build_seconds": round(seconds, 3),
+            "file": path.name, "bytes": path.stat().st_size}
+    _write_atomic(meta_path, lambda p: p.write_text(json.dumps(meta, indent=1)))
+    return {**meta, "cached": False}
+
+
+def load_index(tv: TokenVectors, layer: int, kind: str = DEFAULT_KIND):
+    """The cached index (built now when absent)."""
+    path = index_path(tv, layer, kind)
+    if not path.is_file():
+        build_index(tv, layer, kind)
+    faiss = _faiss()
+    index = faiss.read_index(str(path))
+    params = json.loads(path.with_suffix(".json").read_text()).get("params", {})
+    if kind == "hnsw":
+        index.hnsw.efSearch = params.get("efSearch", HNSW_EF_SEARCH)
+    elif kind == "ivf":
+        index.nprobe = params.get("nprobe", 1)
+    return index
+
+
+def search(index, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    scores, rows = index.search(normalise(np.atleast_2d(queries)), k)
+    return scores, rows.astype(np.int64)
+
+
+def recall_at(approx: np.ndarray, exact: np.ndarray) -> float:
+    """Mean share of each query's exact neighbours that the approximate search found."""
+    k = exact.shape[1]
+    return float(np.mean([len(set(a.tolist()) & set(e.tolist())) / k for a, e in zip(approx, exact, strict=True)]))
+
+
+def measure_recall(tv: TokenVectors, layer: int, kind: str, queries: int = 200, k: int = 10, seed: int = 0) -> dict:
+    """recall@k of the ``kind`` index against the brute-force exact search, on ``queries`` random token rows."""
+    rng = np.random.default_rng(seed)
+    rows = np.sort(rng.choice(tv.rows, size=min(queries, tv.rows), replace=False))
+    q = tv.rows_at(layer, rows)
+    _, exact = brute_force(tv, layer, q, k)
+    _, approx = search(load_index(tv, layer, kind), q, k)
+    value = recall_at(approx, exact)
+    path = index_path(tv, layer, kind).with_suffix(".json")
+    meta = json.loads(path.read_text())
+    meta[f"recall@{k}"] = value
+    meta["recall_queries"] = len(rows)
+    _write_atomic(path, lambda p: p.write_text(json.dumps(meta, indent=1)))
+    return {"layer": layer, "kind": kind, f"recall@{k}": value, "queries": len(rows)}
+
+
+# --- queries -------------------------------------------------------------------------------------------------
+
+def find_rows(tokens: pd.DataFrame, text_id: int | None = None, position: int | None = None,
+              word: str | None = None, row: int | None = None) -> np.ndarray:
+    """Token rows chosen by ``row``, by ``text_id`` (+ ``position``), or by ``word`` / token text (case-folded)."""
+    if row is not None:
+        if not 0 <= row < len(tokens):
+            raise InputError(f"row {row} does not exist: rows 0..{len(tokens) - 1}")
+        return np.array([row])
+    sel = np.ones(len(tokens), bool)
+    if text_id is not None:
+        sel &= tokens["text_id"].to_numpy() == text_id
+    if position is not None:
+        sel &= tokens["position"].to_numpy() == position
+    if word is not None:
+        w = word.casefold()
+        sel &= (tokens["word"].str.casefold() == w).to_numpy() | (tokens["token"].str.casefold() == w).to_numpy()
+    found = np.flatnonzero(sel)
+    if not len(found):
+        raise InputError("no token matches the query (text id, position, word)")
+    return found
+
+
+def neighbours(tv: TokenVectors, row: int, layer: int, k: int = 10, kind: str | None = DEFAULT_KIND,
+               tokens: pd.DataFrame | None = None, texts: pd.DataFrame | None = None, index=None) -> pd.DataFrame:
+    """The ``k`` tokens nearest to token ``row`` at hidden state ``layer`` (itself left out), best first: rank,
+    row, cosine and the token's metadata, its text and the text with the token marked ``[[...]]``. ``kind``
+    None: the brute-force search."""
+    tokens = tv.tokens() if tokens is None else tokens
+    texts = tv.texts() if texts is None else texts
+    q = tv.rows_at(layer, np.array([row]))
+    want = min(k + 1, tv.rows)
+    if kind is None:
+        scores, rows = brute_force(tv, layer, q, want)
+    else:
+        scores, rows = search(index if index is not None else load_index(tv, layer, kind), q, want)
+    keep = (rows[0] != row) & (rows[0] >= 0)
+    scores, rows = scores[0][keep][:k], rows[0][keep][:k]
+    out = tokens.iloc[rows].reset_index(drop=True)
+    out.insert(0, "rank", np.arange(1, len(out) + 1))
+    out.insert(1, "layer", layer)
+    out.insert(2, "cosine", scores.astype(np.float64))
+    text = texts.set_index("text_id")["text"].reindex(out["text_id"]).to_numpy()
+    out["text"] = text
+    out["marked"] = [t if s < 0 else f"{t[:s]}[[{t[s:e]}]]{t[e:]}" for t, s, e in
+                     zip(text, out["start"], out["end"], strict=True)]
+    return out
+
+
+def across_layers(tv: TokenVectors, row: int, k: int = 10, kind: str | None = DEFAULT_KIND,
+                  layers: list[int] | None = None) -> pd.DataFrame:
+    """:func:`neighbours` of the same token at every extracted layer (or ``layers``), stacked (column ``layer``):
+    exBERT's side-by-side view. One layer's index is in memory at a time."""
+    tokens, texts = tv.tokens(), tv.texts()
+    return pd.concat([neighbours(tv, row, layer, k, kind, tokens, texts) for layer in (layers or tv.layers)],
+                     ignore_index=True)
+
+
+def summary(query: pd.Series, found: pd.DataFrame, top: int = 10) -> pd.DataFrame:
+    """Per layer: how many neighbours, the share with the query's word type (case-folded) and token, their
+    most common words, mean position and, with CoNLL-U, UPOS and DEPREL histograms and the share with the
+    query's UPOS. ``query`` is the query token's metadata row."""
+    out = []
+    for layer, group in found.groupby("layer", sort=False):
+        words = group["word"].where(group["word"] != "", group["token"]).str.casefold()
+        qword = (query["word"] or query["token"]).casefold()
+        row = {"layer": layer, "neighbours": len(group), "same_word": float((words == qword).mean()),
+               "same_token": float((group["token"] == query["token"]).mean()),
+               "mean_cosine": float(group["cosine"].mean()), "mean_position": float(group["position"].mean()),
+               "same_text": float((group["text_id"] == query["text_id"]).mean()),
+               "words": json.dumps(dict(Counter(words).most_common(top)), ensure_ascii=False)}
+        for col in ("upos", "deprel"):
+            if col in group:
+                row[f"same_{col}"] = float((group[col] == query[col]).mean())
+                row[col] = json.dumps(dict(Counter(group[col]).most_common()), ensure_ascii=False)
+        out.append(row)
+    return pd.DataFrame(out)
