@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -14,8 +13,6 @@ from analysis.cli_base import (
     launched,
     prepare_out,
     processes_note,
-    versions,
-    write_json,
 )
 
 OUTPUTS = "probes.csv, mdl.csv, summary.csv, trees.jsonl, run.json"
@@ -49,8 +46,7 @@ def structure_options(args: argparse.Namespace):
 
 def cmd_structure(args: argparse.Namespace) -> int:
     """Label probes with control tasks, MDL and structural probes per layer, on UD treebanks."""
-    from analysis.csvout import to_csv
-    from analysis.precision import model_mode
+    from analysis.structure.output import run_info, write_outputs
     from analysis.structure.run import run_structure
     from analysis.structure.treebank import read_conllu
     from models.loading import load_model
@@ -78,18 +74,7 @@ def cmd_structure(args: argparse.Namespace) -> int:
     out = prepare_out(args.out)
     with StageBars(processes_note(ranks)) as progress:
         result = run_structure(loaded, train, test, options, progress=progress, ranks=ranks, **extra)
-    if labelled is not None:
-        result.info["label_task"]["data"] = str(args.label_data)
-    to_csv(result.probes, out / "probes.csv")
-    to_csv(result.mdl, out / "mdl.csv")
-    to_csv(result.summary, out / "summary.csv")
-    with open(out / "trees.jsonl", "w", encoding="utf-8") as f:
-        for record in result.trees:
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
-    write_json(out, "run.json", {**result.info, "model": loaded.spec.name, "fingerprint": loaded.fingerprint,
-                                 "model_spec": loaded.spec.to_dict(), "precision": model_mode(loaded.model),
-                                 "processes": ranks.count,
-                                 "versions": versions()})
+    write_outputs(result, out, run_info(result, loaded, ranks.count, args.label_data))
     for name, info in (("train", result.info["train"]), ("test", result.info["test"])):
         dropped = info["dropped_too_long"] + info["dropped_no_subword"]
         if dropped:
