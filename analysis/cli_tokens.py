@@ -22,7 +22,7 @@ from analysis.cli_base import (
 )
 
 ACTIONS = ("extract", "index", "neighbours", "geometry")
-INDEX_KINDS = ("flat", "hnsw", "ivf")  # analysis.tokens.search.KINDS (not imported: the parser stays light)
+INDEX_KINDS = ("auto", "flat", "hnsw", "ivf")  # analysis.tokens.search (not imported: the parser stays light)
 OUTPUTS = {"extract": "run.json", "index": "index.csv, run.json",
            "neighbours": "neighbours.csv, summary.csv, run.json", "geometry": "geometry.csv, rogue_dims.csv, run.json"}
 
@@ -43,12 +43,15 @@ def add_tokens_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--shard-rows", type=positive_int, help="tokens per shard (default: about 256 MB a shard)")
     g = p.add_argument_group("vectors (index, neighbours, geometry)")
     g.add_argument("--vectors", type=Path, help="an extraction directory (printed by extract) or extract's --out")
-    g.add_argument("--index", choices=INDEX_KINDS, default="flat", help="index kind (default flat: exact; see "
-                   "docs/tokens.md for the measured choice)")
+    g.add_argument("--index", choices=INDEX_KINDS, default="auto", help="index kind (default auto: flat, exact, up "
+                   "to 250,000 tokens, ivf above; measured in docs/tokens.md)")
     g.add_argument("--rebuild", action="store_true", help="index: build again even when cached")
     g.add_argument("--recall-queries", type=nonnegative_int, default=200, help="index: tokens on which recall@10 "
                    "against exact search is measured for an approximate index (default 200; 0: none)")
     g.add_argument("--exact", action="store_true", help="neighbours: brute-force search over the shards, no index")
+    g.add_argument("--standardize", action="store_true", help="neighbours: cosine of vectors z-scored per "
+                   "dimension over the corpus (Timkey & van Schijndel 2021: no rogue dimension dominates; brute "
+                   "force)")
     g.add_argument("--row", type=nonnegative_int, help="neighbours: the query token's row in tokens.parquet")
     g.add_argument("--text-id", type=nonnegative_int, help="neighbours: the query's text (with --position or --word)")
     g.add_argument("--position", type=nonnegative_int, help="neighbours: the query's token position in its text")
@@ -153,9 +156,9 @@ def _cmd_index(args: argparse.Namespace) -> int:
         layers = _layers_of(args, tv)
         for done, layer in enumerate(layers):
             info = build_index(tv, layer, args.index, args.threads, args.seed, force=args.rebuild)
-            if args.index != "flat" and args.recall_queries:
-                info.update(measure_recall(tv, layer, args.index, args.recall_queries, 10, args.seed))
-            elif args.index == "flat":
+            if info["kind"] != "flat" and args.recall_queries:
+                info.update(measure_recall(tv, layer, info["kind"], args.recall_queries, 10, args.seed))
+            elif info["kind"] == "flat":
                 info["recall@10"] = 1.0
             rows.append({k: info.get(k) for k in ("layer", "kind", "rows", "build_seconds", "bytes", "recall@10",
                                                   "cached")} | {"params": json.dumps(info.get("params", {}))})
@@ -178,7 +181,8 @@ def _cmd_neighbours(args: argparse.Namespace) -> int:
     if args.row is None and args.text_id is None and args.word is None:
         raise UserError("choose the query token: --row N, --text-id N with --position P or --word W, or --word W")
     row = int(find_rows(tokens, args.text_id, args.position, args.word, args.row)[0])
-    found = across_layers(tv, row, args.k, None if args.exact else args.index, _layers_of(args, tv))
+    found = across_layers(tv, row, args.k, None if args.exact else args.index, _layers_of(args, tv),
+                          args.standardize)
     query = tokens.iloc[row]
     table = summary(query, found)
     if args.out is not None:
@@ -187,7 +191,9 @@ def _cmd_neighbours(args: argparse.Namespace) -> int:
         to_csv(table, out / "summary.csv")
         write_json(out, "run.json", _run_info(tv, query={k: (v.item() if hasattr(v, "item") else v)
                                                           for k, v in query.to_dict().items()},
-                                              k=args.k, search="brute force" if args.exact else args.index))
+                                              k=args.k, standardized=args.standardize,
+                                              search="brute force" if args.exact or args.standardize
+                                              else args.index))
     text = tv.texts().set_index("text_id").loc[int(query["text_id"]), "text"]
     s, e = int(query["start"]), int(query["end"])
     print(f"query: row {row}, text {int(query['text_id'])}, position {int(query['position'])}, token "
@@ -196,9 +202,16 @@ def _cmd_neighbours(args: argparse.Namespace) -> int:
     for layer, group in found.groupby("layer", sort=False):
         print(f"layer {layer}:")
         for _, r in group.iterrows():
-            print(f"  {r['rank']:>3} {r['cosine']:.3f} {r['token']!r:>14} {r['marked'][:100]}")
+            print(f"  {r['rank']:>3} {r['cosine']:.3f} {r['token']!r:>14} {_window(r['marked'])}")
     print(table.drop(columns=[c for c in ("upos", "deprel", "words") if c in table]).to_string(index=False))
     return 0
+
+
+def _window(marked: str, width: int = 100) -> str:
+    """``width`` characters of a marked text around its ``[[token]]``."""
+    at = marked.find("[[")
+    start = max(0, min(at - width // 2, len(marked) - width)) if at >= 0 else 0
+    return ("..." if start else "") + marked[start:start + width] + ("..." if start + width < len(marked) else "")
 
 
 def _cmd_geometry(args: argparse.Namespace) -> int:

@@ -78,9 +78,14 @@ def test_the_approximate_indexes_recall_is_measured_against_exact(tv, kind):
     rows = np.sort(np.random.default_rng(0).choice(tv.rows, 100, replace=False))
     _, exact = numpy_cosine(x, x[rows], 10)
     _, approx = search.search(search.load_index(tv, 1, kind), x[rows], 10)
-    assert measured["recall@10"] == pytest.approx(search.recall_at(approx, exact))
+    assert measured["recall@10"] == pytest.approx(search.recall_at(approx, exact))  # no ties in planted data
     assert 0.5 < measured["recall@10"] <= 1.0  # planted clusters: the approximate index finds most neighbours
     assert search.recall_at(exact, exact) == 1.0
+    twins = np.array([[0.9, 0.8, 0.8]]), np.array([[1, 2, 3]])  # rows 3 and 4: the same vector
+    assert search.recall_at(np.array([[1, 2, 4]]), twins[1]) == pytest.approx(2 / 3)
+    assert search.recall_at(np.array([[1, 2, 4]]), twins[1], np.array([[0.9, 0.8, 0.8]]), twins[0]) == 1.0
+    assert search.recall_at(np.array([[1, 2, 5]]), twins[1], np.array([[0.9, 0.8, 0.7]]), twins[0]) == \
+        pytest.approx(2 / 3)
     assert search.recall_at(exact[:, ::-1] * 0 - 1, exact) == 0.0
 
 
@@ -125,3 +130,15 @@ def test_rows_are_found_by_text_position_and_word(tv):
     assert (tokens.loc[rows, "token"] == "w3").all() and len(rows) == (tokens["token"] == "w3").sum()
     with pytest.raises(Exception, match="no token matches"):
         search.find_rows(tokens, word="nothing")
+
+
+def test_standardised_neighbours_are_the_cosine_of_z_scored_vectors(tv):
+    x = all_vectors(tv, 1).astype(np.float64)
+    z = (x - x.mean(0)) / x.std(0)
+    found = search.neighbours(tv, 42, 1, k=6, standardize=True)
+    want_s, want_i = numpy_cosine(z, z[[42]], 7)
+    assert found["row"].tolist() == [r for r in want_i[0] if r != 42][:6]
+    np.testing.assert_allclose(found["cosine"], want_s[0][1:7], atol=1e-5)
+    mean, std = search.layer_moments(tv, 1)
+    np.testing.assert_allclose(mean, x.mean(0), atol=1e-9)
+    np.testing.assert_allclose(std, x.std(0), rtol=1e-9)

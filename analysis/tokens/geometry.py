@@ -27,6 +27,7 @@ import json
 
 import numpy as np
 import pandas as pd
+from threadpoolctl import threadpool_limits
 
 from analysis.tokens.search import normalise
 from analysis.tokens.vectors import TokenVectors
@@ -176,8 +177,9 @@ def geometry(tv: TokenVectors, layers: list[int] | None = None, blocks: int = 20
         boot = [_anisotropy(acc["S"], acc["Q"], acc["N"], w) for w in weights]
         boot_total = np.array([b[0] for b in boot])
         boot_dims = np.array([b[1] for b in boot])
-        var = _variance(_covariance(acc["X"], acc["XX"], acc["N"]))
-        var_boot = [_variance(_covariance(acc["X"], acc["XX"], acc["N"], w)) for w in weights[:min(boots, 100)]]
+        with threadpool_limits(1, "blas"):  # small eigh's: OpenBLAS's threads spin-wait under a busy core (seconds)
+            var = _variance(_covariance(acc["X"], acc["XX"], acc["N"]))
+            var_boot = [_variance(_covariance(acc["X"], acc["XX"], acc["N"], w)) for w in weights[:min(boots, 100)]]
         self_sim = _group_means(tv, layer, types, pair_cosine)
         intra = _group_means(tv, layer, texts, _intra)
         row = {"layer": layer, "tokens": tv.rows, "anisotropy": aniso}

@@ -1,0 +1,183 @@
+"""Token vectors and nearest-neighbour search at corpus scale (issue 29): the demo model on the shared English
+corpus, every layer.
+
+    python -m benchmarks.bench_tokens [--model demo] [--lines 32000] [--index-layers 4] [--queries 100]
+        [--hnsw-rows 200000] [--encoder-texts 2000]
+
+1. **Extraction** (``analysis.tokens.vectors.extract``, from the cache when it is there: said so) of the first
+   ``--lines`` non-empty lines of ``english_corpus/train.txt.gz``: tokens, seconds, tokens/s, float16 bytes on
+   disk; against **the probe's encoder throughput**: ``analysis.activations.hidden_states`` alone over the same
+   length buckets of the first ``--encoder-texts`` texts (tokens/s, padding included in neither count: counted
+   tokens only).
+2. **Indexes** per layer in ``--index-layers``: build seconds of ``flat`` (exact) and ``ivf``, ``hnsw`` on the first
+   ``--hnsw-rows`` rows only when asked (its build grows as n log n: measured below the target size and said);
+   recall@10 of the approximate ones against exact.
+3. **Queries**: one token at a time, ``--queries`` random tokens: milliseconds per query of the flat index, of
+   IVF, and of **brute force in numpy** (the same normalised float32 matrix in memory, ``x @ q``, then
+   ``argpartition``) and of the streaming brute force over the float16 shards; the ratios.
+4. Peak resident memory of this process (ru_maxrss) after each stage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import resource
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks import SHARED
+
+
+def peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def lines_of(path: Path, n: int) -> list[str]:
+    out = []
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                out.append(line.strip())
+                if len(out) >= n:
+                    break
+    return out
+
+
+def ms_per_query(search_one, q: np.ndarray) -> float:
+    """Milliseconds per query, one query at a time (as a page asks)."""
+    start = time.perf_counter()
+    for i in range(len(q)):
+        search_one(q[i:i + 1])
+    return (time.perf_counter() - start) * 1000 / len(q)
+
+
+def numpy_search(x: np.ndarray, q: np.ndarray, k: int = 10) -> np.ndarray:
+    """The naive way: the layer as one float32 matrix, ``x @ q``, then ``argpartition``."""
+    s = x @ q[0]
+    top = np.argpartition(-s, k)[:k]
+    return top[np.argsort(-s[top])][None]
+
+
+def tie_recall(found, exact) -> float:
+    """Tie-aware recall@10 of faiss's ``(scores, rows)`` against exact ``(scores, rows)``."""
+    from analysis.tokens.search import recall_at
+
+    return recall_at(found[1], exact[1], found[0], exact[0])
+
+
+def bench_layer(tv, layer: int, args, rng) -> dict:
+    import faiss
+
+    from analysis.tokens import search
+
+    row: dict = {"layer": layer}
+    for kind in ("flat", "ivf"):
+        info = search.build_index(tv, layer, kind, force=True)
+        row[f"{kind}_build_s"] = info["build_seconds"]
+        row[f"{kind}_bytes"] = info["bytes"]
+    row["peak_mb_after_build"] = peak_mb()
+    q = search.normalise(tv.rows_at(layer, np.sort(rng.choice(tv.rows, args.queries, replace=False))))
+    flat = search.load_index(tv, layer, "flat")
+    row["flat_query_ms"] = ms_per_query(lambda v: flat.search(v, 10), q)
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    row["flat_query_ms_1_thread"] = ms_per_query(lambda v: flat.search(v, 10), q)
+    faiss.omp_set_num_threads(threads)
+    exact_s, exact = flat.search(q, 10)
+    row["peak_mb_flat_loaded"] = peak_mb()
+    flat = None  # one index in memory at a time
+    ivf = search.load_index(tv, layer, "ivf")
+    nprobe = ivf.nprobe
+    for scale in (1, 2, 4):
+        ivf.nprobe = nprobe * scale
+        row[f"ivf_nprobe{ivf.nprobe}_query_ms"] = ms_per_query(lambda v: ivf.search(v, 10), q)
+        row[f"ivf_nprobe{ivf.nprobe}_recall@10"] = tie_recall(ivf.search(q, 10), (exact_s, exact))
+    ivf = None
+    x = search.layer_matrix(tv, layer)
+    row["numpy_query_ms"] = ms_per_query(lambda v: numpy_search(x, v), q[:20])
+    found = np.concatenate([numpy_search(x, q[i:i + 1]) for i in range(len(q))])
+    row["numpy_recall@10"] = search.recall_at(found, exact, np.einsum("qd,qkd->qk", q, x[found]), exact_s)
+    row["peak_mb_numpy_matrix"] = peak_mb()
+    x = None
+    row["streaming_brute_force_query_ms"] = ms_per_query(lambda v: search.brute_force(tv, layer, v, 10), q[:3])
+    row["flat_vs_numpy"] = row["numpy_query_ms"] / row["flat_query_ms"]
+    if args.hnsw_rows:
+        n = min(args.hnsw_rows, tv.rows)
+        xs = search.normalise(tv.rows_at(layer, np.arange(n)))
+        index = faiss.IndexHNSWFlat(tv.hidden, search.HNSW_M, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = search.HNSW_EF_CONSTRUCTION
+        start = time.perf_counter()
+        index.add(xs)
+        row["hnsw_rows"], row["hnsw_build_s"] = n, time.perf_counter() - start
+        index.hnsw.efSearch = search.HNSW_EF_SEARCH
+        sub_exact = faiss.IndexFlatIP(tv.hidden)
+        sub_exact.add(xs)
+        qs = xs[rng.choice(n, args.queries, replace=False)]
+        row["hnsw_query_ms"] = ms_per_query(lambda v: index.search(v, 10), qs)
+        row["hnsw_recall@10"] = tie_recall(index.search(qs, 10), sub_exact.search(qs, 10))
+    row["load_average"] = os.getloadavg()
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="demo")
+    parser.add_argument("--lines", type=int, default=32_000)
+    parser.add_argument("--index-layers", default="4", help="comma-separated hidden states to index and query")
+    parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--hnsw-rows", type=int, default=0, help="build HNSW on this many rows (0: skip)")
+    parser.add_argument("--encoder-texts", type=int, default=2000, help="0: skip the encoder-only measurement")
+    parser.add_argument("--batch-size", type=int, default=64)
+    args = parser.parse_args()
+
+    import torch
+
+    from analysis.activations import bucket_indices, hidden_states, make_batch, max_input_length
+    from analysis.inputs import TextInputs
+    from analysis.tokens.corpus import from_texts
+    from analysis.tokens.vectors import extract
+    from models.loading import ModelSpec, load_model
+
+    report: dict = {"machine": subprocess.run(["lscpu"], capture_output=True, text=True).stdout.split("Model name:")[
+        -1].split("\n")[0].strip(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+        "load_average_start": os.getloadavg()}
+    loaded = load_model(ModelSpec(args.model, device="cpu"))
+    texts = lines_of(SHARED / "english_corpus" / "train.txt.gz", args.lines)
+    corpus = from_texts(loaded.tokenizer, TextInputs(tuple(texts)), max_input_length(loaded))
+    report["texts"], report["tokens"] = len(texts), corpus.n_rows
+
+    # 1. the probe's encoder alone, on the first texts (same buckets, same batch size)
+    if args.encoder_texts:
+        sub = TextInputs(tuple(texts[:args.encoder_texts]))
+        enc = from_texts(loaded.tokenizer, sub, max_input_length(loaded))
+        counted = int(enc.counts.sum())
+        start = time.perf_counter()
+        with torch.inference_mode():
+            for idx in bucket_indices(enc.encoded, args.batch_size, loaded):
+                hidden_states(loaded, make_batch(enc.encoded, idx, loaded.tokenizer.pad_token_id))
+        report["encoder_tokens_per_s"] = counted / (time.perf_counter() - start)
+
+    start = time.perf_counter()
+    tv = extract(loaded, corpus, batch_size=args.batch_size)
+    seconds = time.perf_counter() - start
+    report.update(extraction_seconds=seconds, extraction_tokens_per_s=corpus.n_rows / seconds,
+                  disk_bytes=tv.disk_bytes(), layers=tv.layers, hidden=tv.hidden, vectors=str(tv.directory),
+                  peak_mb_after_extraction=peak_mb())
+    if args.encoder_texts:
+        report["extraction_vs_encoder"] = report["extraction_tokens_per_s"] / report["encoder_tokens_per_s"]
+    print(json.dumps(report, indent=1), flush=True)
+
+    rng = np.random.default_rng(0)
+    for layer in [int(x) for x in args.index_layers.split(",")]:
+        print(json.dumps(bench_layer(tv, layer, args, rng)), flush=True)
+    print(json.dumps({"peak_mb": peak_mb(), "load_average_end": os.getloadavg()}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
