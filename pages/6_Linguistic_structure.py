@@ -15,7 +15,7 @@ from analysis.structure.output import read_outputs
 from analysis.structure.plots import sentence_trees, task_curves, upos_across_layers
 from analysis.structure.run import run_structure
 from analysis.structure.treebank import read_conllu
-from ui.jobs import finished_structure_jobs, structure_job_form, structure_jobs_running
+from ui.jobs import finished_structure_jobs, structure_job_form, structure_jobs_running, unfinished_structure_jobs
 from ui.results import chart, md_plain, result_key, shared_result, stop_button, wait_for_run
 from ui.sidebar import start_page
 
@@ -77,6 +77,13 @@ def show(result, about: str, key: str = "structure", sample_note: bool = False) 
 MODES = ["Run the probes", "Open a finished job"]
 if st.radio("Results", MODES, horizontal=True, key="structure_mode", label_visibility="collapsed") == MODES[1]:
     running = structure_jobs_running()
+    ended = unfinished_structure_jobs()
+    if ended:
+        with st.expander(f"Jobs that did not finish ({len(ended)})"):
+            for j in ended[:10]:
+                why = ((j.error or "").strip().splitlines() or [""])[-1]
+                why = f" · {md_plain(why)}" if why else ""
+                st.caption(f"#{j.id} {md_plain(j.name)}: **{j.status}**{why} (log on the Fine-tuning jobs page)")
     done = finished_structure_jobs()
     if not done:
         st.info("No finished linguistic-structure job yet: the job above is offered here as soon as it finishes "

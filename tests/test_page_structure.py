@@ -119,6 +119,9 @@ def test_a_job_whose_artifacts_are_gone_is_a_message(tiny_dirs, tmp_path, monkey
     store = JobStore()
     job_id = store.submit({"kind": "structure", "model": "demo", "tasks": "upos"}, "cpu", "linguistic structure")
     store.finish(job_id, "succeeded", metrics={"kind": "structure"})
+    failed = store.submit({"kind": "structure", "model": "demo", "tasks": "upos"}, "cpu", "linguistic structure")
+    store.finish(failed, "failed", "exit status 1; the log ends:\nerror: out of memory")
     at = run_page(PAGE, model=str(tiny_dirs["bert"]))
     at.radio(key="structure_mode").set_value("Open a finished job").run()
     assert not at.exception and "missing" in at.error[0].value
+    assert any(f"#{failed}" in c.value and "failed" in c.value and "out of memory" in c.value for c in at.caption)

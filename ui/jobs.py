@@ -174,6 +174,11 @@ def finished_structure_jobs() -> list:
     return [j for j in _structure_jobs() if j.status == "succeeded"]
 
 
+def unfinished_structure_jobs() -> list:
+    """The failed and cancelled ``structure`` jobs, newest first, each with why (its error's last line)."""
+    return [j for j in _structure_jobs() if j.status in ("failed", "cancelled")]
+
+
 def structure_stage(job) -> str:
     """``probes 3/20 · 72%``: where a running structure job is."""
     p = job.progress or {}
