@@ -44,7 +44,7 @@ def add_tokens_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("vectors (index, neighbours, geometry)")
     g.add_argument("--vectors", type=Path, help="an extraction directory (printed by extract) or extract's --out")
     g.add_argument("--index", choices=INDEX_KINDS, default="auto", help="index kind (default auto: flat, exact, up "
-                   "to 250,000 tokens, ivf above; measured in docs/tokens.md)")
+                   "to 1,000,000 tokens, ivf above; measured in docs/tokens.md)")
     g.add_argument("--rebuild", action="store_true", help="index: build again even when cached")
     g.add_argument("--recall-queries", type=nonnegative_int, default=200, help="index: tokens on which recall@10 "
                    "against exact search is measured for an approximate index (default 200; 0: none)")

@@ -2,15 +2,17 @@
 cached beside the vectors, and a brute-force search that streams the float16 shards (the baseline and the
 reference for recall).
 
-Index kinds (``KINDS``): ``flat`` (faiss ``IndexFlatIP``: exact), ``hnsw`` (``IndexHNSWFlat``, inner product)
-and ``ivf`` (``IndexIVFFlat``, inner product, ``nlist = min(4 sqrt(n), sample / 39)`` cells trained on a sample
-of 65,536 rows, ``nprobe = nlist / 16``). ``auto``, the default, is ``flat`` up to :data:`EXACT_ROWS` rows and
-``ivf`` above, as measured in ``docs/tokens.md``. An index file is written to a temporary file and renamed
-(``index/layerNN.KIND.faiss`` with its ``.json``: parameters, build time, recall@10 against exact).
+Index kinds (``KINDS``): ``flat`` (exact: the normalised rows as a memory-mapped ``.npy``, scanned by
+``faiss.knn``), ``hnsw`` (``IndexHNSWFlat``, inner product) and ``ivf`` (``IndexIVFFlat``, inner product,
+``nlist = min(4 sqrt(n), sample / 39)`` cells trained on a sample of 65,536 rows, ``nprobe = nlist / 16``).
+``auto``, the default, is ``flat`` up to :data:`EXACT_ROWS` rows and ``ivf`` above, as measured in
+``docs/tokens.md``. An index file is written to a temporary file and renamed (``index/layerNN.flat.npy``,
+``index/layerNN.KIND.faiss``, each with its ``.json``: parameters, build time, recall@10 against exact).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -25,7 +27,8 @@ from analysis.tokens.vectors import TokenVectors, _write_atomic
 
 KINDS = ("flat", "hnsw", "ivf")
 DEFAULT_KIND = "auto"  # flat up to EXACT_ROWS rows, ivf above (measured: docs/tokens.md)
-EXACT_ROWS = 250_000
+EXACT_ROWS = 1_000_000
+SINGLE_THREAD_QUERIES = 8
 HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 80, 64
 IVF_TRAIN_ROWS = 65_536
 
@@ -106,8 +109,9 @@ def brute_force(tv: TokenVectors, layer: int, queries: np.ndarray, k: int, chunk
 
 
 def resolve_kind(kind: str, rows: int) -> str:
-    """``auto``: exact search (``flat``) up to :data:`EXACT_ROWS` rows, where one query stays well inside 100 ms on
-    two busy cores, ``ivf`` above (recall@10 >= 0.99 at 1M rows, measured); any other kind as given."""
+    """``auto``: exact search (``flat``) up to :data:`EXACT_ROWS` rows (at 0.94M x 256 one query took 47 ms on
+    one thread of a busy machine: inside 100 ms), ``ivf`` above (recall@10 0.994 at 2.7 ms a query there); any
+    other kind as given."""
     if kind == "auto":
         return "flat" if rows <= EXACT_ROWS else "ivf"
     if kind not in KINDS:
@@ -116,7 +120,8 @@ def resolve_kind(kind: str, rows: int) -> str:
 
 
 def index_path(tv: TokenVectors, layer: int, kind: str) -> Path:
-    return tv.directory / "index" / f"layer{layer:02d}.{resolve_kind(kind, tv.rows)}.faiss"
+    kind = resolve_kind(kind, tv.rows)
+    return tv.directory / "index" / f"layer{layer:02d}.{kind}.{'npy' if kind == 'flat' else 'faiss'}"
 
 
 def _faiss():
@@ -125,6 +130,34 @@ def _faiss():
     except ImportError:  # pragma: no cover - a requirement
         raise InputError("nearest-neighbour indexes need faiss-cpu (pip install faiss-cpu)") from None
     return faiss
+
+
+class MappedFlat:
+    """The exact index as a memory-mapped ``.npy`` of the normalised float32 rows, searched by ``faiss.knn``
+    (faiss's exhaustive inner-product scan, as ``IndexFlatIP.search``): built a shard at a time into the file and
+    opened without reading it, so no layer is ever copied into an index object (an ``IndexFlatIP`` built by
+    ``add`` peaked at 2.2 GB at 0.94M x 256 while its storage doubled)."""
+
+    def __init__(self, path: Path):
+        self.xb = np.load(path, mmap_mode="r")
+        self.ntotal = len(self.xb)
+
+    def search(self, q: np.ndarray, k: int):
+        faiss = _faiss()
+        return faiss.knn(np.ascontiguousarray(q, dtype=np.float32), self.xb, k, metric=faiss.METRIC_INNER_PRODUCT)
+
+
+def _write_flat(tv: TokenVectors, layer: int, path: Path) -> None:
+    def fill(tmp: Path) -> None:
+        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(tv.rows, tv.hidden))
+        for first, block in tv.layer_blocks(layer):
+            for lo in range(0, len(block), 65_536):
+                part = normalise(block[lo:lo + 65_536])
+                out[first + lo:first + lo + len(part)] = part
+            out.flush()
+        del out
+
+    _write_atomic(path, fill)
 
 
 def _new_index(kind: str, d: int, n: int, sample: np.ndarray | None):
@@ -167,12 +200,17 @@ def build_index(tv: TokenVectors, layer: int, kind: str = DEFAULT_KIND, threads:
         rng = np.random.default_rng(seed)
         rows = np.sort(rng.choice(tv.rows, size=min(tv.rows, IVF_TRAIN_ROWS), replace=False))
         sample = normalise(tv.rows_at(layer, rows))
-    index, params = _new_index(kind, tv.hidden, tv.rows, sample)
-    for _first, block in tv.layer_blocks(layer):
-        for lo in range(0, len(block), 65_536):
-            index.add(normalise(block[lo:lo + 65_536]))
-    seconds = time.perf_counter() - t0
-    _write_atomic(path, lambda p: faiss.write_index(index, str(p)))
+    if kind == "flat":
+        params = {"storage": "normalised float32 .npy, memory-mapped, searched by faiss.knn"}
+        _write_flat(tv, layer, path)
+        seconds = time.perf_counter() - t0
+    else:
+        index, params = _new_index(kind, tv.hidden, tv.rows, sample)
+        for _first, block in tv.layer_blocks(layer):
+            for lo in range(0, len(block), 65_536):
+                index.add(normalise(block[lo:lo + 65_536]))
+        seconds = time.perf_counter() - t0
+        _write_atomic(path, lambda p: faiss.write_index(index, str(p)))
     meta = {"layer": layer, "kind": kind, "rows": tv.rows, "hidden": tv.hidden, "metric": "cosine (inner product "
             "of L2-normalised float32)", "params": params, "build_seconds": round(seconds, 3),
             "file": path.name, "bytes": path.stat().st_size}
@@ -186,6 +224,8 @@ def load_index(tv: TokenVectors, layer: int, kind: str = DEFAULT_KIND):
     path = index_path(tv, layer, kind)
     if not path.is_file():
         build_index(tv, layer, kind)
+    if kind == "flat":
+        return MappedFlat(path)
     faiss = _faiss()
     index = faiss.read_index(str(path))
     params = json.loads(path.with_suffix(".json").read_text()).get("params", {})
@@ -196,8 +236,25 @@ def load_index(tv: TokenVectors, layer: int, kind: str = DEFAULT_KIND):
     return index
 
 
+@contextlib.contextmanager
+def faiss_threads(n: int):
+    """faiss's OpenMP threads set to ``n`` inside, restored after."""
+    faiss = _faiss()
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(n)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(before)
+
+
 def search(index, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    scores, rows = index.search(normalise(np.atleast_2d(queries)), k)
+    """``(scores, rows)`` of the ``k`` nearest rows of each query. A few queries run on one thread: measured at
+    0.94M x 256, one flat query took 47 ms on one thread and 215 ms on two cores another process was using
+    (OpenMP's threads wait for the busy core)."""
+    q = normalise(np.atleast_2d(queries))
+    with faiss_threads(1) if len(q) <= SINGLE_THREAD_QUERIES else contextlib.nullcontext():
+        scores, rows = index.search(q, k)
     return scores, rows.astype(np.int64)
 
 
