@@ -276,3 +276,23 @@ def test_cancel_a_job(page, server):
 
     assert JobStore(HOME[-1] / "jobs").list()[0].status == "cancelled"
     assert_no_error(page)
+
+
+def test_a_structure_job_from_the_page_opens_its_results(page, server):
+    """A fresh clone's first look: the page on the bundled sample, submitted as a job, its results opened."""
+    open_page(page, server, "/Linguistic_structure")
+    assert page.get_by_text("A small sample").count() == 1
+    layers = page.get_by_role("textbox", name="Layers", exact=True)
+    layers.fill("0,4")
+    layers.press("Enter")
+    time.sleep(2.0)  # the rerun the new value starts
+    page.get_by_text("Run it as a background job").click()
+    time.sleep(1.0)
+    page.get_by_role("button", name="Submit as a job", exact=True).click()
+    page.get_by_text("queued").first.wait_for(timeout=60_000)
+    assert_no_error(page)
+    page.get_by_role("radiogroup").get_by_text("Open a finished job", exact=True).click()
+    page.wait_for_selector(".js-plotly-plot", timeout=300_000)  # offered once it has finished (the view refreshes)
+    page.get_by_text("Where each task lives").wait_for()
+    assert page.get_by_text("the bundled small sample").count() == 1
+    assert_no_error(page)
