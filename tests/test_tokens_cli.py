@@ -70,3 +70,36 @@ def test_a_neighbour_query_needs_a_token(extracted, capsys):
     assert "choose the query token" in capsys.readouterr().err
     assert main(["tokens", "neighbours", "--vectors", str(extracted), "--row", "999999"]) == 2
     assert main(["tokens", "neighbours", "--vectors", str(extracted), "--layers", "9", "--row", "0"]) == 2
+
+
+@pytest.mark.slow
+def test_extract_in_two_processes_writes_the_shards_of_one(tmp_path):
+    """accelerate launch with two processes: each runs its share of every shard's batches, the main one writes
+    them; the shards and metadata equal a one-process run's."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import numpy as np
+
+    from analysis.parallel import launch_command
+
+    root = Path(__file__).resolve().parents[1]
+    args = ["-m", "analysis", "tokens", "extract", "--model", "demo", "--input", str(FIXTURES / "ud_tiny_train.conllu"),
+            "--shard-rows", "30", "--batch-size", "2"]
+    dirs = []
+    for n in (1, 2):  # separate homes: the second run must extract, not read the first one's cache
+        full = [*args, "--out", str(tmp_path / f"out{n}")]
+        cmd = launch_command(n, *full) if n > 1 else [sys.executable, *full]
+        env = {**os.environ, "LAYERLENS_HOME": str(tmp_path / f"home{n}"), "OMP_NUM_THREADS": "1"}
+        done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        dirs.append(Path(json.loads((tmp_path / f"out{n}" / "run.json").read_text())["vectors"]))
+    assert json.loads((tmp_path / "out2" / "run.json").read_text())["processes"] == 2
+    one, two = sorted(dirs[0].glob("shard_*.npy")), sorted(dirs[1].glob("shard_*.npy"))
+    assert [p.name for p in one] == [p.name for p in two] and len(one) > 1
+    for a, b in zip(one, two, strict=True):
+        np.testing.assert_allclose(np.load(a).astype(np.float32), np.load(b).astype(np.float32), atol=2e-3)
+    pd.testing.assert_frame_equal(pd.read_parquet(dirs[0] / "tokens.parquet"),
+                                  pd.read_parquet(dirs[1] / "tokens.parquet"))

@@ -121,11 +121,11 @@ def plain_vectors(directory, sample, layers):
 
 
 def test_vectors_equal_a_plain_forward_pass_and_are_cached(bert, tiny_dirs, tmp_path):
-    sample = texts(80)
+    sample = texts(40)
     corpus = from_texts(bert.tokenizer, TextInputs(tuple(sample)), max_input_length(bert))
     store = ArrayStore(tmp_path)
     written = []
-    tv = extract(bert, corpus, [0, 2, 3], batch_size=7, shard_rows=150, store=store, after_shard=written.append)
+    tv = extract(bert, corpus, [0, 2, 3], batch_size=7, shard_rows=80, store=store, after_shard=written.append)
     assert tv.layers == [0, 2, 3] and tv.rows == corpus.n_rows and len(tv.manifest["shards"]) > 2
     assert written == list(range(len(tv.manifest["shards"])))
     want = plain_vectors(tiny_dirs["bert"], sample, [0, 2, 3])
@@ -135,15 +135,15 @@ def test_vectors_equal_a_plain_forward_pass_and_are_cached(bert, tiny_dirs, tmp_
         np.testing.assert_allclose(got.astype(np.float32), want[slot], rtol=2e-3, atol=2e-3)
     assert isinstance(tv.shard(0), np.memmap)
     again = []
-    assert extract(bert, corpus, [0, 2, 3], shard_rows=150, store=store, after_shard=again.append).directory == \
+    assert extract(bert, corpus, [0, 2, 3], shard_rows=80, store=store, after_shard=again.append).directory == \
         tv.directory and again == []  # cached: nothing computed
-    other = extract(bert, corpus, [3], batch_size=7, shard_rows=150, store=store)
+    other = extract(bert, corpus, [3], batch_size=7, shard_rows=80, store=store)
     assert other.directory != tv.directory  # layers are part of the key
     (tv.directory / tv.manifest["shards"][1]["file"]).unlink()
     with pytest.raises(InputError, match="incomplete"):
         TokenVectors.open(tv.directory)
     resumed = []
-    extract(bert, corpus, [0, 2, 3], batch_size=7, shard_rows=150, store=store, after_shard=resumed.append)
+    extract(bert, corpus, [0, 2, 3], batch_size=7, shard_rows=80, store=store, after_shard=resumed.append)
     assert resumed == [1]  # only the missing shard is computed again
     np.testing.assert_array_equal(np.concatenate([b for _, b in TokenVectors.open(tv.directory).layer_blocks(3)]),
                                   np.concatenate([b for _, b in other.layer_blocks(3)]))
