@@ -128,6 +128,11 @@ def test_rows_are_found_by_text_position_and_word(tv):
     assert search.find_rows(tokens, text_id=2, position=3).tolist() == [2 * 25 + 2]
     rows = search.find_rows(tokens, word="w3")
     assert (tokens.loc[rows, "token"] == "w3").all() and len(rows) == (tokens["token"] == "w3").sum()
+    pieces = tokens.assign(word=np.where(tokens["token"] == "w3", "w3ing", tokens["word"]))
+    pieces.loc[5, "word"] = "W3"  # a whole word wins over the pieces of longer ones
+    assert search.find_rows(pieces, word="w3").tolist() == [5]
+    assert len(search.find_rows(pieces.drop(index=5), word="w3")) == (tokens["token"] == "w3").sum() - (
+        tokens.loc[5, "token"] == "w3")
     with pytest.raises(Exception, match="no token matches"):
         search.find_rows(tokens, word="nothing")
 

@@ -291,7 +291,8 @@ def measure_recall(tv: TokenVectors, layer: int, kind: str, queries: int = 200, 
 
 def find_rows(tokens: pd.DataFrame, text_id: int | None = None, position: int | None = None,
               word: str | None = None, row: int | None = None) -> np.ndarray:
-    """Token rows chosen by ``row``, by ``text_id`` (+ ``position``), or by ``word`` / token text (case-folded)."""
+    """Token rows chosen by ``row``, by ``text_id`` (+ ``position``), or by ``word`` (case-folded: the rows of that
+    word, or where no word is spelled so, the tokens spelled so)."""
     if row is not None:
         if not 0 <= row < len(tokens):
             raise InputError(f"row {row} does not exist: rows 0..{len(tokens) - 1}")
@@ -301,9 +302,10 @@ def find_rows(tokens: pd.DataFrame, text_id: int | None = None, position: int | 
         sel &= tokens["text_id"].to_numpy() == text_id
     if position is not None:
         sel &= tokens["position"].to_numpy() == position
-    if word is not None:
+    if word is not None:  # the word itself first; a token spelled so (a piece of a longer word) only otherwise
         w = word.casefold()
-        sel &= (tokens["word"].str.casefold() == w).to_numpy() | (tokens["token"].str.casefold() == w).to_numpy()
+        words = sel & (tokens["word"].str.casefold() == w).to_numpy()
+        sel = words if words.any() else sel & (tokens["token"].str.casefold() == w).to_numpy()
     found = np.flatnonzero(sel)
     if not len(found):
         raise InputError("no token matches the query (text id, position, word)")
