@@ -153,3 +153,138 @@ def test_the_cli_writes_the_five_files_and_refuses_in_one_line(tmp_path, tiny_di
     err = capsys.readouterr().err.strip().splitlines()
     assert "at least twice" in err[0] and "different tokenizers" in err[-1] and len(err) == 2
     assert not (tmp_path / "y").exists()  # nothing half-written
+
+
+# --- reconstruction accuracy per layer, both models, and its change (issue 28, 2.) -------------------------------
+
+TEXTS = ("the film is good .", "a very dull movie !", "it was not bad", "i liked the film and it was fun",
+         "the movie is very bad , i hated it", "a good film", "it was dull", "not a fun movie .",
+         "the film was good and very fun !", "i hated the dull film")
+
+
+def fine_tuned_classifier(base_dir, out, noise=0.15, seed=3):
+    """The tiny masked LM's encoder saved as a sequence classifier (no MLM head), its upper layers moved a little:
+    what a fine-tuning job leaves behind."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    from tests.conftest import tiny_tokenizer
+
+    torch.manual_seed(seed)
+    model = AutoModelForSequenceClassification.from_pretrained(base_dir, num_labels=2,
+                                                               id2label={0: "neg", 1: "pos"})
+    with torch.no_grad():
+        for p in model.bert.encoder.layer[1:].parameters():
+            p.add_(noise * torch.randn_like(p))
+    model.save_pretrained(out)
+    tiny_tokenizer().save_pretrained(out)
+    return out
+
+
+def plain_token_correct(encoder_dir, head_dir, texts):
+    """Per layer, whether the MLM head of ``head_dir`` read at each non-special token of each text (in reading
+    order) gives the input token: transformers alone."""
+    import torch
+    from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(encoder_dir)
+    encoder = AutoModel.from_pretrained(encoder_dir, add_pooling_layer=False).eval()
+    head = AutoModelForMaskedLM.from_pretrained(head_dir).eval().cls
+    per_text = []
+    with torch.no_grad():
+        for text in texts:
+            enc = tok(text, return_tensors="pt")
+            states = encoder(**enc, output_hidden_states=True).hidden_states
+            ids = enc["input_ids"][0]
+            keep = ~torch.isin(ids, torch.tensor(tok.all_special_ids))
+            per_text.append(np.stack([(head(s[0][keep]).argmax(-1) == ids[keep]).numpy() for s in states]))
+    return per_text  # (layers, tokens of the text) each
+
+
+def test_reconstruction_per_layer_is_each_models_token_accuracy_with_wilson_and_mcnemar_on_the_same_tokens(
+        tiny_dirs, tmp_path):
+    from scipy.stats import binomtest
+
+    base = tiny_dirs["bert"]
+    clf = fine_tuned_classifier(base, tmp_path / "clf")
+    a = load_model(ModelSpec(str(base), device="cpu"))
+    b = load_model(ModelSpec(str(clf), device="cpu", head_from=str(base)))
+    inputs = TextInputs(TEXTS, labels=tuple("pos" if i % 2 else "neg" for i in range(len(TEXTS))))
+    result = compare([a, b], inputs, CompareConfig(boot=20, folds=2))
+    s = result.layer_summary
+    want_a = np.concatenate(plain_token_correct(base, base, TEXTS), axis=1)
+    want_b = np.concatenate(plain_token_correct(clf, base, TEXTS), axis=1)
+    assert len(s) == len(want_a)
+    for layer, row in s.iterrows():
+        right_a, right_b = want_a[layer], want_b[layer]
+        n = len(right_a)
+        assert row["recon_tokens"] == n
+        assert row["recon_accuracy_a"] == pytest.approx(right_a.mean(), abs=1e-12)
+        assert row["recon_accuracy_b"] == pytest.approx(right_b.mean(), abs=1e-12)
+        assert row["recon_change"] == pytest.approx(right_b.mean() - right_a.mean(), abs=1e-12)
+        for side, right in (("a", right_a), ("b", right_b)):
+            ci = binomtest(int(right.sum()), n).proportion_ci(method="wilson")
+            assert (row[f"recon_ci_low_{side}"], row[f"recon_ci_high_{side}"]) == pytest.approx(
+                (ci.low, ci.high), abs=1e-9)
+        only_a, only_b = int((right_a & ~right_b).sum()), int((right_b & ~right_a).sum())
+        m = only_a + only_b
+        p = min(1.0, 2 * sum(comb(m, k) for k in range(min(only_a, only_b) + 1)) / 2 ** m) if m else 1.0
+        assert (row["recon_mcnemar_a_only"], row["recon_mcnemar_b_only"]) == (only_a, only_b)
+        assert row["recon_mcnemar_p"] == pytest.approx(p)
+        assert row["recon_change_ci_low"] <= row["recon_change"] <= row["recon_change_ci_high"]
+    assert s["recon_change"].abs().max() > 0 and (s["recon_mcnemar_b_only"] > 0).any()  # both ways discordant
+    heads = result.info["mlm_heads"]
+    assert heads == {a.spec.name: "own", b.spec.name: f"from {base}"}
+
+
+def test_the_change_interval_is_a_paired_bootstrap_over_sentences():
+    from analysis.compare.recon import paired_change_interval
+
+    rng = np.random.default_rng(1)
+    counted = rng.integers(0, 9, 40)
+    right_a = np.stack([rng.binomial(counted, 0.6) for _ in range(3)], axis=1)
+    right_b = np.stack([rng.binomial(counted, 0.7) for _ in range(3)], axis=1)
+    low, high = paired_change_interval(counted, right_a, right_b, resamples=300, seed=4)
+    draws = np.random.default_rng(4).integers(0, 40, (300, 40))
+    diffs = np.array([(right_b[d].sum(0) - right_a[d].sum(0)) / counted[d].sum() for d in draws])
+    want_low, want_high = np.percentile(diffs, [2.5, 97.5], axis=0)
+    np.testing.assert_allclose(low, want_low, atol=1e-12)
+    np.testing.assert_allclose(high, want_high, atol=1e-12)
+
+
+def test_a_model_without_an_mlm_head_has_blank_reconstruction_columns_and_says_why(tiny_dirs, tmp_path):
+    base = tiny_dirs["bert"]
+    clf = fine_tuned_classifier(base, tmp_path / "clf")
+    a = load_model(ModelSpec(str(base), device="cpu"))
+    b = load_model(ModelSpec(str(clf), device="cpu"))  # no head lent
+    result = compare([a, b], TextInputs(TEXTS), CompareConfig(boot=20))
+    s = result.layer_summary
+    assert s["recon_accuracy_a"].notna().all() and s["recon_accuracy_b"].isna().all()
+    assert s["recon_change"].isna().all()
+    assert result.info["mlm_heads"][b.spec.name] is None
+    assert "head-from" in result.info["reconstruction"][b.spec.name]
+
+
+@pytest.mark.parametrize("debiased", [False, True])
+def test_the_bootstrap_resamples_are_the_gram_cka_of_each_resampled_gram(debiased):
+    from analysis.compare.cka import _resampled_cka
+
+    a, b = layers(8, n=40, d=6)[0].astype(np.float64), layers(9, n=40, d=5)[0].astype(np.float64)
+    b = b + a[:, :5]
+    kx, ky = a @ a.T, b @ b.T
+    draws = np.random.default_rng(2).integers(0, 40, (25, 40))
+    counts = np.zeros((25, 40))
+    np.add.at(counts, (np.arange(25)[:, None], draws), 1)
+    got = _resampled_cka(kx, ky, counts, debiased)
+    want = [_gram_cka(kx[np.ix_(idx, idx)], ky[np.ix_(idx, idx)], debiased) for idx in draws]
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+    rows = paired_cka(layers(8), layers(8) + layers(9), [1, 2], boot=30, seed=5, max_rows=50, debiased=debiased)
+    rng = np.random.default_rng(5)  # the interval is the percentiles of those values, on the seeded sample
+    sub = np.sort(rng.choice(60, 50, replace=False))
+    idx = rng.integers(0, 50, (30, 50))
+    for row in rows:
+        x, y = layers(8)[row["layer"]][sub].astype(np.float64), (layers(8) + layers(9))[row["layer"]][sub]
+        y = y.astype(np.float64)
+        values = [_gram_cka((x @ x.T)[np.ix_(i, i)], (y @ y.T)[np.ix_(i, i)], debiased) for i in idx]
+        low, high = np.percentile(values, [2.5, 97.5])
+        assert (row["ci_low"], row["ci_high"]) == pytest.approx((low, high), rel=1e-9)

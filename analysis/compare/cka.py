@@ -91,24 +91,61 @@ def paired_cka(a: np.ndarray, b: np.ndarray, layers: list[int], boot: int = 200,
     percentile bootstrap interval over rows (``boot`` resamples, seeded). The value is on all rows; the interval is
     computed on ``min(n, max_rows)`` of them (a seeded sample above that, as resampling ``m x m`` Gram matrices
     costs ``m^2`` a resample): above ``max_rows`` rows it is the interval of a ``max_rows``-row estimate, wider
-    than the full data's (conservative). Returns ``[{"layer", "cka", "ci_low", "ci_high", "bootstrap_rows"}]``."""
+    than the full data's (conservative). Returns ``[{"layer", "cka", "ci_low", "ci_high", "bootstrap_rows"}]``.
+
+    ``a`` and ``b`` may be sequences of layers read on demand (memory-mapped): one layer of each is read at a time.
+    Every resample's CKA is :func:`_gram_cka` of the resampled Gram matrices, computed for all resamples at once
+    from each row's multiplicity in the resample (:func:`_resampled_cka`)."""
     rng = np.random.default_rng(seed)
-    n = a.shape[1]
+    n = a[layers[0]].shape[0] if layers else 0
     sub = np.sort(rng.choice(n, max_rows, replace=False)) if n > max_rows else np.arange(n)
     draws = rng.integers(0, len(sub), (boot, len(sub)))
+    counts = np.zeros((boot, len(sub)))  # each row's multiplicity in each resample
+    np.add.at(counts, (np.arange(boot)[:, None], draws), 1)
     out = []
     for layer in layers:
-        x, y = a[layer], b[layer]
+        x, y = np.asarray(a[layer]), np.asarray(b[layer])
         value = debiased_cka(x, y) if debiased else float(linear_cka(x[None], y[None])[0, 0])
-        gx, gy = np.asarray(x[sub], np.float64), np.asarray(y[sub], np.float64)
-        kx, ky = gx @ gx.T, gy @ gy.T  # Grams: a resample's Gram is a submatrix
-        values = np.array([_gram_cka(kx[np.ix_(idx, idx)], ky[np.ix_(idx, idx)], debiased) for idx in draws]) \
-            if np.isfinite(value) else np.array([])
+        values = np.array([])
+        if np.isfinite(value):
+            gx, gy = np.asarray(x[sub], np.float64), np.asarray(y[sub], np.float64)
+            values = _resampled_cka(gx @ gx.T, gy @ gy.T, counts, debiased)
         finite = values[np.isfinite(values)]
         low, high = np.percentile(finite, [2.5, 97.5]) if len(finite) else (np.nan, np.nan)
         out.append({"layer": layer, "cka": value, "ci_low": float(low), "ci_high": float(high),
                     "bootstrap_rows": len(sub)})
     return out
+
+
+def _resampled_cka(kx: np.ndarray, ky: np.ndarray, counts: np.ndarray, debiased: bool) -> np.ndarray:
+    """:func:`_gram_cka` of ``K[idx][:, idx]`` and ``L[idx][:, idx]`` for every resample, given as ``counts``
+    ``(resamples, n)``, each row's multiplicity ``w`` (``m = sum w`` rows). With ``a = K w``, ``b = L w``:
+
+    - plain: the centred Grams' inner product is ``w'(K o L)w - 2/m sum_i w_i a_i b_i + (w'a)(w'b)/m^2``;
+    - debiased (diagonals zeroed; a row drawn twice keeps its off-diagonal copies): ``tr(K~L~) = w'(K o L)w -
+      w.diag(K o L)``, ``1'K~1 = w'a - w.diag K`` and ``1'K~L~1 = sum_i w_i (a_i - K_ii)(b_i - L_ii)``.
+
+    A few ``(resamples, n) x (n, n)`` products in all, instead of ``3 x resamples`` centred ``m x m`` matrices."""
+    w = counts
+    m = w.sum(1)
+    wk, wl = w @ kx, w @ ky  # (resamples, n): a', b' per resample
+
+    def hsic(p, wp, q, wq, hadamard):
+        quad = ((w @ hadamard) * w).sum(1)  # w'(P o Q)w
+        if debiased:
+            dp, dq = np.diag(p), np.diag(q)
+            trace = quad - w @ np.diag(hadamard)
+            ones_p, ones_q = (wp * w).sum(1) - w @ dp, (wq * w).sum(1) - w @ dq
+            cross = (w * (wp - dp) * (wq - dq)).sum(1)
+            return (trace + ones_p * ones_q / ((m - 1) * (m - 2)) - 2 / (m - 2) * cross) / (m * (m - 3))
+        return quad - 2 / m * (w * wp * wq).sum(1) + (wp * w).sum(1) * (wq * w).sum(1) / m ** 2
+
+    xy = hsic(kx, wk, ky, wl, kx * ky)
+    xx = hsic(kx, wk, kx, wk, kx * kx)
+    yy = hsic(ky, wl, ky, wl, ky * ky)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where((xx > 0) & (yy > 0), xy / np.sqrt(np.clip(xx, 1e-300, None) * np.clip(yy, 1e-300, None)),
+                        np.nan)
 
 
 def _gram_cka(kx: np.ndarray, ky: np.ndarray, debiased: bool) -> float:

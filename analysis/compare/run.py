@@ -26,6 +26,7 @@ from threadpoolctl import threadpool_limits
 
 from analysis.compare.cka import linear_cka, paired_cka
 from analysis.compare.movers import mcnemar, movement, neighbour_overlap
+from analysis.compare.recon import COLUMNS, RESAMPLES, one_sided_rows, reconstruction_rows
 from analysis.inputs import InputError, TextInputs
 from analysis.scores import wilson_interval
 from models.loading import LoadedModel
@@ -44,6 +45,7 @@ class CompareConfig:
     boot: int = 200
     debiased: bool = False
     neighbours: int = NEIGHBOURS
+    reconstruction: bool = True  # each model read by its MLM head (own or lent): analysis.compare.recon
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -141,6 +143,45 @@ def compare_pair(a: np.ndarray, b: np.ndarray, names: tuple[str, str], inputs: T
     return cross, summary, movers, coords
 
 
+def reconstructions(models: list[LoadedModel], inputs: TextInputs, config: CompareConfig,
+                    progress=None) -> tuple[dict[int, object], dict[int, str]]:
+    """Each model's reconstruction probe on ``inputs`` (:mod:`analysis.compare.recon`): ``({model index: per-token
+    table}, {model index: which head read it, or why it was not read})``. A model listed twice is probed once."""
+    from analysis.reconstruction import ProbeConfig, probe, require_mlm_head
+
+    probe_config = ProbeConfig(top_k=1, batch_size=config.batch_size, max_length=config.max_length)
+    tokens, why, done = {}, {}, {}
+    for i, m in enumerate(models):
+        try:
+            require_mlm_head(m)
+        except InputError as exc:
+            why[i] = f"not read: {exc}"
+            continue
+        key = m.spec.resolved()
+        if key not in done:
+            report = (lambda k, n, name=m.spec.name: progress(f"reconstruction of {name}", k, n)) if progress else None
+            done[key] = probe(m, inputs, probe_config, progress=report).tokens
+        tokens[i] = done[key]
+        why[i] = "read by its own MLM head" if m.mlm_head == "own" else f"read by the MLM head {m.mlm_head}"
+    return tokens, why
+
+
+def add_reconstruction(summary: list[dict], tokens_a, tokens_b, n_texts: int, seed: int) -> None:
+    """Add :data:`analysis.compare.recon.COLUMNS` to a pair's per-layer rows (blank on a side not read)."""
+    layers = len(summary)
+    if tokens_a is not None and tokens_b is not None:
+        rows = reconstruction_rows(tokens_a, tokens_b, n_texts, seed)
+    elif tokens_a is not None or tokens_b is not None:
+        rows = one_sided_rows(tokens_a if tokens_a is not None else tokens_b, n_texts,
+                              "a" if tokens_a is not None else "b", layers)
+    else:
+        rows = [dict.fromkeys(COLUMNS, np.nan) for _ in range(layers)]
+    for entry, row in zip(summary, rows, strict=False):
+        entry |= {c: row.get(c, np.nan) for c in COLUMNS}
+    for entry in summary[len(rows):]:
+        entry |= dict.fromkeys(COLUMNS, np.nan)
+
+
 def compare(models: list[LoadedModel], inputs: TextInputs, config: CompareConfig = CompareConfig(),
             progress=None) -> CompareResult:
     """Compare ``models[1:]`` each with ``models[0]`` on ``inputs`` (module docstring)."""
@@ -153,11 +194,14 @@ def compare(models: list[LoadedModel], inputs: TextInputs, config: CompareConfig
     start = time.perf_counter()
     reps = [representations(m, inputs, config.pooling, config.max_length, config.batch_size, progress)[0]
             for m in models]
+    tokens, why = reconstructions(models, inputs, config, progress) if config.reconstruction else ({}, {})
     cross, summary, movers, coords = [], [], [], []
     oof_a: dict = {}
-    for model, b in zip(models[1:], reps[1:], strict=True):
+    for i, (model, b) in enumerate(zip(models[1:], reps[1:], strict=True), start=1):
         with threadpool_limits(1, user_api="blas"):  # see compare_pair
             parts = compare_pair(reps[0], b, (models[0].spec.name, model.spec.name), inputs, config, oof_a)
+        if config.reconstruction:
+            add_reconstruction(parts[1], tokens.get(0), tokens.get(i), len(inputs), config.seed)
         for whole, part in zip((cross, summary, movers, coords), parts, strict=True):
             whole += part
     info = {**config.to_dict(), "models": [m.spec.name for m in models],
@@ -168,6 +212,12 @@ def compare(models: list[LoadedModel], inputs: TextInputs, config: CompareConfig
             "neighbours_mostly_changed": f"share of rows keeping fewer than {CHANGED:.0%} of their "
                                          f"{config.neighbours} nearest neighbours (cosine)",
             "seconds": round(time.perf_counter() - start, 3)}
+    if config.reconstruction:
+        info |= {"mlm_heads": {m.spec.name: m.mlm_head for m in models},
+                 "reconstruction": {m.spec.name: why[i] for i, m in enumerate(models)},
+                 "reconstruction_scores": f"token accuracy, unmasked, special tokens not counted; Wilson 95% per "
+                 f"model; the change B - A with a paired {RESAMPLES}-resample percentile bootstrap over sentences "
+                 "(seed = --seed) and an exact McNemar test on the same tokens"}
     return CompareResult(pd.DataFrame(cross), pd.DataFrame(summary),
                          pd.concat(movers, ignore_index=True) if movers else pd.DataFrame(),
                          pd.concat(coords, ignore_index=True) if coords else pd.DataFrame(), info)
