@@ -20,12 +20,24 @@ from analysis.options import ATLAS_POOLINGS
 
 def add_compare_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("models and data")
-    g.add_argument("--model", action="append", required=True, metavar="MODEL",
-                   help="a checkpoint (hub id, directory, demo, random:NAME); give it twice or more: the first is "
-                   "the reference A, each other one is compared with it")
+    g.add_argument("--model", action="append", metavar="MODEL",
+                   help="a checkpoint (hub id, directory, demo, random:NAME, job:N: job N's fine-tuned model read by "
+                   "the MLM head it started from); give it twice or more: the first is the reference A, each other "
+                   "one is compared with it")
+    g.add_argument("--job", type=nonnegative_int, metavar="N", help="instead of --model: the epochs of fine-tuning "
+                   "job N against the model it started from, from the vectors each epoch saved (epochs/<e>/, not "
+                   "recomputed), on the job's validation rows (no --data)")
+    g.add_argument("--group", metavar="G", help="instead of --model: every finished job of sweep group G against "
+                   "the model they started from (--data, or the held-out rows of the group's first job)")
+    g.add_argument("--head-from", metavar="MODEL", help="lend this masked LM's MLM head to every compared model that "
+                   "has none of its own (a fine-tuned classifier: the model it was fine-tuned from), for the "
+                   "reconstruction columns; a model with its own head keeps it")
+    g.add_argument("--reconstruction", action=argparse.BooleanOptionalAction, default=True,
+                   help="each model's reconstruction accuracy per layer through its MLM head and the change "
+                   "(default on; a model without a head gets blank columns, run.json says why)")
     for name in ("device", "dtype", "allow_pickle"):
         add_option_flag(g, name)
-    g.add_argument("--data", type=Path, required=True, help="rows: .txt, .csv, .tsv or .jsonl (labels optional)")
+    g.add_argument("--data", type=Path, help="rows: .txt, .csv, .tsv or .jsonl (labels optional)")
     g.add_argument("--text-column", default="text", help="column holding the texts (default: text)")
     g.add_argument("--pair-column", help="column holding the second text of a pair")
     g.add_argument("--label-column", default="label", help="column holding the class labels, if any (default: "
@@ -42,20 +54,10 @@ def add_compare_arguments(p: argparse.ArgumentParser) -> None:
                    "coords_aligned.csv, run.json")
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
-    """Compare checkpoints layer by layer."""
-    from analysis import versions
-    from analysis.compare.run import CompareConfig, compare
-    from analysis.csvout import to_csv
+def read_rows(args: argparse.Namespace):
+    """The rows of ``--data`` (with labels when the label column is there; said when not)."""
     from analysis.inputs import InputError, read_file
-    from models.loading import load_model
-    from models.spec import ModelSpec
 
-    if args.out is None:
-        raise UserError("--out DIR is required: compare writes cka_cross.csv, layer_summary.csv, movers.csv, "
-                        "coords_aligned.csv, run.json")
-    if len(args.model) < 2:
-        raise UserError("give --model at least twice: the reference first, then the checkpoints to compare with it")
     try:
         data = read_file(args.data, args.text_column, args.pair_column, label_column=args.label_column)
     except InputError as exc:  # no label column (or a .txt file): compare without labels, and say so
@@ -65,22 +67,167 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"note: no '{args.label_column}' column: comparing without labels (no probe columns)", file=sys.stderr)
     for note in data.notes():
         print(f"note: {note}", file=sys.stderr)
-    models = [load_model(ModelSpec(m, device=args.device, dtype=args.dtype, allow_pickle=args.allow_pickle))
-              for m in args.model]
+    return data
+
+
+def find_job(store, job_id: int):
+    """Job ``job_id`` of ``store``, or a one-line error."""
+    job = store.get(job_id)
+    if job is None:
+        raise UserError(f"no job {job_id} under {store.root} (layerlens jobs list)")
+    return job
+
+
+def job_model(store, job_id: int, args: argparse.Namespace):
+    """``(spec, name)`` of ``job:N``: the job's fine-tuned encoder read by the MLM head of the model it started from
+    (as the pages read it, :func:`ui.results.compared_model`)."""
+    from models.spec import ModelSpec
+
+    job = find_job(store, job_id)
+    head = (job.metrics or {}).get("mlm_head_from")
+    encoder = job.artifacts / "checkpoint" / "encoder"
+    if job.status != "succeeded" or not encoder.is_dir():
+        raise UserError(f"job:{job_id}: {job.label} kept no fine-tuned checkpoint (not finished, k-fold, or its "
+                        "artifacts were deleted)")
+    return ModelSpec(str(encoder), device=args.device, dtype=args.dtype, head_from=head or args.head_from), job.label
+
+
+def load(spec, args: argparse.Namespace):
+    """``spec`` loaded; one without an MLM head of its own gets ``--head-from``'s when given."""
+    import dataclasses
+
+    from models.loading import load_model
+
+    loaded = load_model(spec)
+    if loaded.mlm_head is None and args.head_from and args.reconstruction:
+        loaded = load_model(dataclasses.replace(spec, head_from=args.head_from))
+    return loaded
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Compare checkpoints layer by layer."""
+    from analysis.compare.run import CompareConfig, compare
+    from models.spec import ModelSpec
+
+    if args.out is None:
+        raise UserError("--out DIR is required: compare writes cka_cross.csv, layer_summary.csv, movers.csv, "
+                        "coords_aligned.csv, run.json")
+    modes = [flag for flag, given in (("--model", args.model), ("--job", args.job is not None),
+                                      ("--group", args.group)) if given]
+    if len(modes) > 1:
+        raise UserError(f"give one of --model (twice or more), --job or --group, not {' and '.join(modes)}")
+    if not modes or (args.model and len(args.model) < 2):
+        raise UserError("give --model at least twice: the reference first, then the checkpoints to compare with it "
+                        "(or --job N for a job's epochs, --group G for a sweep)")
     config = CompareConfig(pooling=args.pooling, max_length=args.max_length, batch_size=args.batch_size,
-                           folds=args.folds, seed=args.seed, boot=args.bootstrap, debiased=args.debiased)
+                           folds=args.folds, seed=args.seed, boot=args.bootstrap, debiased=args.debiased,
+                           reconstruction=args.reconstruction)
+    extra: dict = {}
+    if args.job is not None:
+        return write(*compare_job(args, config), args)
+    else:
+        if args.group:
+            specs, names, data, extra = group_models(args)
+        else:
+            if args.data is None:
+                raise UserError("--data FILE is required: the rows both models read")
+            specs, names = [], []
+            for name in args.model:
+                if name.startswith("job:") and name[4:].isdigit():
+                    from jobs.store import JobStore
+
+                    spec, label = job_model(JobStore(), int(name[4:]), args)
+                else:
+                    spec, label = ModelSpec(name, device=args.device, dtype=args.dtype,
+                                            allow_pickle=args.allow_pickle), name
+                specs.append(spec)
+                names.append(label)
+            data = read_rows(args)
+        models = [load(spec, args) for spec in specs]
+        out = prepare_out(args.out)
+        with StageBars() as progress:
+            result = compare(models, data, config, progress, names)
+        result.info |= extra
+        return write(result, out, args)
+
+
+def compare_job(args: argparse.Namespace, config):
+    """``--job N``: the job's epochs against its base (:mod:`analysis.compare.epochs`); ``(result, staged out)``."""
+    from analysis.compare.epochs import compare_epochs, job_run
+    from jobs.store import JobStore
+
+    if args.data is not None:
+        raise UserError("--job compares the vectors each epoch saved for the job's validation rows: give no --data")
+    if args.pooling != "cls":
+        raise UserError("a job's epochs kept only the [CLS] vectors: --pooling cls (the default)")
+    job = find_job(JobStore(), args.job)
+    run = job_run(job.artifacts, job.config, job.metrics, job.label)
+    base = load(run.base_spec(args.device), args)
+    spec = run.checkpoint_spec(args.device)
+    checkpoint = load(spec, args) if spec is not None and args.reconstruction else None
     out = prepare_out(args.out)
     with StageBars() as progress:
-        result = compare(models, data, config, progress)
+        result = compare_epochs(base, run, config, checkpoint, progress)
+    result.info["job"] = job.id
+    return result, out
+
+
+def group_models(args: argparse.Namespace):
+    """``--group G``: ``(specs, names, rows, info)``: the model the group's jobs started from, then each finished
+    job's fine-tuned model; the rows of ``--data``, else the first job's held-out rows."""
+    from analysis.finetune import held_out_rows
+    from analysis.options import resolve
+    from jobs.store import JobStore
+    from models.spec import ModelSpec
+
+    store = JobStore()
+    members = sorted((j for j in store.list(limit=1_000_000) if j.group == args.group), key=lambda j: j.id)
+    if not members:
+        raise UserError(f"no group '{args.group}' under {store.root} (layerlens jobs list shows each job's group)")
+    done = [j for j in members if j.status == "succeeded" and (j.artifacts / "checkpoint" / "encoder").is_dir()]
+    if not done:
+        raise UserError(f"group '{args.group}': none of its {len(members)} jobs has finished with a checkpoint")
+    bases = {j.config.get("model") for j in done}
+    if len(bases) > 1:
+        raise UserError(f"group '{args.group}' fine-tuned different models ({', '.join(sorted(map(str, bases)))}): "
+                        "compare them with --model")
+    base = resolve(done[0].config).spec()
+    specs = [ModelSpec(base.name, revision=base.revision, device=args.device, dtype=args.dtype,
+                       allow_pickle=args.allow_pickle)]
+    names = [base.name]
+    for job in done:
+        spec, label = job_model(store, job.id, args)
+        specs.append(spec)
+        names.append(label)
+    if args.data is not None:
+        rows, where = read_rows(args), str(args.data)
+    else:
+        rows, where = held_out_rows(resolve(done[0].config), done[0].artifacts)
+        print(f"note: rows: {where} (job #{done[0].id}); jobs whose held-out rows differ may have trained on some "
+              "of them: give --data to choose", file=sys.stderr)
+    skipped = [j.id for j in members if j not in done]
+    if skipped:
+        print(f"note: group '{args.group}': jobs {', '.join(map(str, skipped))} not compared (not finished, or no "
+              "checkpoint)", file=sys.stderr)
+    return specs, names, rows, {"group": args.group, "jobs": [j.id for j in done], "rows_are": where}
+
+
+def write(result, out: Path, args: argparse.Namespace) -> int:
+    from analysis import versions
+    from analysis.csvout import to_csv
+
     to_csv(result.cka_cross, out / "cka_cross.csv")
     to_csv(result.layer_summary, out / "layer_summary.csv")
     to_csv(result.movers, out / "movers.csv")
     to_csv(result.coords, out / "coords_aligned.csv")
     write_json(out, "run.json", {**result.info, "versions": versions()})
     s = result.layer_summary
+    shown = [c for c in ("layer", "cka", "cka_ci_low", "cka_ci_high", "mean_movement", "neighbours_mostly_changed",
+                         "probe_accuracy_a", "probe_accuracy_b", "mcnemar_p", "recon_accuracy_a", "recon_accuracy_b",
+                         "recon_change", "recon_mcnemar_p") if c in s.columns]
     for name, part in s.groupby("model_b", sort=False):
-        print(f"{result.info['models'][0]} vs {name}")
-        print(part.drop(columns=["model_a", "model_b"]).to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+        print(f"{part['model_a'].iloc[0]} vs {name}")
+        print(part[shown].to_string(index=False, float_format=lambda x: f"{x:.4f}"))
     print(f"wrote {args.out}/cka_cross.csv, layer_summary.csv, movers.csv, coords_aligned.csv, run.json",
           file=sys.stderr)
     return 0

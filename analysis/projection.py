@@ -153,7 +153,8 @@ def check_labels(labels: tuple[str, ...] | None, folds: int) -> dict[str, int]:
 
 @torch.inference_mode()
 def extract(loaded: LoadedModel, inputs: TextInputs, pooling: str = "cls", max_length: int | None = None,
-            batch_size: int = 32, progress: Progress | None = None, ranks: Ranks = ONE) -> np.ndarray | None:
+            batch_size: int = 32, progress: Progress | None = None, ranks: Ranks = ONE,
+            truncation: str = "head") -> np.ndarray | None:
     """``(L + 1, n, hidden)`` float32: every hidden state's sentence vector per text, in input order.
 
     Under a launcher (``ranks``) each process pools its share of the batches and the main process, which alone
@@ -162,7 +163,11 @@ def extract(loaded: LoadedModel, inputs: TextInputs, pooling: str = "cls", max_l
     ``pooling``: ``cls`` (the first token), ``mean`` (over counted, non-special tokens) or ``model``: a sentence
     encoder's own pooling, exactly as sentence-transformers computes it (its mean and max run over every token
     the attention mask keeps, specials included; then its ``Normalize`` module where ``modules.json`` lists
-    one)."""
+    one).
+
+    ``truncation``: which tokens of a text over ``max_length`` are kept (``head``, ``tail``, ``head+tail``:
+    :func:`analysis.activations.encode_truncated`); a fine-tuning job's own choice when its vectors are compared
+    with these (:mod:`analysis.compare.epochs`)."""
     if pooling == "model":
         if loaded.pooling is None:
             raise InputError(f"'{loaded.spec.name}' has no pooling of its own (it is not a sentence-transformers "
@@ -173,7 +178,7 @@ def extract(loaded: LoadedModel, inputs: TextInputs, pooling: str = "cls", max_l
         normalize = False
     tokenizer = loaded.tokenizer
     max_length = min(max_length or 10**9, max_input_length(loaded))
-    encoded = encode(tokenizer, inputs, max_length)
+    encoded = encode(tokenizer, inputs, max_length, truncation)
     if ranks.is_main:
         out = np.empty((loaded.num_layers + 1, len(encoded), loaded.anatomy.hidden_size), np.float32)
     special_ids = list(tokenizer.all_special_ids)
@@ -210,20 +215,23 @@ def extract(loaded: LoadedModel, inputs: TextInputs, pooling: str = "cls", max_l
 
 def representations(loaded: LoadedModel, inputs: TextInputs, pooling: str = "cls", max_length: int | None = None,
                     batch_size: int = 32, progress: Progress | None = None,
-                    store: ArrayStore | None = None, ranks: Ranks = ONE) -> tuple[np.ndarray | None, bool]:
-    """:func:`extract`, read from the disk cache when this model, data, pooling and max length were seen
-    before. Returns ``(array, cache_hit)``. Labels and batch size do not change the vectors, so not the key.
+                    store: ArrayStore | None = None, ranks: Ranks = ONE,
+                    truncation: str = "head") -> tuple[np.ndarray | None, bool]:
+    """:func:`extract`, read from the disk cache when this model, data, pooling, max length (and truncation, when
+    not ``head``) were seen before. Returns ``(array, cache_hit)``. Labels and batch size do not change the
+    vectors, so not the key.
     Under a launcher the processes share the extraction; the main process reads and writes the cache and alone
     gets the array."""
     store = store or ArrayStore()
     data = dataclasses.replace(inputs, labels=None, row_ids=None, skipped_empty=0, dropped_over_limit=0)
     key = key_of(model=loaded.fingerprint, data=data.content_hash(),
                  pooling=f"model:{loaded.pooling}" if pooling == "model" else pooling,
-                 max_length=min(max_length or 10**9, max_input_length(loaded)))
+                 max_length=min(max_length or 10**9, max_input_length(loaded)),
+                 **({"truncation": truncation} if truncation != "head" else {}))
     cached = store.get("representations", key) if ranks.is_main else None
     if ranks.broadcast(cached is not None and cached.shape[:2] == (loaded.num_layers + 1, len(inputs))):
         return cached, True
-    reps = extract(loaded, inputs, pooling, max_length, batch_size, progress, ranks)
+    reps = extract(loaded, inputs, pooling, max_length, batch_size, progress, ranks, truncation)
     if ranks.is_main:
         store.put("representations", key, reps)
     return reps, False

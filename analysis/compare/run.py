@@ -75,25 +75,36 @@ def aligned_maps(a: np.ndarray, b: np.ndarray, layers: list[int]) -> list[tuple[
     """Per layer, 2-D coordinates of A's and B's rows in one space: exact PCA of the two pooled, then rotated (or
     reflected) onto the previous layer's map by 2-D orthogonal Procrustes, so a point whose vectors do not change
     keeps its place from layer to layer."""
+    return [(c[0], c[1]) for c in aligned_maps_many(a, [b], layers)]
+
+
+def aligned_maps_many(a, others: list, layers: list[int]) -> list[list[np.ndarray]]:
+    """:func:`aligned_maps` for A and several states of B at once (a job's epochs): per layer one exact PCA of A's
+    and every other state's rows pooled, so moving between the states (an epoch slider) moves only what changed;
+    each layer's map rotated onto the previous one. Returns per layer ``[A's coords, each other's coords]``.
+    ``a`` and each of ``others`` are indexed by layer (arrays, or anything read one layer at a time)."""
     from analysis.projection import exact_pca
 
     out, previous = [], None
-    n = a.shape[1]
     for layer in layers:
-        pooled = np.concatenate([a[layer], b[layer]]).astype(np.float64)
-        coords = exact_pca(pooled) if np.ptp(pooled, axis=0).max() > 0 else np.zeros((2 * n, 2))
+        parts = [np.asarray(a[layer], np.float64), *(np.asarray(o[layer], np.float64) for o in others)]
+        n = len(parts[0])
+        pooled = np.concatenate(parts)
+        coords = exact_pca(pooled) if np.ptp(pooled, axis=0).max() > 0 else np.zeros((len(pooled), 2))
         if previous is not None:
             coords = coords @ orthogonal_procrustes(coords, previous)[0]
         previous = coords
-        out.append((coords[:n], coords[n:]))
+        out.append([coords[i * n:(i + 1) * n] for i in range(len(parts))])
     return out
 
 
 def compare_pair(a: np.ndarray, b: np.ndarray, names: tuple[str, str], inputs: TextInputs,
-                 config: CompareConfig = CompareConfig(), oof_a: dict | None = None) -> tuple[list, list, list, list]:
+                 config: CompareConfig = CompareConfig(), oof_a: dict | None = None,
+                 maps: bool = True) -> tuple[list, list, list, list]:
     """One pair's tables from the vectors ``a`` ``(L_A + 1, n, d)`` and ``b`` of the same rows of ``inputs``:
     ``(cross, summary, movers, coords)`` as lists of rows / frames (:class:`CompareResult`). ``oof_a`` caches A's
-    out-of-fold correctness per layer across pairs.
+    out-of-fold correctness per layer across pairs. ``maps=False``: no aligned map (a job's epochs share one,
+    :func:`aligned_maps_many`).
 
     Its linear algebra is on ``hidden x hidden`` matrices (Procrustes' SVD, PCA's eigendecomposition): run it under
     ``threadpoolctl.threadpool_limits(1, "blas")`` (as :func:`compare` does). Measured on the 2-core machine with
@@ -111,7 +122,7 @@ def compare_pair(a: np.ndarray, b: np.ndarray, names: tuple[str, str], inputs: T
     cross = [{"model_b": name_b, "layer_a": i, "layer_b": j, "cka": float(matrix[i, j])}
              for i in range(len(a)) for j in range(len(b))]
     cka = paired_cka(a, b, layers, config.boot, config.seed, debiased=config.debiased)
-    maps = aligned_maps(a, b, layers) if same_width else []
+    maps = aligned_maps(a, b, layers) if same_width and maps else []
     summary, movers, coords = [], [], []
     for layer, row in zip(layers, cka, strict=True):
         nan = np.full(len(ids), np.nan)
@@ -141,6 +152,22 @@ def compare_pair(a: np.ndarray, b: np.ndarray, names: tuple[str, str], inputs: T
                 coords.append(pd.DataFrame({"model_b": name_b, "model": name, "layer": layer, "example_id": ids,
                                             "x": c[:, 0], "y": c[:, 1]}))
     return cross, summary, movers, coords
+
+
+def run_info(config: CompareConfig) -> dict:
+    """What run.json says of every comparison: the options and what each number is."""
+    info = {**config.to_dict(),
+            "layers": "paired by index, 0 .. min(L_A, L_B); cka_cross.csv has every pair",
+            "bootstrap": f"{config.boot} resamples of the rows (of at most 1,000 of them), percentile 95%",
+            "movement": "cosine distance after orthogonal Procrustes of B onto A, fitted on all rows",
+            "neighbours_mostly_changed": f"share of rows keeping fewer than {CHANGED:.0%} of their "
+                                         f"{config.neighbours} nearest neighbours (cosine)"}
+    if config.reconstruction:
+        info["reconstruction_scores"] = (
+            f"token accuracy, unmasked, special tokens not counted; Wilson 95% per model; the change B - A with a "
+            f"paired {RESAMPLES}-resample percentile bootstrap over sentences (seed = --seed) and an exact McNemar "
+            "test on the same tokens")
+    return info
 
 
 def reconstructions(models: list[LoadedModel], inputs: TextInputs, config: CompareConfig,
@@ -183,10 +210,12 @@ def add_reconstruction(summary: list[dict], tokens_a, tokens_b, n_texts: int, se
 
 
 def compare(models: list[LoadedModel], inputs: TextInputs, config: CompareConfig = CompareConfig(),
-            progress=None) -> CompareResult:
-    """Compare ``models[1:]`` each with ``models[0]`` on ``inputs`` (module docstring)."""
+            progress=None, names: list[str] | None = None) -> CompareResult:
+    """Compare ``models[1:]`` each with ``models[0]`` on ``inputs`` (module docstring). ``names``: how the tables
+    name each model (default its ``spec.name``; ``job #3 (cls, demo)`` for a job's checkpoint)."""
     from analysis.projection import representations
 
+    names = list(names) if names is not None else [m.spec.name for m in models]
     if len(models) < 2:
         raise InputError("comparing needs at least two models")
     for other in models[1:]:
@@ -197,27 +226,19 @@ def compare(models: list[LoadedModel], inputs: TextInputs, config: CompareConfig
     tokens, why = reconstructions(models, inputs, config, progress) if config.reconstruction else ({}, {})
     cross, summary, movers, coords = [], [], [], []
     oof_a: dict = {}
-    for i, (model, b) in enumerate(zip(models[1:], reps[1:], strict=True), start=1):
+    for i, b in enumerate(reps[1:], start=1):
         with threadpool_limits(1, user_api="blas"):  # see compare_pair
-            parts = compare_pair(reps[0], b, (models[0].spec.name, model.spec.name), inputs, config, oof_a)
+            parts = compare_pair(reps[0], b, (names[0], names[i]), inputs, config, oof_a)
         if config.reconstruction:
             add_reconstruction(parts[1], tokens.get(0), tokens.get(i), len(inputs), config.seed)
         for whole, part in zip((cross, summary, movers, coords), parts, strict=True):
             whole += part
-    info = {**config.to_dict(), "models": [m.spec.name for m in models],
+    info = {**run_info(config), "models": [m.spec.name for m in models], "names": names,
             "fingerprints": [m.fingerprint for m in models], "rows": len(inputs),
-            "layers": "paired by index, 0 .. min(L_A, L_B); cka_cross.csv has every pair",
-            "bootstrap": f"{config.boot} resamples of the rows (of at most 1,000 of them), percentile 95%",
-            "movement": "cosine distance after orthogonal Procrustes of B onto A, fitted on all rows",
-            "neighbours_mostly_changed": f"share of rows keeping fewer than {CHANGED:.0%} of their "
-                                         f"{config.neighbours} nearest neighbours (cosine)",
             "seconds": round(time.perf_counter() - start, 3)}
     if config.reconstruction:
-        info |= {"mlm_heads": {m.spec.name: m.mlm_head for m in models},
-                 "reconstruction": {m.spec.name: why[i] for i, m in enumerate(models)},
-                 "reconstruction_scores": f"token accuracy, unmasked, special tokens not counted; Wilson 95% per "
-                 f"model; the change B - A with a paired {RESAMPLES}-resample percentile bootstrap over sentences "
-                 "(seed = --seed) and an exact McNemar test on the same tokens"}
+        info |= {"mlm_heads": {name: m.mlm_head for name, m in zip(names, models, strict=True)},
+                 "reconstruction": {name: why[i] for i, name in enumerate(names)}}
     return CompareResult(pd.DataFrame(cross), pd.DataFrame(summary),
                          pd.concat(movers, ignore_index=True) if movers else pd.DataFrame(),
                          pd.concat(coords, ignore_index=True) if coords else pd.DataFrame(), info)

@@ -1,0 +1,215 @@
+"""The epochs of one fine-tuning job against the model it started from (issue 28: "the epochs of one job, from
+``epochs/<e>/``, no recomputation"; Song et al. 2020 Fig. 2 sets epoch 1 against epoch 6).
+
+Every epoch of a job leaves ``epochs/<e>/val_cls.npy``: the [CLS] vector of every hidden state of the validation
+rows, ``(L + 1, n, hidden)`` float16, in the order of ``val_ids.json`` (:func:`analysis.training.save_epoch`). These
+are compared with the base model's [CLS] vectors of the same rows, tokenised as the job tokenised them (its length
+limit and truncation), extracted once and cached (:func:`analysis.projection.representations`). Per epoch and layer:
+the CKA, the probe accuracies with McNemar, movers and neighbours, as :func:`analysis.compare.run.compare_pair`
+computes them for any pair; the aligned map is one PCA per layer of the base and every epoch pooled, so the epoch
+slider moves only what changed. A job keeps one checkpoint (the last epoch's weights, or the best epoch's under early
+stopping): the reconstruction change and the classifier's own predictions are for that epoch only.
+
+Nothing here reads the job store (:mod:`analysis` does not import :mod:`jobs`): the caller passes what a job left,
+:class:`JobRun`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from threadpoolctl import threadpool_limits
+
+from analysis.compare.run import (
+    CompareConfig,
+    CompareResult,
+    add_reconstruction,
+    aligned_maps_many,
+    compare_pair,
+    reconstructions,
+    run_info,
+)
+from analysis.inputs import InputError, TextInputs
+from models.loading import LoadedModel, ModelSpec
+
+
+@dataclasses.dataclass(frozen=True)
+class JobRun:
+    """What a finished fine-tuning job left: its artifacts folder, its options (as stored: resolved), its
+    ``metrics.json`` and how the pages name it (``job #3 (cls, demo)``)."""
+
+    artifacts: Path
+    config: dict
+    metrics: dict
+    label: str
+
+    @property
+    def options(self):
+        from analysis.options import resolve
+
+        return resolve(self.config)
+
+    def base_spec(self, device: str | None = None) -> ModelSpec:
+        """The model the job was fine-tuned from (its ``model``, revision, dtype; the CLI's device)."""
+        spec = self.options.spec()
+        return dataclasses.replace(spec, device=device or spec.device)
+
+    def checkpoint_spec(self, device: str = "cpu") -> ModelSpec | None:
+        """The fine-tuned encoder read by the MLM head of the model it started from, or None (k-fold: no
+        checkpoint; a base without an MLM head of its own: no head to lend)."""
+        encoder = self.artifacts / "checkpoint" / "encoder"
+        if not encoder.is_dir():
+            return None
+        return ModelSpec(str(encoder), device=device, head_from=self.metrics.get("mlm_head_from"))
+
+    def epochs(self) -> list[int]:
+        """The epochs whose validation vectors are on disk, in order."""
+        root = self.artifacts / "epochs"
+        found = [int(p.name) for p in root.iterdir() if p.name.isdigit() and (p / "val_cls.npy").is_file()
+                 and (p / "val_ids.json").is_file()] if root.is_dir() else []
+        return sorted(found)
+
+    def vectors(self, epoch: int) -> np.ndarray:
+        """Epoch ``epoch``'s validation [CLS] vectors, ``(L + 1, n, hidden)``, memory-mapped (float16)."""
+        return np.load(self.artifacts / "epochs" / str(epoch) / "val_cls.npy", mmap_mode="r")
+
+    def checkpoint_epoch(self) -> int | None:
+        """The epoch whose weights ``checkpoint/`` holds: the last one trained, or under early stopping the first
+        epoch of least validation loss (what :func:`analysis.training.train` restores)."""
+        history = self.metrics.get("history") or []
+        if not history or not (self.artifacts / "checkpoint").is_dir():
+            return None
+        if self.options.early_stopping:
+            return int(min(history, key=lambda h: (h["val_loss"], h["epoch"]))["epoch"])
+        return int(history[-1]["epoch"])
+
+
+def job_run(artifacts: Path, config: dict, metrics: dict | None, label: str) -> JobRun:
+    """A :class:`JobRun`, or an :class:`InputError` saying why the job has no epochs to compare."""
+    if config.get("kind", "finetune") != "finetune":
+        raise InputError(f"{label} is not a fine-tuning job: it has no epochs to compare")
+    if not metrics:
+        raise InputError(f"{label} has not finished (no metrics.json): compare it when it has")
+    run = JobRun(Path(artifacts), config, metrics, label)
+    if run.options.folds > 1:
+        raise InputError(f"{label} ran k-fold cross-validation: its folds keep no per-epoch vectors of one model")
+    if not run.epochs():
+        raise InputError(f"{label} kept no per-epoch vectors (epochs/<e>/val_cls.npy; its option save_vectors "
+                         "was off, or its artifacts were deleted)")
+    return run
+
+
+def validation_rows(run: JobRun) -> TextInputs:
+    """The rows the epochs' vectors are of, in their order: the job's validation file, else the rows it held out of
+    its training file (the same stratified split, :func:`analysis.finetune.split_off`); checked against
+    ``val_ids.json`` (an :class:`InputError` if the data changed since)."""
+    from analysis.finetune import split_off, split_reader
+
+    options = run.options
+    read = split_reader(options)
+    if options.val:
+        rows = read(options.val)
+    else:
+        rows = split_off(read(options.train), options.training().val_fraction, options.training().seed)[1]
+    first = run.epochs()[0]
+    meta = json.loads((run.artifacts / "epochs" / str(first) / "val_ids.json").read_text())
+    if list(rows.ids) != list(meta["example_id"]):
+        raise InputError(f"{run.label}: its validation rows cannot be read back as they were (the data file "
+                         "changed since the job ran?)")
+    return rows
+
+
+def compare_epochs(base: LoadedModel, run: JobRun, config: CompareConfig | None = None,
+                   checkpoint: LoadedModel | None = None, progress=None) -> CompareResult:
+    """``run``'s epochs each against ``base`` on the job's validation rows (module docstring). ``checkpoint``: the
+    job's fine-tuned encoder with a lent MLM head (:meth:`JobRun.checkpoint_spec`), for the reconstruction change
+    at :meth:`JobRun.checkpoint_epoch`. The tables have :class:`CompareResult`'s columns plus ``epoch``."""
+    from analysis.projection import representations
+
+    config = config or CompareConfig()
+    if config.pooling != "cls":
+        raise InputError("a job's epochs kept the [CLS] vectors only: compare them with pooling cls")
+    start = time.perf_counter()
+    rows = validation_rows(run)
+    epochs = run.epochs()
+    max_length = run.metrics.get("max_length_used") or run.options.training().max_length
+    config = dataclasses.replace(config, max_length=max_length)
+    a = representations(base, rows, "cls", max_length, config.batch_size, progress,
+                        truncation=run.options.training().truncation)[0]
+    names = {e: f"{run.label} · epoch {e}" for e in epochs}
+    at = run.checkpoint_epoch() if checkpoint is not None else None
+    tokens, why = ({}, {})
+    if config.reconstruction and at is not None:
+        tokens, why = reconstructions([base, checkpoint], rows, config, progress)
+    cross, summary, movers = [], [], []
+    oof_a: dict = {}
+    for i, epoch in enumerate(epochs):
+        b = np.asarray(run.vectors(epoch), np.float32)
+        if b.shape[:2] != (len(a), len(rows)) or b.shape[2] != a.shape[2]:
+            raise InputError(f"{run.label}: epoch {epoch}'s vectors are {b.shape}, the base's {a.shape}: not the "
+                             "same model family and rows")
+        if progress:
+            progress("comparing epochs", i, len(epochs))
+        with threadpool_limits(1, user_api="blas"):
+            parts = compare_pair(a, b, (base.spec.name, names[epoch]), rows, config, oof_a, maps=False)
+        if config.reconstruction:
+            add_reconstruction(parts[1], tokens.get(0) if epoch == at else None,
+                               tokens.get(1) if epoch == at else None, len(rows), config.seed)
+        for part in parts[0]:
+            part["epoch"] = epoch
+        for entry in parts[1]:
+            entry["epoch"] = epoch
+        for frame in parts[2]:
+            frame.insert(1, "epoch", epoch)
+        cross += parts[0]
+        summary += parts[1]
+        movers += parts[2]
+    coords = epoch_maps(a, run, epochs, rows, base.spec.name, names)
+    info = {**run_info(config), "models": [base.spec.name], "names": [base.spec.name, *names.values()],
+            "job": None, "job_label": run.label, "epochs": epochs, "rows": len(rows),
+            "rows_are": f"the job's {len(rows):,} validation rows (the rows its per-epoch vectors were saved for)",
+            "fingerprints": [base.fingerprint],
+            "epoch_vectors": "epochs/<e>/val_cls.npy as the job saved them (float16), not recomputed",
+            "checkpoint_epoch": at,
+            "aligned_map": "per layer one exact PCA of the base's and every epoch's vectors pooled, each layer's "
+                           "map rotated onto the previous layer's",
+            "seconds": round(time.perf_counter() - start, 3)}
+    if config.reconstruction:
+        info["mlm_heads"] = {base.spec.name: base.mlm_head,
+                             **({names[at]: checkpoint.mlm_head} if at is not None else {})}
+        info["reconstruction"] = {base.spec.name: why.get(0, "not read"),
+                                  **({names[at]: why.get(1, "not read")} if at is not None else {}),
+                                  "epochs": "a job keeps one checkpoint: the reconstruction change is for epoch "
+                                            f"{at} only" if at is not None else "the job kept no checkpoint with "
+                                            "an MLM head to lend: no reconstruction"}
+    return CompareResult(pd.DataFrame(cross), pd.DataFrame(summary), pd.concat(movers, ignore_index=True),
+                         coords, info)
+
+
+def epoch_maps(a: np.ndarray, run: JobRun, epochs: list[int], rows: TextInputs, base_name: str,
+               names: dict[int, str]) -> pd.DataFrame:
+    """``coords_aligned`` rows for every epoch: one shared map per layer (:func:`aligned_maps_many`), the base's
+    points repeated under each epoch so each epoch's rows are a pair's map."""
+    layers = list(range(len(a)))
+
+    class Epochs:  # one layer of every epoch, read when asked (memory-mapped files)
+        def __init__(self, epoch):
+            self.epoch = epoch
+
+        def __getitem__(self, layer):
+            return np.asarray(run.vectors(self.epoch)[layer], np.float32)
+
+    maps = aligned_maps_many(a, [Epochs(e) for e in epochs], layers)
+    ids = np.asarray(rows.ids)
+    frames = []
+    for layer, (base_coords, *per_epoch) in zip(layers, maps, strict=True):
+        for epoch, c in zip(epochs, per_epoch, strict=True):
+            for name, xy in ((base_name, base_coords), (names[epoch], c)):
+                frames.append(pd.DataFrame({"model_b": names[epoch], "epoch": epoch, "model": name, "layer": layer,
+                                            "example_id": ids, "x": xy[:, 0], "y": xy[:, 1]}))
+    return pd.concat(frames, ignore_index=True)
