@@ -108,6 +108,12 @@ def test_a_jobs_epochs_against_its_base_from_the_vectors_on_disk(home, bert4, tm
                      for e in (1, 2, 3)]
         np.testing.assert_allclose(per_epoch[0], per_epoch[2])
     assert len(result.movers) == 3 * 5 * len(rows)
+    # the job's own head at the checkpoint's epoch: what it wrote to predictions.csv (it scored these rows)
+    saved = pd.read_csv(job.artifacts / "predictions.csv", keep_default_na=False).set_index("example_id")
+    m = result.movers
+    last = m[(m["epoch"] == 3) & (m["layer"] == 4)].set_index("example_id")
+    assert last.loc[saved.index, "head_prediction_b"].tolist() == saved["prediction"].tolist()
+    assert m.loc[m["epoch"] < 3, "head_prediction_b"].isna().all()
 
 
 def test_the_epochs_map_is_one_pca_of_the_base_and_every_epoch_pooled():
@@ -178,3 +184,52 @@ def test_the_cli_reads_job_models_and_lends_a_head_with_head_from(home, bert4, t
     assert main(["compare", "--model", str(bert4), "--model", str(bert4), "--data", str(data), "--out", str(target),
                  "--bootstrap", "20", "--folds", "2", "--no-reconstruction"]) == 0
     assert not any(c.startswith("recon_") for c in pd.read_csv(target / "layer_summary.csv").columns)
+
+
+# --- the prediction before and after, in the movers table (issue 28, 3.) ------------------------------------------
+
+def test_movers_carry_each_models_out_of_fold_probe_prediction_and_a_classifiers_own_prediction(bert4, tmp_path):  # noqa: F811
+    from transformers import AutoModelForSequenceClassification
+
+    from analysis.compare.run import compare
+    from models.loading import ModelSpec, load_model
+    from tests.test_compare import fine_tuned_classifier
+
+    clf = fine_tuned_classifier(bert4, tmp_path / "clf")
+    rows = synthetic(20, seed=2)
+    a = load_model(ModelSpec(str(bert4), device="cpu"))
+    b = load_model(ModelSpec(str(clf), device="cpu", head_from=str(bert4)))
+    result = compare([a, b], rows, CompareConfig(boot=20, folds=2))
+    m = result.movers
+    labels = np.asarray(rows.labels)
+    for layer in (1, 3):
+        part = m[m["layer"] == layer].set_index("example_id").loc[list(rows.ids)]
+        want_a = plain_probe(plain_cls(bert4, rows.texts)[layer], labels, 2, 0)
+        want_b = plain_probe(plain_cls(clf, rows.texts)[layer], labels, 2, 0)
+        assert part["probe_prediction_a"].tolist() == want_a.tolist()
+        assert part["probe_prediction_b"].tolist() == want_b.tolist()
+    tok = AutoTokenizer.from_pretrained(clf)
+    model = AutoModelForSequenceClassification.from_pretrained(clf).eval()
+    with torch.no_grad():
+        own = [model.config.id2label[int(model(**tok(t, return_tensors="pt")).logits.argmax())] for t in rows.texts]
+    part = m[m["layer"] == 2].set_index("example_id").loc[list(rows.ids)]
+    assert part["head_prediction_b"].tolist() == own
+    assert part["head_prediction_a"].isna().all()  # a masked LM has no classifier head
+    assert "SequenceClassification" in result.info["head_predictions"][str(clf)]
+    assert result.info["head_predictions"][str(bert4)] is None
+
+
+def test_a_jobs_own_predictions_are_its_head_on_the_rows(home, bert4, tmp_path):  # noqa: F811
+    from analysis.compare.run import compare
+    from analysis.inputs import read_file
+    from models.loading import ModelSpec, load_model
+
+    job = run_job(home, bert4, tmp_path)
+    rows = read_file(tmp_path / "val.tsv", label_column="label")  # the rows the job scored (no test set)
+    a = load_model(ModelSpec(str(bert4), device="cpu"))
+    b = load_model(ModelSpec(str(job.artifacts / "checkpoint" / "encoder"), device="cpu", head_from=str(bert4)))
+    result = compare([a, b], rows, CompareConfig(boot=20, folds=2), names=[str(bert4), job.label])
+    saved = pd.read_csv(job.artifacts / "predictions.csv", keep_default_na=False).set_index("example_id")
+    part = result.movers[result.movers["layer"] == 0].set_index("example_id")
+    assert part.loc[saved.index, "head_prediction_b"].tolist() == saved["prediction"].tolist()
+    assert "LayerLens head 'cls'" in result.info["head_predictions"][job.label]

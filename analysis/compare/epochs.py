@@ -25,9 +25,11 @@ import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
+from analysis.compare.predictions import own_predictions
 from analysis.compare.run import (
     CompareConfig,
     CompareResult,
+    add_head_predictions,
     add_reconstruction,
     aligned_maps_many,
     compare_pair,
@@ -146,6 +148,8 @@ def compare_epochs(base: LoadedModel, run: JobRun, config: CompareConfig | None 
     tokens, why = ({}, {})
     if config.reconstruction and at is not None:
         tokens, why = reconstructions([base, checkpoint], rows, config, progress)
+    own_base = own_predictions(base, rows, max_length, config.batch_size)
+    own = own_predictions(checkpoint, rows, max_length, config.batch_size) if at is not None else (None, None)
     cross, summary, movers = [], [], []
     oof_a: dict = {}
     for i, epoch in enumerate(epochs):
@@ -160,6 +164,7 @@ def compare_epochs(base: LoadedModel, run: JobRun, config: CompareConfig | None 
         if config.reconstruction:
             add_reconstruction(parts[1], tokens.get(0) if epoch == at else None,
                                tokens.get(1) if epoch == at else None, len(rows), config.seed)
+        add_head_predictions(parts[2], own_base[0], own[0] if epoch == at else None)
         for part in parts[0]:
             part["epoch"] = epoch
         for entry in parts[1]:
@@ -176,6 +181,7 @@ def compare_epochs(base: LoadedModel, run: JobRun, config: CompareConfig | None 
             "fingerprints": [base.fingerprint],
             "epoch_vectors": "epochs/<e>/val_cls.npy as the job saved them (float16), not recomputed",
             "checkpoint_epoch": at,
+            "head_predictions": {base.spec.name: own_base[1], **({names[at]: own[1]} if at is not None else {})},
             "aligned_map": "per layer one exact PCA of the base's and every epoch's vectors pooled, each layer's "
                            "map rotated onto the previous layer's",
             "seconds": round(time.perf_counter() - start, 3)}

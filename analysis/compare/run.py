@@ -26,6 +26,7 @@ from threadpoolctl import threadpool_limits
 
 from analysis.compare.cka import linear_cka, paired_cka
 from analysis.compare.movers import mcnemar, movement, neighbour_overlap
+from analysis.compare.predictions import own_predictions
 from analysis.compare.recon import COLUMNS, RESAMPLES, one_sided_rows, reconstruction_rows
 from analysis.inputs import InputError, TextInputs
 from analysis.scores import wilson_interval
@@ -103,7 +104,7 @@ def compare_pair(a: np.ndarray, b: np.ndarray, names: tuple[str, str], inputs: T
                  maps: bool = True) -> tuple[list, list, list, list]:
     """One pair's tables from the vectors ``a`` ``(L_A + 1, n, d)`` and ``b`` of the same rows of ``inputs``:
     ``(cross, summary, movers, coords)`` as lists of rows / frames (:class:`CompareResult`). ``oof_a`` caches A's
-    out-of-fold correctness per layer across pairs. ``maps=False``: no aligned map (a job's epochs share one,
+    out-of-fold probe predictions per layer across pairs. ``maps=False``: no aligned map (a job's epochs share one,
     :func:`aligned_maps_many`).
 
     Its linear algebra is on ``hidden x hidden`` matrices (Procrustes' SVD, PCA's eigendecomposition): run it under
@@ -134,8 +135,9 @@ def compare_pair(a: np.ndarray, b: np.ndarray, names: tuple[str, str], inputs: T
                  "neighbours_mostly_changed": float(np.mean(overlap < CHANGED))}
         if labels is not None:
             if layer not in oof_a:
-                oof_a[layer] = out_of_fold(a[layer], labels, config.folds, config.seed)[0] == labels
-            right_a, right_b = oof_a[layer], out_of_fold(b[layer], labels, config.folds, config.seed)[0] == labels
+                oof_a[layer] = out_of_fold(a[layer], labels, config.folds, config.seed)[0]
+            predicted_a, predicted_b = oof_a[layer], out_of_fold(b[layer], labels, config.folds, config.seed)[0]
+            right_a, right_b = predicted_a == labels, predicted_b == labels
             low_a, high_a = wilson_interval(int(right_a.sum()), len(right_a))
             low_b, high_b = wilson_interval(int(right_b.sum()), len(right_b))
             test = mcnemar(right_a, right_b)
@@ -146,7 +148,9 @@ def compare_pair(a: np.ndarray, b: np.ndarray, names: tuple[str, str], inputs: T
         summary.append(entry)
         movers.append(pd.DataFrame({"model_b": name_b, "layer": layer, "example_id": ids, "text": inputs.texts,
                                     **({"label": labels} if labels is not None else {}),
-                                    "movement": aligned, "movement_raw": raw, "neighbour_overlap": overlap}))
+                                    "movement": aligned, "movement_raw": raw, "neighbour_overlap": overlap,
+                                    **({"probe_prediction_a": predicted_a, "probe_prediction_b": predicted_b}
+                                       if labels is not None else {})}))
         if maps:
             for name, c in ((name_a, maps[layer][0]), (name_b, maps[layer][1])):
                 coords.append(pd.DataFrame({"model_b": name_b, "model": name, "layer": layer, "example_id": ids,
@@ -209,6 +213,17 @@ def add_reconstruction(summary: list[dict], tokens_a, tokens_b, n_texts: int, se
         entry |= dict.fromkeys(COLUMNS, np.nan)
 
 
+def add_head_predictions(movers: list[pd.DataFrame], a: list[str] | None, b: list[str] | None) -> None:
+    """``head_prediction_a``/``_b`` (each model's own classifier's prediction, the same at every layer; blank for a
+    model without one) in a pair's movers frames, when either model has a classifier head."""
+    if a is None and b is None:
+        return
+    for frame in movers:
+        at = frame.columns.get_loc("neighbour_overlap") + 1
+        frame.insert(at, "head_prediction_b", b if b is not None else None)
+        frame.insert(at, "head_prediction_a", a if a is not None else None)
+
+
 def compare(models: list[LoadedModel], inputs: TextInputs, config: CompareConfig = CompareConfig(),
             progress=None, names: list[str] | None = None) -> CompareResult:
     """Compare ``models[1:]`` each with ``models[0]`` on ``inputs`` (module docstring). ``names``: how the tables
@@ -224,6 +239,7 @@ def compare(models: list[LoadedModel], inputs: TextInputs, config: CompareConfig
     reps = [representations(m, inputs, config.pooling, config.max_length, config.batch_size, progress)[0]
             for m in models]
     tokens, why = reconstructions(models, inputs, config, progress) if config.reconstruction else ({}, {})
+    own = [own_predictions(m, inputs, config.max_length, config.batch_size) for m in models]
     cross, summary, movers, coords = [], [], [], []
     oof_a: dict = {}
     for i, b in enumerate(reps[1:], start=1):
@@ -231,10 +247,12 @@ def compare(models: list[LoadedModel], inputs: TextInputs, config: CompareConfig
             parts = compare_pair(reps[0], b, (names[0], names[i]), inputs, config, oof_a)
         if config.reconstruction:
             add_reconstruction(parts[1], tokens.get(0), tokens.get(i), len(inputs), config.seed)
+        add_head_predictions(parts[2], own[0][0], own[i][0])
         for whole, part in zip((cross, summary, movers, coords), parts, strict=True):
             whole += part
     info = {**run_info(config), "models": [m.spec.name for m in models], "names": names,
             "fingerprints": [m.fingerprint for m in models], "rows": len(inputs),
+            "head_predictions": {name: o[1] for name, o in zip(names, own, strict=True)},
             "seconds": round(time.perf_counter() - start, 3)}
     if config.reconstruction:
         info |= {"mlm_heads": {name: m.mlm_head for name, m in zip(names, models, strict=True)},
