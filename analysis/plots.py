@@ -403,3 +403,68 @@ def aligned_map(coords: pd.DataFrame, names: tuple[str, str], texts: dict[int, s
     fig.update_layout(height=520, margin={"t": 30, "b": 10}, legend={"orientation": "h", "y": -0.1},
                       xaxis={"title": "PC 1 of both models' vectors"}, yaxis={"title": "PC 2"})
     return fig
+
+
+def _layer_labels(layers, layer_names: list[str]) -> list[str]:
+    return [layer_names[int(v)] if int(v) < len(layer_names) else str(int(v)) for v in layers]
+
+
+def epoch_colours(n: int) -> list[str]:
+    """``n`` colours along Viridis, first epoch dark to last epoch light-green (an order, not categories)."""
+    from plotly.colors import sample_colorscale
+
+    return sample_colorscale("Viridis", [0.85 * i / max(n - 1, 1) for i in range(n)])
+
+
+def paired_accuracy_curves(summary: pd.DataFrame, prefix: str, layer_names: list[str], title: str,
+                           colours: list[str] | None = None) -> go.Figure:
+    """Per layer, A's accuracy (``{prefix}_accuracy_a``, black, its interval ``{prefix}_ci_low_a``/``_high_a``
+    shaded) and each compared model's (``..._b``, one line per ``model_b``), on a fixed 0-1 axis. Rows where a
+    side is blank are left out of that side's line."""
+    fig = go.Figure()
+    groups = list(summary.groupby("model_b", sort=False))
+    colours = colours or [COLOURS[i % len(COLOURS)] for i in range(len(groups))]
+
+    def add(part, side, name, colour, dash=None):
+        part = part[part[f"{prefix}_accuracy_{side}"].notna()]
+        if part.empty:
+            return
+        x = _layer_labels(part["layer"], layer_names)
+        fig.add_trace(go.Scatter(x=x + x[::-1], y=list(part[f"{prefix}_ci_high_{side}"])
+                                 + list(part[f"{prefix}_ci_low_{side}"])[::-1], fill="toself", mode="lines",
+                                 fillcolor=_rgba(colour, 0.12) if colour.startswith("#") else colour.replace(
+                                     "rgb", "rgba").replace(")", ", 0.12)"), line={"width": 0},
+                                 hoverinfo="skip", showlegend=False))
+        fig.add_trace(go.Scatter(x=x, y=part[f"{prefix}_accuracy_{side}"], mode="lines+markers", name=visible(name),
+                                 line={"color": colour, "dash": dash},
+                                 hovertemplate="%{x}: %{y:.4f}<extra>" + plain(name) + "</extra>"))
+
+    if groups:
+        first = groups[0][1]
+        add(first, "a", f"A: {first['model_a'].iloc[0]}", "#222222", "dash")
+    for (name, part), colour in zip(groups, colours, strict=False):
+        add(part, "b", name, colour)
+    fig.update_layout(title=title, height=380, yaxis={"range": [0, 1.02], "title": "accuracy (95% Wilson)"},
+                      margin={"t": 60, "b": 10}, legend={"orientation": "h", "y": -0.2})
+    return fig
+
+
+def epoch_curves(summary: pd.DataFrame, column: str, layer_names: list[str], title: str, y_title: str,
+                 band: tuple[str, str] | None = None) -> go.Figure:
+    """One line per epoch (``epoch`` column) of ``column`` per layer, coloured from the first epoch to the last;
+    ``band``: the columns of its interval, shaded. A fixed 0-1 axis."""
+    fig = go.Figure()
+    epochs = sorted(summary["epoch"].unique())
+    for epoch, colour in zip(epochs, epoch_colours(len(epochs)), strict=True):
+        part = summary[summary["epoch"] == epoch]
+        x = _layer_labels(part["layer"], layer_names)
+        if band is not None:
+            fig.add_trace(go.Scatter(x=x + x[::-1], y=list(part[band[1]]) + list(part[band[0]])[::-1],
+                                     fill="toself", fillcolor=colour.replace("rgb", "rgba").replace(")", ", 0.1)"),
+                                     line={"width": 0}, hoverinfo="skip", mode="lines", showlegend=False))
+        fig.add_trace(go.Scatter(x=x, y=part[column], mode="lines+markers", name=f"epoch {epoch}",
+                                 line={"color": colour},
+                                 hovertemplate=f"epoch {epoch}, " + "%{x}: %{y:.4f}<extra></extra>"))
+    fig.update_layout(title=title, height=380, yaxis={"range": [0, 1.02], "title": y_title},
+                      margin={"t": 60, "b": 10}, legend={"orientation": "h", "y": -0.2})
+    return fig

@@ -21,7 +21,7 @@ from ui.inputs import server_file
 from ui.jobs import comparison_table, job_table, score_line, shown
 from ui.options import option_input, reset_form
 from ui.results import chart, md_plain
-from ui.sidebar import start_page
+from ui.sidebar import prefill, start_page
 
 loaded = start_page("Fine-tuning jobs", (
     "Fine-tune the encoder with a **layer-pooling head** as a background job: it runs in its own process, "
@@ -221,6 +221,40 @@ def live() -> None:
 
 live()
 
+
+def compare_buttons(finished: list, group: str | None) -> None:
+    """Open the Compare checkpoints page on a finished run against the model it started from (its epochs, from the
+    vectors each epoch saved; else its fine-tuned model on its held-out rows), or on the picked sweep group."""
+    from analysis.compare.epochs import job_run
+
+    c1, c2, c3 = st.columns([3, 2, 2])
+    by_id = {j.id: j for j in finished}
+    ids, default = list(by_id), st.session_state.get("job_view")
+    chosen = c1.selectbox("Finished run", ids, index=ids.index(default) if default in ids else 0,
+                          key="job_compare_one", format_func=lambda i: f"#{i} {by_id[i].name}",
+                          label_visibility="collapsed")
+    job = by_id[chosen]
+    if c2.button("Compare with its base", key="job_go_compare_base", help="Layer by layer against the model it was "
+                 "fine-tuned from: every epoch's saved validation vectors, and its final model's reconstruction and "
+                 "predictions (Compare checkpoints page)."):
+        try:
+            job_run(job.artifacts, job.config, job.metrics, job.label)
+            values = {"compare_what": "epochs", "compare_epochs_job": job.id}
+        except InputError:  # no per-epoch vectors: its fine-tuned model against its base on its held-out rows
+            values = {"compare_what": "pair", "compare_model": f"job:{job.id}", "compare_job": job.id,
+                      "compare_source": f"Held-out rows of job #{job.id}"}
+        prefill("pages/7_Compare_checkpoints.py", values)
+    if group is not None:
+        members = sorted(j.id for j in finished if j.group == group)
+        if c3.button("Compare the group", key="job_go_compare_group", help=f"Each finished run of group '{group}' "
+                     "against the model they started from, on the held-out rows of its first run (Compare "
+                     "checkpoints page)."):
+            prefill("pages/7_Compare_checkpoints.py", {
+                "compare_what": "group", "compare_group": group, "compare_job": members[0],
+                "compare_source": f"Held-out rows of job #{members[0]}"})
+    else:
+        c3.caption("Pick a sweep group above to compare its runs.")
+
 finished = [j for j in store.list() if j.status == "succeeded" and j.metrics and "accuracy" in j.metrics]
 if finished:
     st.subheader("Compare finished runs")
@@ -232,6 +266,7 @@ if finished:
             finished = [j for j in finished if j.group == picked_group]
     table = comparison_table(finished)
     st.dataframe(shown(table), hide_index=True, width="stretch")
+    compare_buttons(finished, None if not groups or picked_group == "all finished runs" else picked_group)
     st.caption("majority class: the accuracy of always predicting the most frequent class of the run's training "
                "rows, scored on the rows it was evaluated on (the same baseline as the ensemble's below).")
     if table["evaluated on"].nunique() > 1:

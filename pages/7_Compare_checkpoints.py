@@ -1,95 +1,358 @@
 """Compare checkpoints layer by layer (Merchant et al. 2020; Kao et al. 2020 Fig. 2): what changed, where, and for
-which examples."""
+which examples; two checkpoints, a fine-tuning job's epochs, or the runs of a sweep."""
 
 import dataclasses
 
 import numpy as np
 import streamlit as st
 
+from analysis.compare.epochs import compare_epochs, job_run, validation_rows
 from analysis.compare.run import CompareConfig, compare
 from analysis.csvout import to_csv
-from analysis.plots import aligned_map, cka_heatmap, paired_cka_curve
+from analysis.dataroots import browser_model
+from analysis.inputs import InputError
+from analysis.plots import (
+    aligned_map,
+    cka_heatmap,
+    epoch_colours,
+    epoch_curves,
+    paired_accuracy_curves,
+    paired_cka_curve,
+)
 from analysis.projection import max_rows
+from jobs.store import JobStore, StoreError
+from models.anatomy import layer_name
+from models.loading import ModelLoadError
 from ui.inputs import labelled_inputs
-from ui.results import COMPARE_HELP, chart, compared_model, result_key, shared_result, table, wait_for_run
+from ui.results import (
+    COMPARE_HELP,
+    chart,
+    compared_model,
+    md_plain,
+    result_key,
+    shared_result,
+    table,
+    wait_for_run,
+)
 from ui.sidebar import model_cache, start_page
 
 loaded = start_page("Compare checkpoints", (
-    "The sidebar's model is **A**; the checkpoint named below is **B** (a model fine-tuned from A, `job:N`, a "
-    "duplicated or further pre-trained copy, a seed of the same run). Both read the same rows with the same "
-    "tokenizer. Per layer: the **CKA** of A's and B's sentence vectors (1 = the same geometry up to rotation and "
-    "scale), each model's **linear-probe accuracy** and a paired McNemar test, how far each example **moved** "
-    "(cosine distance after rotating B onto A) and whether its **nearest neighbours** changed; and one map per "
-    "layer shared by both models. Layer 0 is the embedding output."))
+    "Two checkpoints read the same rows with the same tokenizer: **A** (the reference) and **B** (a model fine-tuned "
+    "from A, `job:N`, a duplicated or further pre-trained copy, a seed of the same run), or a fine-tuning job's "
+    "**epochs** against the model it started from, or every run of a **sweep**. Per layer: the **CKA** of A's and "
+    "B's sentence vectors (1 = the same geometry up to rotation and scale), each model's **reconstruction accuracy** "
+    "through its MLM head (Kao et al. Fig. 2) and **linear-probe accuracy**, with paired McNemar tests, how far each "
+    "example **moved** (cosine distance after rotating B onto A) and whether its **nearest neighbours** changed; "
+    "and one map per layer shared by both. Layer 0 is the embedding output."))
 
-inputs = labelled_inputs("compare", max_rows())
-c1, c2, c3 = st.columns([3, 1.2, 1.2])
-other = c1.text_input("Compare with (B)", key="compare_model", placeholder="hub id, local directory, job:N or random",
-                      help=f"The checkpoint to set against the sidebar's model: {COMPARE_HELP}.").strip()
-pooling = c2.radio("Vector", ["cls", "mean"], horizontal=True, key="compare_pool",
-                   format_func={"cls": "[CLS]", "mean": "mean"}.get)
-debiased = c3.checkbox("Debiased CKA", key="compare_debiased", help="Nguyen et al. 2021: the plain estimator "
-                       "is biased upwards when there are few rows for the width; the debiased one is not.")
-config = CompareConfig(pooling=pooling, debiased=debiased)
+MODES = {"pair": "Two checkpoints", "epochs": "A job's epochs", "group": "A sweep group"}
+what = st.radio("Compare", list(MODES), format_func=MODES.get, horizontal=True, key="compare_what",
+                help="Two checkpoints: the sidebar's model is A. A job's epochs: the vectors each epoch of a "
+                "fine-tuning job saved, against the model it started from. A sweep group: each finished run of a "
+                "sweep against the model they started from.")
 
-wait_for_run("compare_request", inputs is not None and bool(other) and st.button("Compare", type="primary",
-                                                                                 key="compare_run"),
-             (inputs, other, config), "Choose the rows and the checkpoint B, then compare. Vectors are cached on "
-             "disk per model and data: a model the atlas already read is not read again.")
-name, head_from, label = compared_model(other, loaded.spec.name)
-spec_b = dataclasses.replace(loaded.spec, name=name, revision=None, head_from=head_from)
-key = result_key(loaded.spec.resolved().to_dict(), spec_b.resolved().to_dict(), inputs.content_hash(), inputs.ids,
-                 config.to_dict())
-try:
-    result = shared_result(key, "Comparing", lambda report: compare(
-        [loaded, model_cache().get(spec_b)], inputs, config,
-        progress=lambda stage, done, n: report(done / max(n, 1), f"{stage} {done}/{n}")))
-except Exception as exc:  # a bad checkpoint, different tokenizers: a message, never a traceback
-    st.error(str(exc))
-    st.stop()
 
-summary, names = result.layer_summary, loaded.anatomy.layer_names()
-st.caption(f"A = {loaded.spec.name}, B = {label}; {result.info['rows']:,} rows; layers {result.info['layers']}; "
-           f"CKA interval: {result.info['bootstrap']}; computed in {result.info['seconds']:.1f} s.")
-chart(paired_cka_curve(summary.assign(model_b=label), names), "compare_cka")
-cross = result.cka_cross.pivot(index="layer_a", columns="layer_b", values="cka").to_numpy()
-b_names = [str(i) for i in range(cross.shape[1])] if cross.shape[1] != len(names) else names
-chart(cka_heatmap(cross, names, "Linear CKA: every layer of A against every layer of B", b_names,
-                  x_title=f"B ({label})", y_title=f"A ({loaded.spec.name})"), "compare_cka_cross")
+def options(pooling_choice: bool = True) -> CompareConfig:
+    """The shared options row: pooling, debiased CKA, reconstruction."""
+    c1, c2, c3 = st.columns(3)
+    pooling = c1.radio("Vector", ["cls", "mean"], horizontal=True, key="compare_pool",
+                       format_func={"cls": "[CLS]", "mean": "mean"}.get, disabled=not pooling_choice,
+                       help=None if pooling_choice else "A job's epochs kept the [CLS] vectors only.")
+    debiased = c2.checkbox("Debiased CKA", key="compare_debiased", help="Nguyen et al. 2021: the plain estimator "
+                           "is biased upwards when there are few rows for the width; the debiased one is not.")
+    recon = c3.checkbox("Reconstruction accuracy", True, key="compare_recon", help="Each model's layers read by its "
+                        "MLM head (Kao et al.): costs one probe per model, about as long as reading the vectors.")
+    return CompareConfig(pooling=pooling if pooling_choice else "cls", debiased=debiased, reconstruction=recon)
 
-st.subheader("Per layer")
-table(summary.drop(columns=["model_a", "model_b"]), {
+
+def progress_of(report):
+    return lambda stage, done, n: report(done / max(n, 1), f"{stage} {done}/{n}")
+
+
+def head_note(result) -> None:
+    """Which head read each model, and what predicted (run.json says the same)."""
+    info = result.info
+    lines = []
+    for name, why in (info.get("reconstruction") or {}).items():
+        if name == "epochs":
+            lines.append(f"Reconstruction of the epochs: {why}.")
+            continue
+        text = why
+        if "no MLM head of its own" in why and name != info["names"][0]:
+            text = ("not read: it has no MLM head of its own. Name the masked LM it was fine-tuned from under "
+                    "*Read B's layers with the MLM head of* (A's own, usually) to read it")
+        elif "no MLM head of its own" in why:
+            text = ("not read: it has no MLM head of its own. Lend one in the sidebar (*Revision, device, precision, "
+                    "MLM head*)")
+        lines.append(f"**{md_plain(name)}**: {text}.")
+    for name, head in (info.get("head_predictions") or {}).items():
+        if head:
+            lines.append(f"Predictions of **{md_plain(name)}** in the movers table (*head*): {md_plain(head)}.")
+    if lines:
+        st.caption("  \n".join(lines))
+
+
+HEADERS = {
     "cka": ("CKA", "linear CKA of A's and B's layer (debiased if chosen)"),
     "cka_ci_low": ("CKA low", "95% bootstrap interval over rows"), "cka_ci_high": ("CKA high", ""),
     "mean_movement": ("mean movement", "cosine distance after Procrustes alignment of B onto A"),
-    "neighbours_mostly_changed": ("neighbours changed", f"share of rows keeping fewer than half of their "
-                                  f"{config.neighbours} nearest neighbours"),
+    "median_movement": ("median movement", ""),
+    "neighbours_mostly_changed": ("neighbours changed", "share of rows keeping fewer than half of their 10 nearest "
+                                  "neighbours"),
     "probe_accuracy_a": ("probe A", "linear probe, out-of-fold, same folds for A and B"),
-    "probe_accuracy_b": ("probe B", ""), "probe_change": ("B - A", ""),
-    "mcnemar_p": ("McNemar p", "exact test on the rows one model's probe gets right and the other's wrong")})
-to_csv_bytes = to_csv(summary)
-st.download_button("layer_summary.csv", to_csv_bytes, "layer_summary.csv", key="compare_dl")
+    "probe_ci_low_a": ("probe A low", "95% Wilson interval"), "probe_ci_high_a": ("probe A high", ""),
+    "probe_accuracy_b": ("probe B", ""), "probe_ci_low_b": ("probe B low", ""), "probe_ci_high_b": ("probe B high", ""),
+    "probe_change": ("probe B - A", ""),
+    "mcnemar_p": ("probe McNemar p", "exact test on the rows one model's probe gets right and the other's wrong"),
+    "recon_accuracy_a": ("recon A", "token accuracy through the MLM head (Kao et al.), non-special tokens"),
+    "recon_ci_low_a": ("recon A low", "95% Wilson interval over tokens"), "recon_ci_high_a": ("recon A high", ""),
+    "recon_accuracy_b": ("recon B", ""), "recon_ci_low_b": ("recon B low", ""), "recon_ci_high_b": ("recon B high", ""),
+    "recon_change": ("recon B - A", "change in token accuracy"),
+    "recon_change_ci_low": ("recon change low", "95% paired bootstrap over sentences (2,000 resamples)"),
+    "recon_change_ci_high": ("recon change high", ""),
+    "recon_mcnemar_p": ("recon McNemar p", "exact test on the tokens one model reconstructs and the other does not"),
+}
+MOVER_HEADERS = {"movement": ("moved", "cosine distance after aligning B onto A"),
+                 "movement_raw": ("moved (raw)", "without the alignment"),
+                 "neighbour_overlap": ("neighbours kept", "share of the 10 nearest kept"),
+                 "probe_prediction_a": ("probe A", "the linear probe's out-of-fold prediction at this layer, A"),
+                 "probe_prediction_b": ("probe B", "the same for B"),
+                 "head_prediction_a": ("head A", "A's own classifier head (the same at every layer)"),
+                 "head_prediction_b": ("head B", "B's own classifier head (the same at every layer)")}
 
-st.subheader("Movers and the shared map")
-layer = st.select_slider("Layer", options=list(summary["layer"]), value=int(summary["layer"].iloc[-1]),
-                         format_func=lambda i: names[i] if i < len(names) else str(i), key="compare_layer")
-movers = result.movers[result.movers["layer"] == layer].sort_values("movement", ascending=False)
-top_n = st.number_input("Examples shown", 1, 100, 10, key="compare_topn")
-left, right = st.columns(2)
-columns = [c for c in ("example_id", "text", "label", "movement", "movement_raw", "neighbour_overlap")
-           if c in movers.columns]
-headers = {"movement": ("moved", "cosine distance after aligning B onto A"),
-           "movement_raw": ("moved (raw)", "without the alignment"),
-           "neighbour_overlap": ("neighbours kept", "share of the 10 nearest kept")}
-left.caption(f"Moved most at {names[layer] if layer < len(names) else layer}")
-table(movers[columns].head(int(top_n)), headers, container=left)
-right.caption("Moved least")
-table(movers[columns].tail(int(top_n)).iloc[::-1], headers, container=right)
-if len(result.coords):
-    coords = result.coords[result.coords["layer"] == layer]
-    texts = dict(zip(inputs.ids, inputs.texts, strict=True))
-    chart(aligned_map(coords, (loaded.spec.name, label), texts, list(np.asarray(movers["example_id"])[:int(top_n)])),
-          "compare_map")
-    st.caption("Exact PCA of both models' vectors at this layer, pooled; each layer's map is rotated onto the "
-               "previous one, so a point whose vectors do not change keeps its place as you move the slider. "
-               "Lines join the examples that moved most from A to B.")
+
+def layer_label(names: list[str]):
+    return lambda i: names[i] if i < len(names) else str(i)
+
+
+def show(result, names: list[str], texts: dict, epochs: bool = False) -> None:
+    """Everything a comparison shows: curves, the cross matrix, the per-layer table, movers and the shared map.
+    ``names``: A's layer names (the sidebar model's; the base's generic names in the job and group modes)."""
+    summary, info = result.layer_summary, result.info
+    if what != "pair":
+        depth = int(result.cka_cross["layer_a"].max())
+        names = [layer_name(i, depth) for i in range(depth + 1)]
+    a_name = info["names"][0]
+    bs = list(dict.fromkeys(summary["model_b"]))
+    st.caption(f"A = {md_plain(a_name)}; {len(bs)} compared ({md_plain(', '.join(bs[:3]))}"
+               f"{', …' if len(bs) > 3 else ''}); {info['rows']:,} rows"
+               + (f" ({md_plain(info['rows_are'])})" if info.get("rows_are") else "")
+               + f"; CKA interval: {info['bootstrap']}; computed in {info['seconds']:.1f} s.")
+    head_note(result)
+    if epochs:
+        chart(epoch_curves(summary, "cka", names, "CKA of each layer to the base's, per epoch (95% bootstrap "
+                           "interval)", "linear CKA", band=("cka_ci_low", "cka_ci_high")), "compare_epochs_cka")
+        if "probe_accuracy_b" in summary:
+            chart(paired_accuracy_curves(summary, "probe", names, "Linear-probe accuracy per layer: the base (A, "
+                                         "dashed) and each epoch", epoch_colours(len(bs))), "compare_epochs_probe")
+    else:
+        chart(paired_cka_curve(summary, names), "compare_cka")
+        if "probe_accuracy_b" in summary:
+            chart(paired_accuracy_curves(summary, "probe", names, "Linear-probe accuracy per layer (out-of-fold, "
+                                         "95% Wilson)"), "compare_probe")
+    if "recon_accuracy_a" in summary and summary["recon_accuracy_a"].notna().any():
+        shown = summary[summary["recon_accuracy_b"].notna()] if summary["recon_accuracy_b"].notna().any() else \
+            summary[summary["model_b"] == bs[0]]
+        chart(paired_accuracy_curves(shown, "recon", names, "Reconstruction accuracy per layer through the MLM head "
+                                     "(95% Wilson over tokens)"), "compare_recon")
+    pick = bs[0]
+    if len(bs) > 1 and not epochs:
+        pick = st.selectbox("B for the cross matrix, movers and map", bs, key="compare_pick")
+    cross = result.cka_cross[result.cka_cross["model_b"] == (pick if not epochs else bs[-1])]
+    matrix = cross.pivot(index="layer_a", columns="layer_b", values="cka").to_numpy()
+    b_names = [str(i) for i in range(matrix.shape[1])] if matrix.shape[1] != len(names) else names
+    chart(cka_heatmap(matrix, names, "Linear CKA: every layer of A against every layer of B"
+                      + (f" ({md_plain(bs[-1])})" if epochs else ""), b_names, x_title="B", y_title=f"A ({a_name})"),
+          "compare_cka_cross")
+
+    st.subheader("Per layer")
+    drop = ["model_a"] + (["model_b"] if len(bs) == 1 else [])
+    table(summary.drop(columns=drop), HEADERS)
+    st.download_button("layer_summary.csv", to_csv(summary), "layer_summary.csv", key="compare_dl")
+
+    st.subheader("Movers and the shared map")
+    c1, c2 = st.columns(2)
+    layers = sorted(set(summary["layer"]))
+    layer = c1.select_slider("Layer", options=layers, value=layers[-1], format_func=layer_label(names),
+                             key="compare_layer")
+    if epochs:
+        numbers = sorted(set(summary["epoch"]))
+        epoch = c2.select_slider("Epoch", options=numbers, value=numbers[-1], key="compare_epoch",
+                                 help="The map keeps each point's place from epoch to epoch: one PCA per layer of the "
+                                 "base's and every epoch's vectors pooled.")
+        pick = summary.loc[summary["epoch"] == epoch, "model_b"].iloc[0]
+    top_n = int(c2.number_input("Examples shown", 1, 100, 10, key="compare_topn")) if not epochs else \
+        int(st.number_input("Examples shown", 1, 100, 10, key="compare_topn"))
+    m = result.movers
+    movers = m[(m["layer"] == layer) & (m["model_b"] == pick)].sort_values("movement", ascending=False)
+    columns = [c for c in ("example_id", "text", "label", "movement", "movement_raw", "neighbour_overlap",
+                           "probe_prediction_a", "probe_prediction_b", "head_prediction_a", "head_prediction_b")
+               if c in movers.columns and not (c.startswith("head_") and movers[c].isna().all())]
+    where = layer_label(names)(layer)
+    st.caption(f"Moved most at {where}" + (f", {md_plain(pick)}" if len(bs) > 1 else "") + ": probe A / probe B "
+               "are the linear probe's out-of-fold predictions at this layer; head A / head B a classifier's own "
+               "prediction (the same at every layer), where a model has one.")
+    table(movers[columns].head(top_n), MOVER_HEADERS)
+    st.caption(f"Moved least at {where}")
+    table(movers[columns].tail(top_n).iloc[::-1], MOVER_HEADERS)
+    if len(result.coords):
+        coords = result.coords[(result.coords["layer"] == layer) & (result.coords["model_b"] == pick)]
+        chart(aligned_map(coords, (a_name, pick), texts, list(np.asarray(movers["example_id"])[:top_n])),
+              "compare_map")
+        st.caption("Exact PCA of the vectors at this layer, pooled" + (" over the base and every epoch, so a point "
+                   "whose vectors do not change keeps its place as you move the epoch slider; " if epochs else "; ")
+                   + "each layer's map is rotated onto the previous one, so a point keeps its place as you move the "
+                   "layer slider too. Lines join the examples that moved most from A to B.")
+
+
+def run_and_show(key, label: str, compute, names: list[str], texts: dict, epochs: bool = False) -> None:
+    try:
+        result = shared_result(key, label, compute)
+    except (InputError, ModelLoadError, ValueError) as exc:  # different tokenizers, a bad checkpoint: a message
+        st.error(str(exc))
+        st.stop()
+    except Exception as exc:  # never a traceback in the UI
+        st.error(f"The comparison failed: {type(exc).__name__}: {exc}")
+        st.stop()
+    show(result, names, texts, epochs)
+
+
+def finished_jobs() -> list:
+    try:
+        return [j for j in JobStore().list(limit=10_000) if j.status == "succeeded"
+                and j.config.get("kind", "finetune") == "finetune"]
+    except StoreError as exc:
+        st.error(str(exc))
+        st.stop()
+
+
+def load_checkpoint_model(spec):
+    """A job's fine-tuned encoder with the head it can borrow; without it (and said) when the head cannot be lent."""
+    try:
+        return model_cache().get(spec)
+    except ModelLoadError as exc:
+        st.warning(f"{exc}: its reconstruction is left blank.")
+        return model_cache().get(dataclasses.replace(spec, head_from=None))
+
+
+names = loaded.anatomy.layer_names()
+if what == "pair":
+    inputs = labelled_inputs("compare", max_rows())
+    c1, c2 = st.columns([3, 2])
+    other = c1.text_input("Compare with (B)", key="compare_model",
+                          placeholder="hub id, local directory, job:N or random",
+                          help=f"The checkpoint to set against the sidebar's model: {COMPARE_HELP}.").strip()
+    head_from = c2.text_input("Read B's layers with the MLM head of", key="compare_head_from",
+                              placeholder="B's own (a job:N: its base's)",
+                              help="For the reconstruction columns, when B has no MLM head of its own (a fine-tuned "
+                              "classifier): a masked LM of the same family, hidden size and vocabulary, usually the "
+                              "model B was fine-tuned from (A). A model with its own head keeps it.").strip()
+    config = options()
+    wait_for_run("compare_request", inputs is not None and bool(other) and st.button(
+        "Compare", type="primary", key="compare_run"), (inputs, other, head_from, config),
+        "Choose the rows and the checkpoint B, then compare. Vectors are cached on disk per model and data: a model "
+        "the atlas already read is not read again.")
+    try:
+        name, lent, label = compared_model(other, loaded.spec.name)
+        if head_from:
+            browser_model(head_from)  # a folder only under the model roots
+    except (InputError, ModelLoadError) as exc:
+        st.error(str(exc))
+        st.stop()
+    spec_b = dataclasses.replace(loaded.spec, name=name, revision=None, head_from=lent or head_from or None)
+
+    def compute(report):
+        b = model_cache().get(spec_b)
+        if b.mlm_head is None and head_from and config.reconstruction:
+            b = model_cache().get(dataclasses.replace(spec_b, head_from=head_from))
+        return compare([loaded, b], inputs, config, progress=progress_of(report), names=[loaded.spec.name, label])
+
+    key = result_key("pair", loaded.spec.resolved().to_dict(), spec_b.resolved().to_dict(), label,
+                     inputs.content_hash(), inputs.ids, config.to_dict())
+    run_and_show(key, "Comparing", compute, names, dict(zip(inputs.ids, inputs.texts, strict=True)))
+
+elif what == "epochs":
+    runs, refused = {}, {}
+    for job in finished_jobs():
+        try:
+            runs[job.id] = (job, job_run(job.artifacts, job.config, job.metrics, job.label))
+        except InputError as exc:
+            refused[job.id] = str(exc)
+    wanted = st.session_state.get("compare_epochs_job")
+    if wanted is not None and wanted not in runs:
+        st.warning(refused.get(wanted, f"Job #{wanted} is not a finished fine-tuning job."))
+        st.session_state.pop("compare_epochs_job")
+    if not runs:
+        st.info("No finished fine-tuning job with per-epoch vectors yet: run one on the **Fine-tuning jobs** page "
+                "(it saves each epoch's validation [CLS] vectors unless *save vectors* is off).")
+        st.stop()
+    job_id = st.selectbox("Fine-tuning job", list(runs), key="compare_epochs_job",
+                          format_func=lambda i: f"#{i} {runs[i][0].name} · {len(runs[i][1].epochs())} epochs")
+    job, run = runs[job_id]
+    st.caption(f"A = **{md_plain(run.config.get('model'))}**, the model {md_plain(job.label)} started from (the "
+               "sidebar's model is not used here); B = the job's [CLS] vectors after each epoch, as the job saved "
+               "them, on its validation rows.")
+    config = options(pooling_choice=False)
+    wait_for_run("compare_epochs_request", st.button("Compare the epochs", type="primary", key="compare_epochs_run"),
+                 (job_id, config), "Compare each epoch of the job with the model it started from: only the base's "
+                 "vectors are computed (and cached); the epochs' are read from the job's files.")
+    base_spec = dataclasses.replace(run.base_spec(), device=loaded.spec.device, dtype=loaded.spec.dtype)
+    spec = run.checkpoint_spec(loaded.spec.device)
+
+    def compute(report):
+        base = model_cache().get(base_spec)
+        checkpoint = load_checkpoint_model(spec) if spec is not None and spec.head_from else None
+        return compare_epochs(base, run, config, checkpoint, progress=progress_of(report))
+
+    try:
+        rows = validation_rows(run)
+    except InputError as exc:
+        st.error(str(exc))
+        st.stop()
+    key = result_key("epochs", job.id, job.finished, base_spec.resolved().to_dict(), config.to_dict())
+    run_and_show(key, "Comparing the epochs", compute, names, dict(zip(rows.ids, rows.texts, strict=True)),
+                 epochs=True)
+
+else:
+    jobs = finished_jobs()
+    groups = sorted({j.group for j in jobs if j.group})
+    if not groups:
+        st.info("No sweep group has a finished run yet: submit a sweep on the **Fine-tuning jobs** page (the *Sweep* "
+                "field queues one job per combination in one group).")
+        st.stop()
+    group = st.selectbox("Sweep group", groups, key="compare_group")
+    members = sorted((j for j in jobs if j.group == group and (j.artifacts / "checkpoint" / "encoder").is_dir()),
+                     key=lambda j: j.id)
+    bases = {j.config.get("model") for j in members}
+    if not members or len(bases) > 1:
+        st.error(f"Group '{md_plain(group)}' " + ("has no finished run with a checkpoint (k-fold runs keep none)."
+                                               if not members else "fine-tuned different models: compare them as "
+                                               "two checkpoints."))
+        st.stop()
+    base_name = members[0].config.get("model")
+    st.caption(f"A = **{md_plain(base_name)}**, the model the group's {len(members)} finished runs started from (the "
+               "sidebar's model is not used here); B = each run's fine-tuned model, read by A's MLM head.")
+    st.session_state.setdefault("compare_job", members[0].id)  # offers its held-out rows as the data
+    inputs = labelled_inputs("compare", max_rows())
+    config = options()
+    wait_for_run("compare_group_request", inputs is not None and st.button(
+        "Compare the group", type="primary", key="compare_group_run"), (group, inputs, config),
+        f"Choose the rows (the held-out rows of job #{members[0].id} are offered), then compare.")
+    try:
+        specs = [compared_model(f"job:{j.id}", base_name) for j in members]
+        base_spec = dataclasses.replace(loaded.spec, name=browser_model(base_name), revision=None, head_from=None)
+    except InputError as exc:
+        st.error(str(exc))
+        st.stop()
+
+    def compute(report):
+        models = [model_cache().get(base_spec)]
+        for name, lent, _ in specs:
+            models.append(load_checkpoint_model(dataclasses.replace(loaded.spec, name=name, revision=None,
+                                                                    head_from=lent)))
+        return compare(models, inputs, config, progress=progress_of(report),
+                       names=[base_name, *(label for _, _, label in specs)])
+
+    key = result_key("group", group, [j.id for j in members], base_spec.resolved().to_dict(), inputs.content_hash(),
+                     inputs.ids, config.to_dict())
+    run_and_show(key, "Comparing the group", compute, names, dict(zip(inputs.ids, inputs.texts, strict=True)))

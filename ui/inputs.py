@@ -158,14 +158,9 @@ def _job_rows(job_id: int) -> TextInputs:
     """The rows job ``job_id`` was evaluated on and never trained on, with a caption saying which."""
     from analysis.finetune import held_out_rows
     from analysis.options import resolve
-    from jobs.store import JobStore, StoreError
+    from ui.results import find_job
 
-    try:
-        job = JobStore().get(job_id)
-    except StoreError as exc:
-        raise InputError(str(exc)) from None
-    if job is None:
-        raise InputError(f"job #{job_id} no longer exists")
+    job = find_job(job_id)
     rows, description = held_out_rows(resolve(job.config), job.artifacts)
     st.caption(f"Rows: {description}: a fine-tuned model compared on rows it never trained on.")
     return rows

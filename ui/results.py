@@ -113,6 +113,20 @@ COMPARE_HELP = ("a hub id or local directory; job:N (job N's fine-tuned layers, 
                 "reviewer asks for")
 
 
+def find_job(job_id: int, missing_ok: bool = False):
+    """Job ``job_id`` of the job store (every page's one lookup by id): an :class:`InputError` when the store cannot
+    be read, or when there is no such job (None with ``missing_ok``)."""
+    from jobs.store import JobStore, StoreError
+
+    try:
+        job = JobStore().get(job_id)
+    except StoreError as exc:
+        raise InputError(str(exc)) from None
+    if job is None and not missing_ok:
+        raise InputError(f"job #{job_id} no longer exists")
+    return job
+
+
 def compared_model(compare: str, base: str) -> tuple[str, str | None, str]:
     """(what to load, whose MLM head reads it, how to label it) for a comparison field next to the sidebar's
     model ``base``: ``job:N`` is job N's fine-tuned encoder read by the pre-trained MLM head of the model it
@@ -122,12 +136,7 @@ def compared_model(compare: str, base: str) -> tuple[str, str | None, str]:
         return f"{RANDOM_PREFIX}{base.removeprefix(RANDOM_PREFIX)}", None, f"{base} with random weights"
     if not compare.startswith("job:"):
         return browser_model(compare), None, compare  # a folder only under the model roots, as in the sidebar
-    from jobs.store import JobStore, StoreError
-
-    try:
-        job = JobStore().get(int(compare[4:])) if compare[4:].isdigit() else None
-    except StoreError as exc:
-        raise InputError(str(exc)) from None
+    job = find_job(int(compare[4:]), missing_ok=True) if compare[4:].isdigit() else None
     if job is None or not (job.metrics or {}).get("mlm_head_from"):
         raise InputError(f"'{compare}': no finished job whose fine-tuned layers an MLM head can read (see the "
                          "jobs page)")
