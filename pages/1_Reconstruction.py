@@ -11,7 +11,7 @@ from analysis.reconstruction import LAYER_HEADERS, ProbeConfig, probe
 from models.loading import ModelSpec
 from ui.inputs import EXAMPLES, text_inputs
 from ui.jobs import lens_job_form
-from ui.results import COMPARE_HELP, chart, for_each_model, result_key, shared_result, table, wait_for_run
+from ui.results import COMPARE_HELP, chart, compare_link, for_each_model, result_key, shared_result, table, wait_for_run
 from ui.sidebar import available_lenses, model_cache, start_page
 
 loaded = start_page("Reconstruction probing", (
@@ -31,6 +31,7 @@ top_k = c3.number_input("Top-k", 1, 20, 5, key="probe_topk")
 compare = c4.text_input("Compare with (optional)", key="probe_compare",
                         placeholder="hub id, local directory, job:N or random",
                         help=f"A second model probed on the same texts: {COMPARE_HELP}.").strip()
+compare_link(c4, "probe", compare)
 lens_dir = c5.selectbox("Tuned lens", [None, *lenses], format_func=lambda d: "(none)" if d is None else lens.label(d),
                         key="probe_lens", help="Also read the layers through a tuned lens trained for this model "
                         "(a translator per layer, then the same head; `python -m analysis lens train` or a lens job) "

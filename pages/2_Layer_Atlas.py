@@ -22,7 +22,17 @@ from analysis.projection import (
 )
 from models.loading import ModelSpec
 from ui.inputs import labelled_inputs
-from ui.results import COMPARE_HELP, chart, for_each_model, md_plain, result_key, shared_result, table, wait_for_run
+from ui.results import (
+    COMPARE_HELP,
+    chart,
+    compare_link,
+    for_each_model,
+    md_plain,
+    result_key,
+    shared_result,
+    table,
+    wait_for_run,
+)
 from ui.sidebar import model_cache, start_page
 
 loaded = start_page("Layer atlas", (
@@ -45,6 +55,10 @@ folds = c4.number_input("Folds", 2, 10, 5, key="atlas_folds", help="folds of the
 compare = c5.text_input("Compare with (optional)", key="atlas_compare",
                         placeholder="hub id, local directory, job:N or random",
                         help=f"A second model on the same data (Fig. 2 a-d): {COMPARE_HELP}.").strip()
+source = st.session_state.get("atlas_source")
+compare_link(c5, "atlas", compare, {"compare_source": source, **({"compare_job": st.session_state["atlas_job"]}
+                                                               if st.session_state.get("atlas_job") is not None
+                                                               else {})} if source != "Upload a file" else None)
 colour_by = "label"
 if loaded.task == "SequenceClassification":
     colour_by = st.radio("Colour points by", COLOR_BY, horizontal=True, key="atlas_colour", format_func={

@@ -93,3 +93,22 @@ def test_the_jobs_page_opens_a_jobs_epochs_and_a_group_on_the_compare_page(home,
     at.button(key="compare_group_run").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert set(shown_summary(at)["model_b"]) == {job.label, second.label}
+
+
+def test_the_atlas_and_probe_second_model_fields_open_the_compare_page():
+    at = run_page("pages/2_Layer_Atlas.py")
+    assert at.button(key="atlas_to_compare").disabled  # nothing to compare with yet
+    at.radio(key="atlas_source").set_value("Demo word-order set").run()
+    at.text_input(key="atlas_compare").set_value("random").run()
+    at.button(key="atlas_to_compare").click().run()
+    assert not at.exception
+    assert at.session_state["compare_model"] == "random" and at.session_state["compare_what"] == "pair"
+    at.switch_page(PAGE).run()
+    assert not at.exception and not at.error
+    assert at.text_input(key="compare_model").value == "random"
+    assert at.radio(key="compare_source").value == "Demo word-order set"
+    at = run_page("pages/1_Reconstruction.py")
+    at.text_input(key="probe_compare").set_value("random").run()
+    at.button(key="probe_to_compare").click().run()
+    at.switch_page(PAGE).run()
+    assert not at.exception and at.text_input(key="compare_model").value == "random"
