@@ -216,10 +216,12 @@ def extract(loaded: LoadedModel, inputs: TextInputs, pooling: str = "cls", max_l
 def representations(loaded: LoadedModel, inputs: TextInputs, pooling: str = "cls", max_length: int | None = None,
                     batch_size: int = 32, progress: Progress | None = None,
                     store: ArrayStore | None = None, ranks: Ranks = ONE,
-                    truncation: str = "head") -> tuple[np.ndarray | None, bool]:
+                    truncation: str = "head", mmap: bool = False) -> tuple[np.ndarray | None, bool]:
     """:func:`extract`, read from the disk cache when this model, data, pooling, max length (and truncation, when
     not ``head``) were seen before. Returns ``(array, cache_hit)``. Labels and batch size do not change the
-    vectors, so not the key.
+    vectors, so not the key. ``mmap``: the cached array memory-mapped (read a layer at a time; the comparison of
+    checkpoints holds two layers), also right after an extraction (the array as extracted if it could not be
+    cached).
     Under a launcher the processes share the extraction; the main process reads and writes the cache and alone
     gets the array."""
     store = store or ArrayStore()
@@ -228,12 +230,14 @@ def representations(loaded: LoadedModel, inputs: TextInputs, pooling: str = "cls
                  pooling=f"model:{loaded.pooling}" if pooling == "model" else pooling,
                  max_length=min(max_length or 10**9, max_input_length(loaded)),
                  **({"truncation": truncation} if truncation != "head" else {}))
-    cached = store.get("representations", key) if ranks.is_main else None
+    cached = store.get("representations", key, mmap=mmap) if ranks.is_main else None
     if ranks.broadcast(cached is not None and cached.shape[:2] == (loaded.num_layers + 1, len(inputs))):
         return cached, True
     reps = extract(loaded, inputs, pooling, max_length, batch_size, progress, ranks, truncation)
     if ranks.is_main:
         store.put("representations", key, reps)
+        if mmap and (mapped := store.get("representations", key, mmap=True)) is not None:
+            reps = mapped
     return reps, False
 
 

@@ -288,3 +288,17 @@ def test_the_bootstrap_resamples_are_the_gram_cka_of_each_resampled_gram(debiase
         values = [_gram_cka((x @ x.T)[np.ix_(i, i)], (y @ y.T)[np.ix_(i, i)], debiased) for i in idx]
         low, high = np.percentile(values, [2.5, 97.5])
         assert (row["ci_low"], row["ci_high"]) == pytest.approx((low, high), rel=1e-9)
+
+
+@pytest.mark.parametrize("n", [8, 60])  # fewer rows than dimensions (Grams), more (cross-covariances)
+def test_cross_cka_two_layers_at_a_time_is_linear_cka(n):
+    from analysis.compare.cka import cross_cka
+
+    a, b = layers(10, n=n, d=12, depth=4), layers(11, n=n, d=10, depth=3)
+    a[0] = a[0, :1]  # a constant layer: no CKA
+    np.testing.assert_allclose(cross_cka(a, b), linear_cka(a, b), rtol=1e-6, equal_nan=True)
+    x, y = a[2].astype(np.float64), b[1].astype(np.float64)
+    x, y = x - x.mean(0), y - y.mean(0)
+    plain = np.linalg.norm(y.T @ x) ** 2 / (np.linalg.norm(x.T @ x) * np.linalg.norm(y.T @ y))
+    assert cross_cka(a, b)[2, 1] == pytest.approx(plain, rel=1e-5)
+    assert np.isnan(cross_cka(a, b)[0]).all()

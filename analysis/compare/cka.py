@@ -24,7 +24,7 @@ def linear_cka(reps: np.ndarray, other: np.ndarray | None = None, *, constant: l
     same number either way). Undefined (NaN) for a layer whose vectors are all the same (``constant``: those
     layers of ``reps`` when ``other`` is None, found by :func:`constant_layers` when not given)."""
     def centred(a: np.ndarray) -> torch.Tensor:
-        x = torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
+        x = _tensor(a)
         return x - x.mean(1, keepdim=True)
 
     x = centred(reps)
@@ -50,12 +50,55 @@ def linear_cka(reps: np.ndarray, other: np.ndarray | None = None, *, constant: l
     return cka
 
 
-def constant_layers(reps: np.ndarray, rtol: float = 1e-5) -> list[int]:
+def _tensor(a) -> torch.Tensor:
+    """``a`` as a float32 tensor without a copy where it can (a read-only memory map is copied: torch wants
+    writable memory)."""
+    x = np.ascontiguousarray(a, dtype=np.float32)
+    return torch.from_numpy(x if x.flags.writeable else x.copy())
+
+
+def constant_layers(reps, rtol: float = 1e-5) -> list[int]:
     """Layers whose vectors are the same for every row (up to float noise), e.g. [CLS] at the embeddings:
-    its state there is the [CLS] embedding plus position 0, whatever the text."""
-    spread = np.abs(reps - reps[:, :1]).max(axis=(1, 2))
-    scale = np.abs(reps).max(axis=(1, 2))
-    return [i for i in range(len(reps)) if spread[i] <= rtol * max(scale[i], 1e-30)]
+    its state there is the [CLS] embedding plus position 0, whatever the text. One layer at a time (``reps`` may be
+    memory-mapped)."""
+    return [i for i in range(len(reps)) if constant_layer(reps[i], rtol)]
+
+
+def constant_layer(x, rtol: float = 1e-5) -> bool:
+    """Whether the rows of one layer ``x`` ``(n, d)`` are all the same (:func:`constant_layers`)."""
+    x = np.asarray(x)
+    return bool(np.abs(x - x[:1]).max(initial=0) <= rtol * max(float(np.abs(x).max(initial=0)), 1e-30))
+
+
+def cross_cka(a, b) -> np.ndarray:
+    """:func:`linear_cka` of every layer of ``a`` ``(S, n, d)`` against every layer of ``b`` ``(S2, n, d2)``, reading
+    two layers at a time (``a`` and ``b`` may be memory-mapped): the same formulas and float32 products, so the same
+    numbers, in memory bounded by two layers' vectors (plus ``n x n`` Grams per layer when ``n <= d``)."""
+    def centred(layer) -> torch.Tensor:
+        x = _tensor(layer)
+        return x - x.mean(0, keepdim=True)
+
+    n = a[0].shape[0]
+    if n <= min(a[0].shape[1], b[0].shape[1]):  # Grams are small: each layer's once
+        gx = torch.stack([(x := centred(a[i])) @ x.T for i in range(len(a))]).reshape(len(a), n * n).double()
+        gy = torch.stack([(y := centred(b[j])) @ y.T for j in range(len(b))]).reshape(len(b), n * n).double()
+        dots = gx @ gy.T
+        self_x, self_y = gx.square().sum(1).sqrt(), gy.square().sum(1).sqrt()
+    else:
+        def cross(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+            return (p.T @ q).double().square().sum()
+
+        self_y = torch.stack([cross(y, y) for y in (centred(b[j]) for j in range(len(b)))]).sqrt()
+        dots, self_x = torch.zeros(len(a), len(b), dtype=torch.float64), torch.zeros(len(a), dtype=torch.float64)
+        for i in range(len(a)):
+            x = centred(a[i])
+            self_x[i] = cross(x, x).sqrt()
+            for j in range(len(b)):
+                dots[i, j] = cross(x, centred(b[j]))
+    cka = (dots / (self_x[:, None] * self_y[None, :]).clamp(min=1e-300)).numpy()
+    cka[constant_layers(a), :] = np.nan
+    cka[:, constant_layers(b)] = np.nan
+    return cka
 
 
 def _unbiased_hsic(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

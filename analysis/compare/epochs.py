@@ -142,7 +142,7 @@ def compare_epochs(base: LoadedModel, run: JobRun, config: CompareConfig | None 
     max_length = run.metrics.get("max_length_used") or run.options.training().max_length
     config = dataclasses.replace(config, max_length=max_length)
     a = representations(base, rows, "cls", max_length, config.batch_size, progress,
-                        truncation=run.options.training().truncation)[0]
+                        truncation=run.options.training().truncation, mmap=True)[0]
     names = {e: f"{run.label} · epoch {e}" for e in epochs}
     at = run.checkpoint_epoch() if checkpoint is not None else None
     tokens, why = ({}, {})
@@ -153,7 +153,7 @@ def compare_epochs(base: LoadedModel, run: JobRun, config: CompareConfig | None 
     cross, summary, movers = [], [], []
     oof_a: dict = {}
     for i, epoch in enumerate(epochs):
-        b = np.asarray(run.vectors(epoch), np.float32)
+        b = run.vectors(epoch)  # memory-mapped float16: compare_pair reads a layer at a time
         if b.shape[:2] != (len(a), len(rows)) or b.shape[2] != a.shape[2]:
             raise InputError(f"{run.label}: epoch {epoch}'s vectors are {b.shape}, the base's {a.shape}: not the "
                              "same model family and rows")
@@ -202,15 +202,7 @@ def epoch_maps(a: np.ndarray, run: JobRun, epochs: list[int], rows: TextInputs, 
     """``coords_aligned`` rows for every epoch: one shared map per layer (:func:`aligned_maps_many`), the base's
     points repeated under each epoch so each epoch's rows are a pair's map."""
     layers = list(range(len(a)))
-
-    class Epochs:  # one layer of every epoch, read when asked (memory-mapped files)
-        def __init__(self, epoch):
-            self.epoch = epoch
-
-        def __getitem__(self, layer):
-            return np.asarray(run.vectors(self.epoch)[layer], np.float32)
-
-    maps = aligned_maps_many(a, [Epochs(e) for e in epochs], layers)
+    maps = aligned_maps_many(a, [run.vectors(e) for e in epochs], layers)  # one layer of each at a time
     ids = np.asarray(rows.ids)
     frames = []
     for layer, (base_coords, *per_epoch) in zip(layers, maps, strict=True):

@@ -24,7 +24,7 @@ import pandas as pd
 from scipy.linalg import orthogonal_procrustes
 from threadpoolctl import threadpool_limits
 
-from analysis.compare.cka import linear_cka, paired_cka
+from analysis.compare.cka import cross_cka, paired_cka
 from analysis.compare.movers import mcnemar, movement, neighbour_overlap
 from analysis.compare.predictions import own_predictions
 from analysis.compare.recon import COLUMNS, RESAMPLES, one_sided_rows, reconstruction_rows
@@ -102,7 +102,8 @@ def aligned_maps_many(a, others: list, layers: list[int]) -> list[list[np.ndarra
 def compare_pair(a: np.ndarray, b: np.ndarray, names: tuple[str, str], inputs: TextInputs,
                  config: CompareConfig = CompareConfig(), oof_a: dict | None = None,
                  maps: bool = True) -> tuple[list, list, list, list]:
-    """One pair's tables from the vectors ``a`` ``(L_A + 1, n, d)`` and ``b`` of the same rows of ``inputs``:
+    """One pair's tables from the vectors ``a`` ``(L_A + 1, n, d)`` and ``b`` of the same rows of ``inputs`` (arrays
+    or memory-mapped files: read two layers at a time, one of each, so memory stays bounded by two layers' vectors):
     ``(cross, summary, movers, coords)`` as lists of rows / frames (:class:`CompareResult`). ``oof_a`` caches A's
     out-of-fold probe predictions per layer across pairs. ``maps=False``: no aligned map (a job's epochs share one,
     :func:`aligned_maps_many`).
@@ -119,7 +120,7 @@ def compare_pair(a: np.ndarray, b: np.ndarray, names: tuple[str, str], inputs: T
     oof_a = {} if oof_a is None else oof_a
     same_width = a.shape[2] == b.shape[2]
     layers = list(range(min(len(a), len(b))))
-    matrix = linear_cka(a, b)
+    matrix = cross_cka(a, b)
     cross = [{"model_b": name_b, "layer_a": i, "layer_b": j, "cka": float(matrix[i, j])}
              for i in range(len(a)) for j in range(len(b))]
     cka = paired_cka(a, b, layers, config.boot, config.seed, debiased=config.debiased)
@@ -127,16 +128,17 @@ def compare_pair(a: np.ndarray, b: np.ndarray, names: tuple[str, str], inputs: T
     summary, movers, coords = [], [], []
     for layer, row in zip(layers, cka, strict=True):
         nan = np.full(len(ids), np.nan)
-        aligned, raw = movement(a[layer], b[layer]) if same_width else (nan, nan)
-        overlap = neighbour_overlap(a[layer], b[layer], config.neighbours)
+        x, y = np.array(a[layer], np.float32), np.array(b[layer], np.float32)  # one layer each, read once
+        aligned, raw = movement(x, y) if same_width else (nan, nan)
+        overlap = neighbour_overlap(x, y, config.neighbours)
         entry = {"model_a": name_a, "model_b": name_b, "layer": layer, "cka": row["cka"],
                  "cka_ci_low": row["ci_low"], "cka_ci_high": row["ci_high"],
                  "mean_movement": float(np.mean(aligned)), "median_movement": float(np.median(aligned)),
                  "neighbours_mostly_changed": float(np.mean(overlap < CHANGED))}
         if labels is not None:
             if layer not in oof_a:
-                oof_a[layer] = out_of_fold(a[layer], labels, config.folds, config.seed)[0]
-            predicted_a, predicted_b = oof_a[layer], out_of_fold(b[layer], labels, config.folds, config.seed)[0]
+                oof_a[layer] = out_of_fold(x, labels, config.folds, config.seed)[0]
+            predicted_a, predicted_b = oof_a[layer], out_of_fold(y, labels, config.folds, config.seed)[0]
             right_a, right_b = predicted_a == labels, predicted_b == labels
             low_a, high_a = wilson_interval(int(right_a.sum()), len(right_a))
             low_b, high_b = wilson_interval(int(right_b.sum()), len(right_b))
@@ -236,8 +238,9 @@ def compare(models: list[LoadedModel], inputs: TextInputs, config: CompareConfig
     for other in models[1:]:
         same_tokenizer(models[0], other)
     start = time.perf_counter()
-    reps = [representations(m, inputs, config.pooling, config.max_length, config.batch_size, progress)[0]
-            for m in models]
+    # memory-mapped from the cache: the comparison reads two layers at a time (compare_pair)
+    reps = [representations(m, inputs, config.pooling, config.max_length, config.batch_size, progress,
+                            mmap=True)[0] for m in models]
     tokens, why = reconstructions(models, inputs, config, progress) if config.reconstruction else ({}, {})
     own = [own_predictions(m, inputs, config.max_length, config.batch_size) for m in models]
     cross, summary, movers, coords = [], [], [], []
