@@ -18,6 +18,7 @@ from analysis.plots import (
     epoch_curves,
     paired_accuracy_curves,
     paired_cka_curve,
+    plain,
 )
 from analysis.projection import max_rows
 from jobs.store import JobStore, StoreError
@@ -55,14 +56,17 @@ what = st.radio("Compare", list(MODES), format_func=MODES.get, horizontal=True, 
 def options(pooling_choice: bool = True) -> CompareConfig:
     """The shared options row: pooling, debiased CKA, reconstruction."""
     c1, c2, c3 = st.columns(3)
-    pooling = c1.radio("Vector", ["cls", "mean"], horizontal=True, key="compare_pool",
-                       format_func={"cls": "[CLS]", "mean": "mean"}.get, disabled=not pooling_choice,
-                       help=None if pooling_choice else "A job's epochs kept the [CLS] vectors only.")
+    if pooling_choice:
+        pooling = c1.radio("Vector", ["cls", "mean"], horizontal=True, key="compare_pool",
+                           format_func={"cls": "[CLS]", "mean": "mean"}.get)
+    else:
+        pooling = "cls"
+        c1.caption("Vector: [CLS] (what each epoch saved)")
     debiased = c2.checkbox("Debiased CKA", key="compare_debiased", help="Nguyen et al. 2021: the plain estimator "
                            "is biased upwards when there are few rows for the width; the debiased one is not.")
     recon = c3.checkbox("Reconstruction accuracy", True, key="compare_recon", help="Each model's layers read by its "
                         "MLM head (Kao et al.): costs one probe per model, about as long as reading the vectors.")
-    return CompareConfig(pooling=pooling if pooling_choice else "cls", debiased=debiased, reconstruction=recon)
+    return CompareConfig(pooling=pooling, debiased=debiased, reconstruction=recon)
 
 
 def progress_of(report):
@@ -139,22 +143,32 @@ def show(result, names: list[str], texts: dict, epochs: bool = False) -> None:
                + (f" ({md_plain(info['rows_are'])})" if info.get("rows_are") else "")
                + f"; CKA interval: {info['bootstrap']}; computed in {info['seconds']:.1f} s.")
     head_note(result)
+    zoom = st.checkbox("Zoom the accuracy axes to the data", key="compare_zoom", help="The accuracy axes run from 0 "
+                       "to 1 by default, so small differences are not blown up; zoom in to see close curves apart.")
+
+    def accuracy_chart(fig, name):
+        if zoom:
+            fig.update_yaxes(range=None, autorange=True)
+        chart(fig, name)
+
+    by_epoch = summary.assign(model_b="epoch " + summary["epoch"].astype(str)) if epochs else summary
     if epochs:
         chart(epoch_curves(summary, "cka", names, "CKA of each layer to the base's, per epoch (95% bootstrap "
                            "interval)", "linear CKA", band=("cka_ci_low", "cka_ci_high")), "compare_epochs_cka")
         if "probe_accuracy_b" in summary:
-            chart(paired_accuracy_curves(summary, "probe", names, "Linear-probe accuracy per layer: the base (A, "
-                                         "dashed) and each epoch", epoch_colours(len(bs))), "compare_epochs_probe")
+            accuracy_chart(paired_accuracy_curves(by_epoch, "probe", names, "Linear-probe accuracy per layer: the "
+                                                  "base (A, dashed) and each epoch (out-of-fold, 95% Wilson)",
+                                                  epoch_colours(len(bs))), "compare_epochs_probe")
     else:
         chart(paired_cka_curve(summary, names), "compare_cka")
         if "probe_accuracy_b" in summary:
-            chart(paired_accuracy_curves(summary, "probe", names, "Linear-probe accuracy per layer (out-of-fold, "
-                                         "95% Wilson)"), "compare_probe")
+            accuracy_chart(paired_accuracy_curves(summary, "probe", names, "Linear-probe accuracy per layer "
+                                                  "(out-of-fold, 95% Wilson)"), "compare_probe")
     if "recon_accuracy_a" in summary and summary["recon_accuracy_a"].notna().any():
-        shown = summary[summary["recon_accuracy_b"].notna()] if summary["recon_accuracy_b"].notna().any() else \
-            summary[summary["model_b"] == bs[0]]
-        chart(paired_accuracy_curves(shown, "recon", names, "Reconstruction accuracy per layer through the MLM head "
-                                     "(95% Wilson over tokens)"), "compare_recon")
+        shown = by_epoch[summary["recon_accuracy_b"].notna()] if summary["recon_accuracy_b"].notna().any() else \
+            by_epoch[summary["model_b"] == bs[0]]
+        accuracy_chart(paired_accuracy_curves(shown, "recon", names, "Reconstruction accuracy per layer through "
+                                              "the MLM head (95% Wilson over tokens)"), "compare_recon")
     pick = bs[0]
     if len(bs) > 1 and not epochs:
         pick = st.selectbox("B for the cross matrix, movers and map", bs, key="compare_pick")
@@ -162,8 +176,8 @@ def show(result, names: list[str], texts: dict, epochs: bool = False) -> None:
     matrix = cross.pivot(index="layer_a", columns="layer_b", values="cka").to_numpy()
     b_names = [str(i) for i in range(matrix.shape[1])] if matrix.shape[1] != len(names) else names
     chart(cka_heatmap(matrix, names, "Linear CKA: every layer of A against every layer of B"
-                      + (f" ({md_plain(bs[-1])})" if epochs else ""), b_names, x_title="B", y_title=f"A ({a_name})"),
-          "compare_cka_cross")
+                      + (f" ({plain(bs[-1])})" if epochs else ""), b_names, x_title=f"B ({plain(pick)})"
+                      if not epochs else "B", y_title=f"A ({plain(a_name)})"), "compare_cka_cross")
 
     st.subheader("Per layer")
     drop = ["model_a"] + (["model_b"] if len(bs) == 1 else [])
@@ -171,7 +185,7 @@ def show(result, names: list[str], texts: dict, epochs: bool = False) -> None:
     st.download_button("layer_summary.csv", to_csv(summary), "layer_summary.csv", key="compare_dl")
 
     st.subheader("Movers and the shared map")
-    c1, c2 = st.columns(2)
+    c1, c2, c3 = st.columns([3, 3, 1])
     layers = sorted(set(summary["layer"]))
     layer = c1.select_slider("Layer", options=layers, value=layers[-1], format_func=layer_label(names),
                              key="compare_layer")
@@ -181,8 +195,7 @@ def show(result, names: list[str], texts: dict, epochs: bool = False) -> None:
                                  help="The map keeps each point's place from epoch to epoch: one PCA per layer of the "
                                  "base's and every epoch's vectors pooled.")
         pick = summary.loc[summary["epoch"] == epoch, "model_b"].iloc[0]
-    top_n = int(c2.number_input("Examples shown", 1, 100, 10, key="compare_topn")) if not epochs else \
-        int(st.number_input("Examples shown", 1, 100, 10, key="compare_topn"))
+    top_n = int(c3.number_input("Examples shown", 1, 100, 10, key="compare_topn"))
     m = result.movers
     movers = m[(m["layer"] == layer) & (m["model_b"] == pick)].sort_values("movement", ascending=False)
     columns = [c for c in ("example_id", "text", "label", "movement", "movement_raw", "neighbour_overlap",
@@ -333,6 +346,12 @@ else:
     st.caption(f"A = **{md_plain(base_name)}**, the model the group's {len(members)} finished runs started from (the "
                "sidebar's model is not used here); B = each run's fine-tuned model, read by A's MLM head.")
     st.session_state.setdefault("compare_job", members[0].id)  # offers its held-out rows as the data
+    split = ("train", "val", "test", "val_fraction", "seed", "folds")
+    differ = [j.id for j in members[1:] if any(j.config.get(k) != members[0].config.get(k) for k in split)]
+    if differ and st.session_state.get("compare_source") == f"Held-out rows of job #{st.session_state['compare_job']}":
+        st.warning(f"Runs {', '.join(f'#{i}' for i in differ)} held out other rows than job #{members[0].id} (another "
+                   "seed or split): they trained on some of its held-out rows. For rows none of them saw, choose "
+                   "another data set (the *Demo word-order set*, or your own).")
     inputs = labelled_inputs("compare", max_rows())
     config = options()
     wait_for_run("compare_group_request", inputs is not None and st.button(

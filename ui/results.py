@@ -183,10 +183,13 @@ def for_each_model(what: str, request_key: str, loaded: LoadedModel, compare: st
 
 def table(frame, headers: dict[str, tuple[str, str]], container=None, **kwargs) -> None:
     """A dataframe whose columns carry the analysis' own header names and help (``headers``: column ->
-    (header, help)), numbers to 4 decimals. Text cells are shown formula-neutralised (:func:`analysis.csvout.safe`),
-    so the download in Streamlit's table toolbar is as safe as our own CSV files."""
-    config = {col: st.column_config.NumberColumn(name, help=text, format="%.4f") for col, (name, text)
-              in headers.items() if col in frame.columns}
+    (header, help)), numbers to 4 decimals (text columns as text). Text cells are shown formula-neutralised
+    (:func:`analysis.csvout.safe`), so the download in Streamlit's table toolbar is as safe as our own CSV files."""
+    from pandas.api.types import is_numeric_dtype
+
+    config = {col: st.column_config.NumberColumn(name, help=text, format="%.4f") if is_numeric_dtype(frame[col])
+              else st.column_config.TextColumn(name, help=text) for col, (name, text) in headers.items()
+              if col in frame.columns}
     (container or st).dataframe(safe(frame), hide_index=True, width="stretch", column_config=config, **kwargs)
 
 
