@@ -357,8 +357,9 @@ else:
     wait_for_run("compare_group_request", inputs is not None and st.button(
         "Compare the group", type="primary", key="compare_group_run"), (group, inputs, config),
         f"Choose the rows (the held-out rows of job #{members[0].id} are offered), then compare.")
-    try:
-        specs = [compared_model(f"job:{j.id}", base_name) for j in members]
+    try:  # each run's fine-tuned encoder, read by the head of the model it started from when it had one
+        specs = [(str(j.artifacts / "checkpoint" / "encoder"), (j.metrics or {}).get("mlm_head_from"), j.label)
+                 for j in members]
         base_spec = dataclasses.replace(loaded.spec, name=browser_model(base_name), revision=None, head_from=None)
     except InputError as exc:
         st.error(str(exc))
