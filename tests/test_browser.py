@@ -281,6 +281,8 @@ def test_cancel_a_job(page, server):
 def test_a_structure_job_from_the_page_opens_its_results(page, server):
     """A fresh clone's first look: the page on the bundled sample, submitted as a job, its results opened."""
     open_page(page, server, "/Linguistic_structure")
+    # the sidebar's model alert comes before the page body: on a loaded machine the body may still be rendering
+    page.get_by_text("A small sample").wait_for(timeout=60_000)
     assert page.get_by_text("A small sample").count() == 1
     layers = page.get_by_role("textbox", name="Layers", exact=True)
     layers.fill("0,4")
