@@ -1,5 +1,6 @@
 """Linguistic structure per layer (issue 27): UPOS and relation probes with control tasks, structural probes."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -15,9 +16,10 @@ from analysis.structure.output import read_outputs
 from analysis.structure.plots import sentence_trees, task_curves, upos_across_layers
 from analysis.structure.run import run_structure
 from analysis.structure.treebank import read_conllu
+from models.loading import ModelLoadError
 from ui.jobs import finished_structure_jobs, structure_job_form, structure_jobs_running, unfinished_structure_jobs
-from ui.results import chart, md_plain, result_key, shared_result, stop_button, wait_for_run
-from ui.sidebar import start_page
+from ui.results import chart, compared_model, md_plain, result_key, shared_result, stop_button, wait_for_run
+from ui.sidebar import model_cache, start_page
 
 loaded = start_page("Linguistic structure", (
     "What each layer knows about syntax, on Universal Dependencies treebanks (CoNLL-U): **UPOS** per word and the "
@@ -33,8 +35,9 @@ SAMPLE_TIME = (" Every task with MDL takes a couple of minutes on a 2-core CPU; 
                "quicker first look.")
 
 
-def show(result, about: str, key: str = "structure", sample_note: bool = False) -> None:
-    """A run's results: the curves, where each task lives, one sentence's trees, the tables and downloads."""
+def show(result, about: str, key: str = "structure", sample_note: bool = False, reference=None) -> None:
+    """A run's results: the curves (with ``reference``, the random-weights twin's probes.csv, as a grey line),
+    where each task lives, one sentence's trees, the tables and downloads."""
     info = result.info
     dropped = info["test"]["dropped_too_long"] + info["train"]["dropped_too_long"]
     st.caption(f"{about} · word vector: **{info['word_vector_text']}** · {info['test_sentences_scored']:,} test "
@@ -42,7 +45,10 @@ def show(result, about: str, key: str = "structure", sample_note: bool = False) 
                "dropped (not cut)")
     if sample_note and SAMPLE.resolve() in {Path(info[n]["path"]).resolve().parent for n in ("train", "test")}:
         st.caption(SAMPLE_NOTE.replace("**A small sample**", "Scored on **the bundled small sample**"))
-    chart(task_curves(result.probes), f"{key}_curves")
+    chart(task_curves(result.probes, reference=reference), f"{key}_curves")
+    if reference is not None:
+        st.caption("Grey crosses: the same architecture and tokenizer with seeded random weights (seed 0), probed "
+                   "with the same options on the same words: what a probe reads from the input alone.")
     st.subheader("Where each task lives")
     st.dataframe(result.summary, hide_index=True, key=f"{key}_summary")
     st.caption("Best layer and the center of gravity (Tenney et al.'s expected layer under cumulative gains), with "
@@ -153,6 +159,10 @@ layers = c4.text_input("Layers", "all", key="structure_layers", help="all, a sli
 limit = c5.number_input("Max sentences", 0, 100_000, 0, key="structure_max", help="0: every sentence of each file")
 with_mdl = c6.checkbox("MDL", True, key="structure_mdl", help="the online codelength of the label tasks (Voita & "
                        "Titov): 10 more fits per task and layer")
+with_random = (not loaded.spec.random_init) and st.checkbox(
+    "Also probe the same architecture with random weights (a grey line: what the probe reads without training)",
+    False, key="structure_random", help="compared_model('random'): the sidebar model's config and tokenizer with "
+    "seeded random weights (seed 0), probed with the same options; doubles the time")
 try:
     options = StructureOptions(tasks=",".join(tasks) or "none", word_vector=word_vector, probe=probe, layers=layers,
                                max_sentences=int(limit) or None, mdl=with_mdl)
@@ -162,11 +172,13 @@ except InputError as exc:
     st.stop()
 
 
-def compute(report):
-    train_bank = read_conllu(train, options.max_sentences)
-    test_bank = read_conllu(test, options.max_sentences)
-    return run_structure(loaded, train_bank, test_bank, options,
-                         progress=lambda stage, done, n: report(done / max(n, 1), f"{stage} {done}/{n}"))
+def computer(model):
+    def compute(report):
+        train_bank = read_conllu(train, options.max_sentences)
+        test_bank = read_conllu(test, options.max_sentences)
+        return run_structure(model, train_bank, test_bank, options,
+                             progress=lambda stage, done, n: report(done / max(n, 1), f"{stage} {done}/{n}"))
+    return compute
 
 
 with st.expander("Run it as a background job (bert-base on a GPU or on Slurm; progress, Cancel and log on the "
@@ -179,12 +191,20 @@ wait_for_run("structure_request", st.button("Probe the layers", type="primary", 
 stat = [(Path(p).stat().st_mtime_ns, Path(p).stat().st_size) for p in (train, test)]
 key = result_key(loaded.spec.resolved().to_dict(), request, stat)
 stop = stop_button("Linguistic structure", "structure_request")
+reference = None
 try:
-    result = shared_result(key, "Probing", compute)
-except InputError as exc:
+    result = shared_result(key, "Probing", computer(loaded))
+    if with_random:
+        name, _, label = compared_model("random", loaded.spec.name)
+        twin_spec = dataclasses.replace(loaded.spec, name=name, revision=None, head_from=None)
+        twin_key = result_key(twin_spec.resolved().to_dict(), request, stat)
+        reference = shared_result(twin_key, "Probing the random-weights twin",
+                                  lambda report: computer(model_cache().get(twin_spec))(report)).probes
+except (InputError, ModelLoadError) as exc:
     stop.empty()
     st.error(str(exc))
     st.stop()
 stop.empty()
 
-show(result, f"Model **{md_plain(loaded.spec.name)}** · {mode(str(loaded.model.dtype).removeprefix('torch.'))}")
+show(result, f"Model **{md_plain(loaded.spec.name)}** · {mode(str(loaded.model.dtype).removeprefix('torch.'))}",
+     reference=reference)

@@ -4,6 +4,7 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from analysis.structure.options import StructureOptions
 from analysis.structure.run import run_structure
@@ -125,3 +126,38 @@ def test_a_job_whose_artifacts_are_gone_is_a_message(tiny_dirs, tmp_path, monkey
     at.radio(key="structure_mode").set_value("Open a finished job").run()
     assert not at.exception and "missing" in at.error[0].value
     assert any(f"#{failed}" in c.value and "failed" in c.value and "out of memory" in c.value for c in at.caption)
+
+
+@pytest.mark.slow  # two runs of the engine besides the page's two
+def test_the_random_weights_twin_is_drawn_from_its_own_run(tiny_dirs, tmp_path, monkeypatch):
+    """The grey line is the engine's run on random:<model> (same options, same words), not the model's own."""
+    import base64
+    import json
+
+    import numpy as np
+
+    roots(tmp_path, monkeypatch)
+    at = run_page(PAGE, model=str(tiny_dirs["bert"]))
+    at.multiselect(key="structure_tasks").set_value(["upos", "distance"]).run()
+    at.text_input(key="structure_layers").set_value("0,3").run()
+    at.checkbox(key="structure_mdl").uncheck().run()
+    at.checkbox(key="structure_random").check().run()
+    at.button(key="structure_run").click().run()
+    assert not at.exception and not at.error
+    options = StructureOptions(tasks="upos,distance", layers="0,3", mdl=False)
+    banks = [read_conllu(tmp_path / f"en_ewt-ud-{s}.conllu") for s in ("dev", "test")]
+    twin = run_structure(load_model(ModelSpec(f"random:{tiny_dirs['bert']}", device="cpu")), *banks, options)
+    own = run_structure(load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu")), *banks, options)
+    def values(y):  # a Plotly JSON array: a list, or a typed array ({"dtype": "f8", "bdata": base64})
+        return np.frombuffer(base64.b64decode(y["bdata"]), y["dtype"]).tolist() if isinstance(y, dict) else y
+
+    fig = json.loads(at.get("plotly_chart")[0].proto.spec)
+    grey = [values(t["y"]) for t in fig["data"] if t.get("name") == "random weights"]
+
+    def curve(run, task, metric):
+        rows = run.probes[(run.probes.task == task) & (run.probes.metric == metric)].sort_values("layer")
+        return rows.value.tolist()
+
+    assert grey == [curve(twin, "upos", "accuracy"), curve(twin, "distance", "uuas")]
+    assert grey != [curve(own, "upos", "accuracy"), curve(own, "distance", "uuas")]
+    assert any("random weights (seed 0)" in c.value for c in at.caption)
