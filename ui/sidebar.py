@@ -91,6 +91,9 @@ ANALYSES = [
     Page("pages/7_Compare_checkpoints.py", "Compare checkpoints", ":material/compare_arrows:",
          "Two checkpoints layer by layer on the same rows: CKA, probe accuracy, the examples that moved most, "
          "one map per layer shared by both.", "Merchant et al. 2020; Kao et al. 2020, Fig. 2"),
+    Page("pages/8_Token_atlas.py", "Token atlas", ":material/grain:",
+         "Every token of a corpus per layer: a density map of a million tokens, nearest tokens across layers, "
+         "anisotropy, self-similarity and rogue dimensions.", "exBERT; Ethayarajh 2019; Timkey & van Schijndel 2021"),
 ]
 
 

@@ -1,0 +1,467 @@
+"""Token atlas (issue 29): every token of a corpus per layer: the map, nearest tokens across layers, and the geometry
+of each layer (anisotropy, self-similarity, intra-sentence similarity, effective rank, rogue dimensions)."""
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from analysis.csvout import to_csv
+from analysis.dataroots import data_roots, save_upload, server_file_picker_label, within_roots
+from analysis.inputs import LABEL_HINTS, InputError, columns_of, guess_text_column
+from analysis.plots import plain
+from analysis.projection import parse_layers
+from analysis.store import ArrayStore
+from analysis.tokens.density import HOWS, map_figure, rasterise, sample_rows
+from analysis.tokens.search import find_rows, neighbours, summary
+from analysis.tokens.vectors import KIND, TokenVectors
+from ui.results import CHART_FORMAT, chart, md_plain, result_key, shared_result, stop_button, table, wait_for_run
+from ui.sidebar import start_page
+
+loaded = start_page("Token atlas", (
+    "Every token of a corpus, layer by layer: a **map** of one layer's tokens (exact PCA over all of them), the "
+    "**nearest tokens** of one occurrence at each layer side by side (cosine, as exBERT shows them for BERT), and the "
+    "**geometry** of each layer: anisotropy, self-similarity and intra-sentence similarity (Ethayarajh 2019), "
+    "effective rank and the rogue dimensions that dominate the cosine (Timkey & van Schijndel 2021). The vectors are "
+    "extracted once per model and corpus and cached on disk (float16, memory-mapped). Layer 0 is the embedding "
+    "output."))
+
+SUFFIXES = (".txt", ".csv", ".tsv", ".jsonl", ".txt.gz", ".conllu", ".conllu.gz")
+SAMPLE = "en_ewt-ud-dev-first300.conllu.gz"  # bundled: UD English-EWT's first 300 dev sentences, with UPOS/DEPREL
+MAX_LISTED, MAX_SHOWN, MAX_OCCURRENCES = 2000, 500, 500
+FMT = lambda n: f"{n:,}"  # noqa: E731
+
+
+def corpus_files() -> list[Path]:
+    """Texts and treebanks under the data roots (resolved inside them), at most :data:`MAX_LISTED`."""
+    found = []
+    for root in data_roots():
+        for path in sorted(root.rglob("*")) if root.is_dir() else []:
+            if path.name.lower().endswith(SUFFIXES) and path.is_file():
+                try:
+                    found.append(within_roots(path))
+                except InputError:
+                    continue
+            if len(found) >= MAX_LISTED:
+                break
+    return list(dict.fromkeys(found))
+
+
+def cached_extractions() -> list[TokenVectors]:
+    """Every whole extraction in this dashboard's cache, newest first."""
+    out = []
+    for manifest in (ArrayStore().root / KIND).glob("*/manifest.json"):
+        try:
+            out.append(TokenVectors.open(manifest.parent))
+        except (InputError, OSError, ValueError, KeyError):
+            continue  # incomplete or unreadable: not offered
+    return sorted(out, key=lambda tv: -(tv.directory / "manifest.json").stat().st_mtime)
+
+
+def describe(tv: TokenVectors) -> str:
+    src = tv.manifest.get("source") or {}
+    what = {"conllu": "CoNLL-U", "texts": "texts"}.get(src.get("kind"), src.get("kind", "?"))
+    return (f"{tv.manifest.get('model')} · {what} · {tv.manifest.get('texts', '?')} texts · {FMT(tv.rows)} tokens · "
+            f"hidden states {', '.join(map(str, tv.layers))}")
+
+
+@st.cache_resource(max_entries=4, show_spinner="Reading the token table…")
+def token_tables(directory: str, stamp: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``tokens.parquet`` and ``texts.parquet`` of an extraction, shared by every session (never mutate them)."""
+    tv = TokenVectors.open(directory)
+    return tv.tokens(), tv.texts()
+
+
+def marked(tokens: pd.DataFrame, texts: pd.DataFrame, width: int | None = None) -> list[str]:
+    """Each token's text with the token marked ``[[...]]`` (as the engine marks neighbours), cut to ``width``
+    characters around it when given."""
+    text = texts.set_index("text_id")["text"].reindex(tokens["text_id"]).to_numpy()
+    out = []
+    for t, s, e in zip(text, tokens["start"], tokens["end"], strict=True):
+        m = t if s < 0 else f"{t[:s]}[[{t[s:e]}]]{t[e:]}"
+        if width and len(m) > width:
+            at = max(0, m.find("[[") - width // 2)
+            m = ("…" if at else "") + m[at:at + width] + ("…" if at + width < len(m) else "")
+        out.append(m)
+    return out
+
+
+def highlighted(text: str) -> str:
+    """A ``[[token]]``-marked text as markdown, the token highlighted and everything else shown as typed."""
+    before, _, rest = text.partition("[[")
+    token, _, after = rest.partition("]]")
+    return f"{md_plain(before)}:orange-background[**{md_plain(token)}**]{md_plain(after)}" if rest else md_plain(text)
+
+
+def fail(exc: Exception, what: str) -> None:
+    """One message, never a traceback."""
+    st.error(str(exc) if isinstance(exc, InputError) else f"{what} failed: {type(exc).__name__}: {exc}")
+    st.stop()
+
+
+# --- which vectors -------------------------------------------------------------------------------------------------
+SOURCES = ["Extract from a corpus", "Open a cached extraction"]
+if st.radio("Vectors", SOURCES, horizontal=True, key="tokens_source", label_visibility="collapsed") == SOURCES[1]:
+    found = cached_extractions()
+    if not found:
+        st.info("No extraction in the cache yet: choose **Extract from a corpus** (or run `layerlens tokens "
+                "extract`, which writes to the same cache).")
+        st.stop()
+    by_dir = {str(tv.directory): tv for tv in found}
+    directory = st.selectbox("Extraction", list(by_dir), key="tokens_cached", format_func=lambda d: describe(by_dir[d]))
+else:
+    files = corpus_files()
+    with st.expander("Upload a corpus"):
+        upload = st.file_uploader("Texts (.txt one per line, .csv, .tsv, .jsonl) or a CoNLL-U treebank (.conllu)",
+                                  type=["txt", "csv", "tsv", "jsonl", "conllu", "gz"], key="tokens_upload")
+        if upload is not None:
+            try:
+                files = list(dict.fromkeys([save_upload(upload.getvalue(), upload.name), *files]))
+            except InputError as exc:
+                fail(exc, "The upload")
+    if not files:
+        st.info("No corpus on the server: upload one, or put texts or .conllu files under "
+                f"{', '.join(map(str, data_roots()))} (LAYERLENS_DATA_DIRS).")
+        st.stop()
+    default = next((i for i, f in enumerate(files) if f.name == SAMPLE), 0)
+    c1, c2, c3 = st.columns([3, 1, 1])
+    path = c1.selectbox("Corpus", files, index=default, key="tokens_file", format_func=server_file_picker_label,
+                        help="texts (one per line in .txt; a column of .csv/.tsv/.jsonl) or a CoNLL-U treebank, whose "
+                        "tokens carry their word's UPOS and DEPREL")
+    limit = c2.number_input("Max texts", 1, 1_000_000, 300, key="tokens_limit", help="the first N texts (sentences) "
+                            "of the file: 300 sentences are about 7,000 tokens, seconds on the demo model")
+    layer_text = c3.text_input("Layers", "all", key="tokens_layers", help="hidden states to keep: all, a slice (-4:) "
+                               "or a list 0,2,4")
+    column, label_column = "text", None
+    if path.name.lower().endswith((".csv", ".tsv", ".jsonl")):
+        try:
+            data = path.read_bytes()
+            columns = columns_of(data, path.name)
+            guess = guess_text_column(data, path.name)
+        except InputError as exc:
+            fail(exc, "Reading the file")
+        d1, d2 = st.columns(2)
+        column = d1.selectbox("Text column", columns, index=columns.index(guess) if guess in columns else 0,
+                              key="tokens_column")
+        labels = ["(none)", *[c for c in columns if c != column]]
+        hint = next((i for i, c in enumerate(labels) if c.lower() in LABEL_HINTS), 0)
+        label_column = d2.selectbox("Label column", labels, index=hint, key="tokens_label",
+                                    help="kept with each token: the map can be coloured by it")
+        label_column = None if label_column == "(none)" else label_column
+    try:
+        layers = sorted(parse_layers(layer_text, loaded.num_layers + 1))
+    except InputError as exc:
+        fail(exc, "Layers")
+    request = (str(path), int(limit), layers, column, label_column)
+    wait_for_run("tokens_request", st.button("Extract token vectors", type="primary", key="tokens_run"), request,
+                 "Choose a corpus, then extract. The vectors are cached on disk per model and corpus: a second time "
+                 "(or from another session) they open at once.")
+
+    def extract_vectors(report) -> str:
+        from analysis.activations import max_input_length
+        from analysis.tokens.corpus import read_corpus
+        from analysis.tokens.vectors import extract
+
+        report(0.0, "Tokenising")
+        corpus = read_corpus(loaded.tokenizer, path, max_input_length(loaded), column, label_column, int(limit))
+        tv = extract(loaded, corpus, layers,
+                     progress=lambda stage, done, n: report(done / max(n, 1), f"{stage} {FMT(done)}/{FMT(n)}"))
+        return str(tv.directory)
+
+    stat = path.stat()
+    stop = stop_button("Token extraction", "tokens_request")
+    try:
+        directory = shared_result(result_key("tokens", loaded.spec.resolved().to_dict(), request, stat.st_mtime_ns,
+                                             stat.st_size), "Extracting token vectors", extract_vectors)
+    except Exception as exc:  # noqa: BLE001 - one message, never a traceback
+        stop.empty()
+        fail(exc, "Extraction")
+    stop.empty()
+
+try:
+    tv = TokenVectors.open(directory)
+    tokens, texts = token_tables(directory, (Path(directory) / "manifest.json").stat().st_mtime)
+except Exception as exc:  # noqa: BLE001
+    fail(exc, "Opening the extraction")
+src = tv.manifest.get("source") or {}
+notes = []
+if src.get("truncated"):
+    notes.append(f"{FMT(src['truncated'])} text(s) cut at the model's {tv.manifest.get('max_length')} tokens")
+if src.get("dropped_too_long") or src.get("dropped_no_subword"):
+    notes.append(f"{src.get('dropped_too_long', 0)} sentence(s) over the model's limit and "
+                 f"{src.get('dropped_no_subword', 0)} with a word without subwords left out")
+st.caption(f"**{md_plain(describe(tv))}** · hidden {tv.hidden} · {tv.disk_bytes() / 2**20:,.1f} MiB float16 on disk"
+           + "".join(f" · {n}" for n in notes) + ". Tokens: the non-special ones ([CLS], [SEP], padding left out).")
+if tv.manifest.get("fingerprint") and tv.manifest.get("fingerprint") != loaded.fingerprint:
+    st.caption(f"These vectors were made by **{md_plain(tv.manifest.get('model'))}**, not the sidebar's model.")
+
+VIEWS = ["Map", "Neighbours", "Geometry"]
+view = st.radio("View", VIEWS, horizontal=True, key="tokens_view")
+has = {c for c in ("label", "upos", "deprel") if c in tokens.columns}
+
+
+# --- map -----------------------------------------------------------------------------------------------------------
+def show_map() -> None:
+    from analysis.tokens.maps import pca_map
+
+    # EMBEDDING ATLAS: ui/embedding_atlas.py (WebGPU) adds its option here; the density view stays the fallback.
+    renderers = ["Density (datashader)"]
+    renderer = st.radio("Map renderer", renderers, horizontal=True, key="tokens_renderer",
+                        help="Density: rasterised on the server, works in any browser. Embedding Atlas (WebGPU) is "
+                        "the interactive map for a browser with WebGPU (a GPU machine).")
+    c1, c2, c3, c4, c5 = st.columns([1.3, 1.2, 1, 1.2, 1.6])
+    layer = c1.selectbox("Layer", tv.layers, index=len(tv.layers) - 1, key="tokens_map_layer",
+                         format_func=lambda x: f"hidden state {x}")
+    how = c2.radio("Shading", list(HOWS), horizontal=True, key="tokens_shading", help="; ".join(
+        f"{k}: {v}" for k, v in HOWS.items()))
+    size = int(c3.number_input("Hover sample", 100, 50_000, 5_000, step=1000, key="tokens_sample",
+                               help="points drawn over the density with hover, colour and selection"))
+    colours = ["token", "word", "position", *[c for c in ("label", "upos", "deprel") if c in has], "none"]
+    colour = c4.selectbox("Colour the sample by", colours, key="tokens_colour")
+    search = c5.text_input("Search by text", key="tokens_search", placeholder="a word or token, e.g. the",
+                           help="rings the tokens of that word (case-folded; a token spelled so when no word is)")
+    try:
+        with st.spinner("PCA of every token (exact, once per layer)…", show_time=True):
+            coords, meta = pca_map(tv, layer)
+        density = shared_result(result_key("tokens-density", directory, layer, how, meta.get("rows")),
+                                "Rasterising", lambda report: rasterise(coords, how=how))
+    except Exception as exc:  # noqa: BLE001
+        fail(exc, "The map")
+    rows = sample_rows(tv.rows, size)
+
+    def points(rows: np.ndarray) -> pd.DataFrame:
+        frame = tokens.iloc[rows].reset_index(drop=True)
+        xy = np.asarray(coords[rows], dtype=np.float64)
+        hover = [f"<b>{plain(t)}</b> · word {plain(w)} · text {i} · position {p}"
+                 + (f" · {plain(u)}" if "upos" in has else "")
+                 + "<br>" + plain(m).replace("[[", "<b>").replace("]]", "</b>")
+                 for t, w, i, p, u, m in zip(frame["token"], frame["word"], frame["text_id"], frame["position"],
+                                             frame["upos"] if "upos" in has else frame["token"],
+                                             marked(frame, texts, 90), strict=True)]
+        return frame.assign(x=xy[:, 0], y=xy[:, 1], hover=hover)
+
+    sample = points(rows)
+    ring = None
+    if search.strip():
+        try:
+            matches = find_rows(tokens, word=search.strip())
+        except InputError:
+            st.error(f"'{md_plain(search.strip())}' is neither a word nor a token of this corpus.")
+            matches = np.array([], dtype=np.int64)
+        if len(matches):
+            ring = points(matches[:MAX_SHOWN])
+            st.caption(f"Search: {FMT(len(matches))} token(s) of '{md_plain(search.strip())}', ringed in orange"
+                       + (f" (the first {MAX_SHOWN} shown)" if len(matches) > MAX_SHOWN else "") + ".")
+    ratio = meta.get("explained_variance_ratio", [np.nan, np.nan])
+    fig = map_figure(density, sample, None if colour == "none" else colour, ring,
+                     title=f"Hidden state {layer}: {FMT(tv.rows)} tokens",
+                     x_title=f"PC 1 ({ratio[0]:.1%} of variance)", y_title=f"PC 2 ({ratio[1]:.1%} of variance)")
+    fig.update_layout(dragmode="select")
+    fmt = st.session_state.get(CHART_FORMAT, "png")
+    event = st.plotly_chart(fig, key="tokens_map", on_select="rerun", selection_mode=("box", "lasso"), config={
+        "displaylogo": False, "toImageButtonOptions": {"format": fmt, "filename": f"layerlens_tokens_map_{layer}",
+                                                       "scale": 2}})
+    st.caption(f"**Shown: {renderer}.** Embedding Atlas needs WebGPU (a browser on a GPU machine); this map is "
+               f"rasterised on the server by datashader: {FMT(density.points)} tokens counted into "
+               f"{density.counts.shape[1]} x {density.counts.shape[0]} pixels in {density.seconds * 1000:,.0f} ms, "
+               f"each pixel shaded by its count ({HOWS[how]}); empty pixels are white. The density is counts only: "
+               f"hover, colour and selection are on a random sample of {FMT(len(rows))} of the {FMT(tv.rows)} tokens "
+               f"(seed 0). Axes: the layer's exact PCA over every token ({meta.get('method', 'pca')}).")
+    picked = []
+    for p in (event.selection.points if event and event.selection else []):
+        value = p.get("customdata")
+        picked.append(int(value[0] if isinstance(value, list) else value))
+    if picked:
+        chosen = tokens.iloc[list(dict.fromkeys(picked))[:MAX_SHOWN]].reset_index(drop=True)
+        chosen = chosen.assign(sentence=marked(chosen, texts))
+        st.subheader(f"Selected: {FMT(len(set(picked)))} token(s)")
+        cols = ["row", "token", "word", "text_id", "position", *sorted(has), "sentence"]
+        table(chosen[cols], {c: (c, "") for c in cols} | {"sentence": ("sentence", "the token marked [[...]]")},
+              key="tokens_selected")
+    else:
+        st.caption("Drag a box or a lasso over the points to list their tokens and sentences here.")
+
+
+# --- neighbours ----------------------------------------------------------------------------------------------------
+def across(row: int, k: int, standardize: bool) -> pd.DataFrame:
+    """:func:`analysis.tokens.search.across_layers` with a progress bar: the same tables, one layer at a time."""
+    def compute(report):
+        parts = []
+        for done, layer in enumerate(tv.layers):
+            report(done / len(tv.layers), f"Nearest tokens at hidden state {layer} ({done + 1}/{len(tv.layers)})")
+            parts.append(neighbours(tv, row, layer, k, "auto", tokens, texts, standardize=standardize))
+        return pd.concat(parts, ignore_index=True)
+
+    return shared_result(result_key("tokens-neighbours", directory, row, k, standardize), "Searching", compute)
+
+
+def show_neighbours() -> None:
+    c1, c2, c3 = st.columns([2, 1, 1.4])
+    by = c1.radio("Query token by", ["word", "text id and position"], horizontal=True, key="tokens_query_by")
+    k = int(c2.number_input("k", 1, 100, 10, key="tokens_k", help="neighbours per layer"))
+    standardize = c3.checkbox("Standardise (rogue dimensions removed)", key="tokens_standardize", help=(
+        "Timkey & van Schijndel 2021: every dimension z-scored over the corpus before the cosine, so that the few "
+        "rogue dimensions no longer decide who is near. Brute force over the shards (no index)."))
+    try:
+        if by == "word":
+            d1, d2 = st.columns([1, 3])
+            word = d1.text_input("Word", key="tokens_word", placeholder="e.g. bank")
+            if not word.strip():
+                st.caption("Type a word of the corpus: its occurrences are listed, and the nearest tokens of the "
+                           "one you pick are shown at every layer.")
+                return
+            rows = find_rows(tokens, word=word.strip())
+            window = marked(tokens.iloc[rows[:MAX_OCCURRENCES]], texts, 110)
+            labels = dict(zip(rows[:MAX_OCCURRENCES].tolist(), window, strict=True))
+            row = d2.selectbox(f"Occurrence ({FMT(len(rows))} found" + (f", first {MAX_OCCURRENCES} listed)"
+                               if len(rows) > MAX_OCCURRENCES else ")"), list(labels), key="tokens_occurrence",
+                               format_func=lambda r: f"text {tokens['text_id'].iat[r]}: {labels[r]}")
+        else:
+            d1, d2 = st.columns(2)
+            text_id = int(d1.number_input("Text id", 0, None, 0, key="tokens_text_id"))
+            position = int(d2.number_input("Position", 0, None, 1, key="tokens_position",
+                                           help="the token's index in the model's input (0 is [CLS])"))
+            row = int(find_rows(tokens, text_id=text_id, position=position)[0])
+        found = across(int(row), k, standardize)
+    except Exception as exc:  # noqa: BLE001
+        fail(exc, "The neighbour search")
+    query = tokens.iloc[int(row)]
+    st.markdown(f"**Query**: row {row} · text {query['text_id']} · position {query['position']} · token "
+                f"`{md_plain(query['token'])}`  \n{highlighted(marked(tokens.iloc[[int(row)]], texts)[0])}")
+    how = ("cosine of standardised vectors (z-scored per dimension), brute force" if standardize else
+           "cosine; exact (faiss flat scan) up to 1,000,000 tokens, IVF above")
+    layer = st.select_slider("Layer", tv.layers, value=tv.layers[-1], key="tokens_nb_layer",
+                             format_func=lambda x: f"hidden state {x}")
+    one = found[found["layer"] == layer].reset_index(drop=True)
+    st.subheader(f"The {k} nearest tokens at hidden state {layer}")
+    st.markdown("  \n".join(f"{r} · `{c:.3f}` · {highlighted(m)}" for r, c, m in
+                            zip(one["rank"], one["cosine"], one["marked"], strict=True)))
+    st.caption(f"By {how}; the query itself is left out. The neighbour token is highlighted in its sentence.")
+    cols = ["rank", "cosine", "token", "word", "text_id", "position", *sorted(has - {"label"}), "marked"]
+    with st.expander("As a table"):
+        table(one[cols], {c: (c, "") for c in cols}, key="tokens_nb_table")
+    st.subheader("Across layers")
+    side = found.assign(cell=[f"{t} ({c:.2f})" for t, c in zip(found["token"], found["cosine"], strict=True)])
+    side = side.pivot(index="rank", columns="layer", values="cell")
+    side.columns = [f"hidden state {x}" for x in side.columns]
+    st.dataframe(side.reset_index(), hide_index=True, key="tokens_across")
+    st.caption("exBERT's view: the same occurrence's nearest tokens at every layer, best first (cosine in brackets).")
+    table_ = summary(query, found)
+    st.subheader("Summary")
+    table(table_, {"same_word": ("same word", "share of the neighbours with the query's word type (case-folded)"),
+                   "same_token": ("same token", "share with the query's token"),
+                   "same_text": ("same text", "share from the query's own text"),
+                   "mean_position": ("mean position", "neighbours' mean position in their text"),
+                   "words": ("words", "the neighbours' most common words (count)")} |
+          {c: (c, "") for c in table_.columns if c not in ("same_word", "same_token", "same_text", "mean_position",
+                                                              "words")}, key="tokens_summary")
+    for col in ("upos", "deprel"):
+        if col in found:
+            counts = found.groupby(["layer", col]).size().rename("count").reset_index()
+            import plotly.express as px
+
+            fig = px.bar(counts, x="layer", y="count", color=col, title=f"{col.upper()} of the neighbours per layer")
+            fig.update_xaxes(type="category", title="hidden state")
+            chart(fig, f"tokens_neighbours_{col}")
+    if standardize:
+        raw = across(int(row), k, False)
+        kept = [{"layer": x, "shared_with_raw": len(set(raw[raw["layer"] == x]["row"]) &
+                                                   set(found[found["layer"] == x]["row"])) / max(k, 1)}
+                for x in tv.layers]
+        st.caption("How the neighbours change once the rogue dimensions are standardised away: the share of the k "
+                   "neighbours also found by the raw cosine, per layer.")
+        st.dataframe(pd.DataFrame(kept), hide_index=True, key="tokens_std_overlap")
+    st.download_button("neighbours.csv", to_csv(found), "neighbours.csv", "text/csv", key="tokens_dl_neighbours")
+
+
+# --- geometry ------------------------------------------------------------------------------------------------------
+GEOMETRY_LINES = {
+    "anisotropy": "**Anisotropy**: the expected cosine between two different tokens of the corpus, exactly over all "
+                  "pairs (0: directions spread evenly; Ethayarajh 2019).",
+    "self_similarity": "**Self-similarity**: the mean cosine between the occurrences of one word type, averaged "
+                       "over word types; *adjusted* subtracts the anisotropy (the baseline any two tokens reach).",
+    "intra_similarity": "**Intra-sentence similarity**: the mean cosine between a text's tokens and the text's mean "
+                        "vector; *adjusted* subtracts the anisotropy.",
+    "effective_rank": "**Effective rank**: exp of the entropy of the covariance's normalised eigenvalues (how many "
+                      "directions the variance really uses, at most the hidden size).",
+    "variance": "**Top variance**: the share of variance on the first and the first ten principal components.",
+    "rogue": "**Rogue dimensions**: each dimension's part of the anisotropy (the parts add up to it); a few large "
+             "ones mean the cosine is decided by those dimensions (Timkey & van Schijndel 2021).",
+}
+
+
+def geometry_figure(table_: pd.DataFrame):
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    panels = [("anisotropy", ["anisotropy"]), ("self-similarity", ["self_similarity", "self_similarity_adjusted"]),
+              ("intra-sentence similarity", ["intra_similarity", "intra_similarity_adjusted"]),
+              ("effective rank", ["effective_rank"]), ("top variance", ["top1_variance", "top10_variance"]),
+              ("rogue dimensions: top-3 share", ["rogue_top3_share"])]
+    fig = make_subplots(rows=2, cols=3, subplot_titles=[p[0] for p in panels], horizontal_spacing=0.07,
+                        vertical_spacing=0.14)
+    colours = ["#1f77b4", "#d62728"]
+    x = table_["layer"]
+    for i, (_title, cols) in enumerate(panels):
+        r, c = i // 3 + 1, i % 3 + 1
+        for j, col in enumerate(cols):
+            colour = colours[j % 2]
+            if f"{col}_low" in table_:
+                fig.add_trace(go.Scatter(x=list(x) + list(x)[::-1],
+                                         y=list(table_[f"{col}_high"]) + list(table_[f"{col}_low"])[::-1],
+                                         fill="toself", fillcolor=colour, opacity=0.18, line={"width": 0},
+                                         hoverinfo="skip", showlegend=False), r, c)
+            fig.add_trace(go.Scatter(x=x, y=table_[col], mode="lines+markers", name=col.replace("_", " "),
+                                     line={"color": colour, "dash": "dash" if col.endswith("adjusted") else "solid"},
+                                     showlegend=len(cols) > 1), r, c)
+        fig.update_xaxes(title="hidden state", dtick=1, row=r, col=c)
+    fig.update_layout(height=640, margin={"t": 60, "l": 40, "r": 20, "b": 40},
+                      legend={"orientation": "h", "y": -0.12})
+    return fig
+
+
+def show_geometry() -> None:
+    c1, c2, c3 = st.columns(3)
+    boots = int(c1.number_input("Bootstrap replicates", 20, 2000, 200, key="tokens_boots",
+                                help="for the 95% intervals (the bands)"))
+    max_texts = int(c2.number_input("Texts sampled", 10, 100_000, 1000, key="tokens_geo_texts",
+                                    help="for intra-sentence similarity"))
+    min_count = int(c3.number_input("Min occurrences of a word type", 2, 1000, 5, key="tokens_min_count",
+                                    help="for self-similarity (1,000 types sampled, 20 occurrences each at most)"))
+    request = (directory, boots, max_texts, min_count)
+    wait_for_run("tokens_geo_request", st.button("Compute the geometry", type="primary", key="tokens_geo_run"),
+                 request, "Every layer in one streaming pass each: seconds for a small corpus, about two minutes "
+                 "for a million tokens on two cores.")
+    from analysis.tokens.geometry import geometry
+
+    stop = stop_button("Geometry", "tokens_geo_request")
+    try:
+        table_, rogue = shared_result(result_key("tokens-geometry", *request), "Geometry", lambda report: geometry(
+            tv, boots=boots, max_texts=max_texts, min_count=min_count,
+            progress=lambda stage, done, n: report(done / max(n, 1), f"{stage}: {done}/{n} layers")))
+    except Exception as exc:  # noqa: BLE001
+        stop.empty()
+        fail(exc, "Geometry")
+    stop.empty()
+    chart(geometry_figure(table_), "tokens_geometry")
+    st.caption("  \n".join(GEOMETRY_LINES.values()) + "  \nBands: 95% intervals; anisotropy, variance and rogue "
+               "dimensions by a bootstrap over 20 contiguous blocks of texts, similarities over the sampled word "
+               f"types and texts ({int(table_['word_types'].iat[0]):,} types, "
+               f"{int(table_['texts_sampled'].iat[0]):,} texts). "
+               "Dashed: adjusted (minus the anisotropy).")
+    st.subheader("Per layer")
+    table(table_, {c: (c.replace("_", " "), "") for c in table_.columns}, key="tokens_geometry_table")
+    st.subheader("Rogue dimensions")
+    table(rogue, {"contribution": ("contribution", "the dimension's part of the anisotropy"),
+                  "share": ("share", "contribution / anisotropy")} |
+          {c: (c.replace("_", " "), "") for c in rogue.columns if c not in ("contribution", "share")},
+          key="tokens_rogue_table")
+    d1, d2 = st.columns(2)
+    d1.download_button("geometry.csv", to_csv(table_), "geometry.csv", "text/csv", key="tokens_dl_geometry")
+    d2.download_button("rogue_dims.csv", to_csv(rogue), "rogue_dims.csv", "text/csv", key="tokens_dl_rogue")
+
+
+{"Map": show_map, "Neighbours": show_neighbours, "Geometry": show_geometry}[view]()
+st.caption(f"Vectors cached in {md_plain(str(tv.directory))}: the CLI reads them too (layerlens tokens "
+           "neighbours or geometry --vectors DIR).")
