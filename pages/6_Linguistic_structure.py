@@ -10,13 +10,14 @@ from analysis.csvout import to_csv
 from analysis.dataroots import data_roots, save_upload, server_file_picker_label, within_roots
 from analysis.inputs import InputError
 from analysis.precision import mode
-from analysis.projection import parse_layers
+from analysis.projection import max_rows, parse_layers
 from analysis.structure.options import SAMPLE, TASKS, StructureOptions
 from analysis.structure.output import read_outputs
 from analysis.structure.plots import sentence_trees, task_curves, upos_across_layers
 from analysis.structure.run import run_structure
 from analysis.structure.treebank import read_conllu
 from models.loading import ModelLoadError
+from ui.inputs import labelled_inputs
 from ui.jobs import finished_structure_jobs, structure_job_form, structure_jobs_running, unfinished_structure_jobs
 from ui.results import chart, compared_model, md_plain, result_key, shared_result, stop_button, wait_for_run
 from ui.sidebar import model_cache, start_page
@@ -163,6 +164,16 @@ with_random = (not loaded.spec.random_init) and st.checkbox(
     "Also probe the same architecture with random weights (a grey line: what the probe reads without training)",
     False, key="structure_random", help="compared_model('random'): the sidebar model's config and tokenizer with "
     "seeded random weights (seed 0), probed with the same options; doubles the time")
+labelled, label_pooling = None, "cls"
+with st.expander("The task label beside syntax (optional): a labelled set's label as one more task, 'label'"):
+    if st.checkbox("Add a labelled set", key="structure_with_label", help="its texts pooled per layer and probed as "
+                   "the Layer atlas probes them (5-fold out-of-fold linear probe); the summary then says where the "
+                   "task label peaks beside POS and syntax"):
+        labelled = labelled_inputs("structure_label", max_rows())
+        label_pooling = st.radio("Sentence vector", ["cls", "mean"], horizontal=True, key="structure_label_pool",
+                                 format_func={"cls": "[CLS]", "mean": "mean"}.get)
+        if labelled is None:
+            st.stop()
 try:
     options = StructureOptions(tasks=",".join(tasks) or "none", word_vector=word_vector, probe=probe, layers=layers,
                                max_sentences=int(limit) or None, mdl=with_mdl)
@@ -177,7 +188,8 @@ def computer(model):
         train_bank = read_conllu(train, options.max_sentences)
         test_bank = read_conllu(test, options.max_sentences)
         return run_structure(model, train_bank, test_bank, options,
-                             progress=lambda stage, done, n: report(done / max(n, 1), f"{stage} {done}/{n}"))
+                             progress=lambda stage, done, n: report(done / max(n, 1), f"{stage} {done}/{n}"),
+                             labelled=labelled, label_pooling=label_pooling)
     return compute
 
 
@@ -185,7 +197,8 @@ with st.expander("Run it as a background job (bert-base on a GPU or on Slurm; pr
                  "Fine-tuning jobs page)"):
     structure_job_form(loaded.spec, train, test, options)
 
-request = (str(train), str(test), options.to_dict())
+request = (str(train), str(test), options.to_dict(),
+           None if labelled is None else (labelled.content_hash(), list(labelled.ids), label_pooling))
 wait_for_run("structure_request", st.button("Probe the layers", type="primary", key="structure_run"), request,
              "Choose the treebanks and tasks, then probe. Word vectors are cached on disk per model and file.")
 stat = [(Path(p).stat().st_mtime_ns, Path(p).stat().st_size) for p in (train, test)]

@@ -161,3 +161,27 @@ def test_the_random_weights_twin_is_drawn_from_its_own_run(tiny_dirs, tmp_path, 
     assert grey == [curve(twin, "upos", "accuracy"), curve(twin, "distance", "uuas")]
     assert grey != [curve(own, "upos", "accuracy"), curve(own, "distance", "uuas")]
     assert any("random weights (seed 0)" in c.value for c in at.caption)
+
+
+@pytest.mark.slow  # the engine's run besides the page's
+def test_a_labelled_set_adds_the_label_task_as_the_engine_computes_it(tiny_dirs, tmp_path, monkeypatch):
+    from analysis.inputs import parse
+    from ui.inputs import DEMO_WORDORDER
+
+    roots(tmp_path, monkeypatch)
+    at = run_page(PAGE, model=str(tiny_dirs["bert"]))
+    at.multiselect(key="structure_tasks").set_value(["upos"]).run()
+    at.text_input(key="structure_layers").set_value("0,3").run()
+    at.checkbox(key="structure_mdl").uncheck().run()
+    at.checkbox(key="structure_with_label").check().run()
+    at.radio(key="structure_label_source").set_value("Demo word-order set").run()
+    at.button(key="structure_run").click().run()
+    assert not at.exception and not at.error
+    labelled = parse(DEMO_WORDORDER.read_bytes(), DEMO_WORDORDER.name, "text", None, label_column="label")
+    expected = run_structure(load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu")),
+                             read_conllu(tmp_path / "en_ewt-ud-dev.conllu"),
+                             read_conllu(tmp_path / "en_ewt-ud-test.conllu"),
+                             StructureOptions(tasks="upos", layers="0,3", mdl=False), labelled=labelled)
+    summary = at.dataframe[0].value.reset_index(drop=True)
+    assert summary.task.tolist() == ["upos", "label"]
+    pd.testing.assert_frame_equal(summary, expected.summary)
