@@ -1,7 +1,8 @@
 """One job's process: ``python -m jobs.run ID [--root DIR]`` (started by the worker).
 
 Runs :func:`analysis.finetune.run_options` on the job's stored options with its artifacts in ``<root>/<ID>/artifacts``
-(a ``lens`` job: :func:`train_lens`; a ``structure`` job: :func:`run_structure_job`),
+(a ``lens`` job: :func:`train_lens`; a ``structure`` job: :func:`run_structure_job`; a ``tokens`` job:
+:func:`run_tokens_job`),
 writes progress (step, epoch, loss, learning rate, per-epoch validation metrics) to the job database at most
 once a second and at every epoch, and records ``succeeded`` with the metrics at the end. A failure ends the
 process with the traceback in the job's log; the worker records it.
@@ -162,6 +163,125 @@ def run_structure_job(store: JobStore, job, out: Path) -> dict:
             "word_vector": result.info["word_vector"]}
 
 
+def index_row(info: dict) -> dict:
+    """One row of ``index.csv`` from :func:`analysis.tokens.search.build_index`'s description (and its recall),
+    as ``tokens index --out`` writes it."""
+    import json
+
+    if info["kind"] == "flat":
+        info = {**info, "recall@10": 1.0}
+    return {k: info.get(k) for k in ("layer", "kind", "rows", "build_seconds", "bytes", "recall@10", "cached")} | {
+        "params": json.dumps(info.get("params", {}))}
+
+
+def run_tokens_job(store: JobStore, job, out: Path) -> dict:
+    """A token-vector job: ``tokens extract`` of the job's corpus (:func:`analysis.tokens.vectors.extract`, into the
+    shared cache: the shards a cancelled job of the same options wrote are kept and only the missing ones are
+    computed), then, unless ``index`` is ``none``, ``tokens index`` of every extracted layer
+    (:func:`analysis.tokens.search.build_index`, recall measured for an approximate index). Progress in the store
+    (``stage`` extract or index, ``step`` of ``total_steps``: the shard or the layer, ``fraction`` of the whole:
+    each stage an equal share) and in the log (``extract: shard 3 of 9``, ``index: layer 2 of 5``). SIGTERM
+    (Cancel) stops it at the next batch, shard or index block (:class:`Cancelled`): the shard being written is
+    removed, those written before stay for the next job. ``out`` gets ``run.json`` (``tokens extract --out``'s,
+    with ``index``) and ``index.csv`` (``tokens index --out``'s). Returns the job's metrics."""
+    import signal
+
+    from analysis.activations import max_input_length
+    from analysis.cli_base import write_json
+    from analysis.cli_tokens import _run_info
+    from analysis.csvout import to_csv
+    from analysis.projection import parse_layers
+    from analysis.tokens.corpus import read_corpus
+    from analysis.tokens.search import build_index, measure_recall
+    from analysis.tokens.vectors import clean_stale, extract
+    from jobs.submit import TokensJobOptions
+    from models.loading import load_model
+
+    options = TokensJobOptions(**{k: v for k, v in job.config.items() if k != "kind"})
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    loaded = load_model(options.spec())
+    layers = sorted(parse_layers(options.layers, loaded.num_layers + 1))
+    corpus = read_corpus(loaded.tokenizer, Path(options.corpus), max_input_length(loaded), options.text_column,
+                         options.label_column, options.limit)
+    say(f"model: {loaded.spec.name} ({loaded.num_layers} layers) on {loaded.spec.device}; corpus {options.corpus} "
+        f"({len(corpus.encoded):,} texts, {corpus.n_rows:,} tokens); hidden states {', '.join(map(str, layers))}")
+    report = Reporter(store, job.id)
+    stages = 2 if options.index != "none" else 1
+    where = {"shard": 0, "shards": 0, "todo": [], "on_disk": 0, "done": 0}
+
+    def check() -> None:
+        if stop:
+            raise Cancelled("cancelled on request")
+
+    def extract_report(line: str, force: bool = False) -> None:
+        report(line, {"stage": "extract", "step": where["on_disk"], "total_steps": where["shards"],
+                      "shard": where["shard"], "tokens": where["done"], "total_tokens": corpus.n_rows,
+                      "fraction": where["done"] / max(corpus.n_rows, 1) / stages}, force=force)
+
+    def before_shard(shard: int, todo: list[int], shards: int) -> None:
+        check()
+        if not where["todo"]:
+            where.update(todo=todo, shards=shards, on_disk=shards - len(todo))
+            say(f"extract: {shards - len(todo)} of {shards} shards already on disk, computing the other {len(todo)}"
+                if len(todo) < shards else f"extract: {shards} shards to compute")
+        where["shard"] = shard + 1
+
+    def extracting(_stage: str, done: int, total: int) -> None:  # after every batch
+        check()
+        where["done"] = done
+        extract_report(f"extract: shard {where['shard']} of {where['shards']} ({done:,} of {total:,} tokens)")
+
+    def after_shard(shard: int) -> None:  # said at once; a cancel stops here, the shard kept
+        where["on_disk"] += 1
+        extract_report(f"extract: shard {shard + 1} of {where['shards']} written ({where['done']:,} of "
+                       f"{corpus.n_rows:,} tokens)", force=True)
+        check()
+
+    start = time.perf_counter()
+    tv = extract(loaded, corpus, layers, options.batch_size, options.shard_rows, extracting,
+                 before_shard=before_shard, after_shard=after_shard)
+    seconds = time.perf_counter() - start
+    shards = len(tv.manifest["shards"])
+    if not where["todo"]:
+        say(f"extract: all {shards} shards already on disk (cached)")
+    where.update(shard=shards, shards=shards, on_disk=shards, done=tv.rows)
+    extract_report(f"extract: {tv.rows:,} tokens x {len(tv.layers)} layers x {tv.hidden} (float16, "
+                   f"{tv.disk_bytes() / 2**20:.1f} MiB) in {tv.directory}", force=True)
+    info = _run_info(tv, input=options.corpus, source=corpus.source, seconds=round(seconds, 3),
+                     disk_bytes=tv.disk_bytes(), shards=shards, processes=1)
+    rows = []
+    if options.index != "none":
+        info["index"] = options.index
+        if (tv.directory / "index").is_dir():
+            clean_stale(tv.directory / "index")  # a killed job's half-written index file
+        for n, layer in enumerate(layers):
+            def indexing(_stage, done, total, n=n, layer=layer):
+                check()
+                report(f"index: layer {n + 1} of {len(layers)} (hidden state {layer}; {done:,} of {total:,} rows)",
+                       {"stage": "index", "step": n, "total_steps": len(layers), "layer": layer,
+                        "fraction": (1 + (n + done / max(total, 1)) / len(layers)) / 2})
+
+            check()
+            built = build_index(tv, layer, options.index, seed=options.seed, progress=indexing)
+            if built["kind"] != "flat" and options.recall_queries:
+                check()
+                built.update(measure_recall(tv, layer, built["kind"], options.recall_queries, 10, options.seed))
+            rows.append(index_row(built))
+            report(f"index: layer {n + 1} of {len(layers)} (hidden state {layer}): {built['kind']}"
+                   + (f", recall@10 {rows[-1]['recall@10']:.3f}" if rows[-1]["recall@10"] is not None else "")
+                   + (" (cached)" if built["cached"] else f", built in {built['build_seconds']:.1f} s"),
+                   {"stage": "index", "step": n + 1, "total_steps": len(layers), "layer": layer,
+                    "fraction": (1 + (n + 1) / len(layers)) / 2}, force=True)
+        import pandas as pd
+
+        to_csv(pd.DataFrame(rows), out / "index.csv")
+    write_json(out, "run.json", info)
+    return {"kind": "tokens", "vectors": str(tv.directory), "rows": tv.rows, "layers": tv.layers,
+            "hidden": tv.hidden, "shards": shards, "computed_shards": len(where["todo"]),
+            "disk_bytes": tv.disk_bytes(), "seconds": round(seconds, 3), "index": json_safe(rows)}
+
+
 def json_safe(records: list[dict]) -> list[dict]:
     """Records with NaN as None (the store keeps JSON) and numpy numbers as Python numbers."""
     import math
@@ -212,6 +332,9 @@ def main() -> int:
         elif job.config.get("kind") == "structure":  # one process; the artifacts appear whole when complete
             with staged(out) as stage:
                 metrics = run_structure_job(store, job, stage)
+        elif job.config.get("kind") == "tokens":  # one process; the vectors go to the cache, shard by shard
+            with staged(out) as stage:
+                metrics = run_tokens_job(store, job, stage)
         elif main_process:  # the artifacts appear whole when the run is complete (analysis.staging)
             options = resolve(job.config)
             with staged(out) as stage:

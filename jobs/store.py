@@ -100,7 +100,8 @@ class Job:
     def label(self) -> str:
         """How pages name the job's fine-tuned model: ``job #3 (attention, demo)``."""
         kind = self.config.get("kind")
-        what = {"lens": "tuned lens", "structure": "linguistic structure"}.get(kind) or self.config.get("head", "cls")
+        what = ({"lens": "tuned lens", "structure": "linguistic structure", "tokens": "token vectors"}.get(kind)
+                or self.config.get("head", "cls"))
         return f"job #{self.id} ({what}, {self.config.get('model', 'demo')})"
 
     def to_dict(self) -> dict:

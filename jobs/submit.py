@@ -17,11 +17,14 @@ before anything is read: its data sources are ``demo``, a hub dataset *name* or 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
 
 from analysis.finetune import fold_splits, split_off, split_reader
 from analysis.heads import build_head
 from analysis.inputs import InputError
-from analysis.options import resolve
+from analysis.options import BACKENDS, MAX_SEED, Dtype, Options, _same, resolve
 from analysis.taskdata import label_ids
 from jobs.backends import check_available, launch
 from jobs.store import JobStore
@@ -33,8 +36,9 @@ class SubmitError(ValueError):
     """The job was not queued; the message says why."""
 
 
-KINDS = ("finetune", "lens", "structure")  # what a job does: fine-tune a head, train a tuned lens (analysis.lens),
-# or probe each layer for linguistic structure (analysis.structure)
+KINDS = ("finetune", "lens", "structure", "tokens")  # what a job does: fine-tune a head, train a tuned lens
+# (analysis.lens), probe each layer for linguistic structure (analysis.structure), or extract a corpus's token
+# vectors and build their neighbour indexes (analysis.tokens)
 
 
 def browser_checked(options):
@@ -118,6 +122,88 @@ def validate_structure(config: dict, browser: bool = False) -> tuple[dict, str]:
     return {"kind": "structure", **options.to_dict()}, spec.device
 
 
+class TokensJobOptions(Options):
+    """A ``tokens`` job (:func:`jobs.run.run_tokens_job`): ``python -m analysis tokens extract`` of ``corpus``,
+    then, unless ``index`` is ``none``, ``tokens index`` of every extracted layer; the model and where the
+    job runs. Stored whole with the job."""
+
+    model: str = _same("model")
+    revision: str | None = _same("revision")
+    device: str = _same("device")
+    dtype: Dtype = _same("dtype")
+    allow_pickle: bool = _same("allow_pickle")
+    corpus: str = Field(min_length=1, title="corpus", description="texts (.txt one per line, .txt.gz, .csv, "
+                        ".tsv, .jsonl) or a CoNLL-U treebank (.conllu, .conllu.gz: tokens get UPOS and DEPREL)")
+    text_column: str = _same("text_column")
+    label_column: str | None = Field(None, title="label column", description="a label column kept with each "
+                                     "token")
+    limit: int | None = Field(None, ge=1, title="limit", description="read at most this many texts (sentences)")
+    layers: str = Field("all", title="layers", description="hidden states to keep: all, a slice such as -4: "
+                        "or a list such as 0,6,12")
+    shard_rows: int | None = Field(None, ge=1, title="tokens per shard", description="default: about 256 MB "
+                                   "a shard")
+    batch_size: int = Field(32, ge=1, le=4096, title="batch size", description="texts per forward pass")
+    index: Literal["none", "auto", "flat", "ivf", "hnsw"] = Field(
+        "auto", title="index", description="the neighbour index built for every extracted layer (none: "
+        "extract only; auto: flat, exact, up to 1,000,000 tokens, ivf above)")
+    recall_queries: int = Field(200, ge=0, le=100_000, title="recall queries", description="tokens on which "
+                                "an approximate index's recall@10 against exact search is measured (0: none)")
+    seed: int = Field(0, ge=0, le=MAX_SEED, title="seed", description="seed of the IVF training sample and "
+                      "the recall queries")
+    backend: Literal[BACKENDS] = _same("backend")  # type: ignore[valid-type]
+    slurm_partition: str | None = _same("slurm_partition")
+    slurm_time: int = _same("slurm_time")
+    slurm_gpus: int = _same("slurm_gpus")
+
+    def spec(self):
+        from models.spec import ModelSpec
+
+        return ModelSpec(self.model, revision=self.revision, device=self.device, dtype=self.dtype,
+                         allow_pickle=self.allow_pickle)
+
+
+def validate_tokens(config: dict, browser: bool = False) -> tuple[dict, str]:
+    """A token-vector job: its options (:class:`TokensJobOptions`), the corpus read as the job will read it (a
+    CoNLL-U treebank whole, so a malformed line is refused now, naming it; texts with their columns), the layers
+    against the model's config, the backend. From the ``browser`` the corpus is a file under the data roots and
+    the model a hub id or a folder under the model roots, before anything is read."""
+    from analysis.dataroots import browser_model, within_roots
+    from analysis.inputs import parse, read_file
+    from analysis.projection import parse_layers
+    from analysis.tokens.corpus import is_conllu
+
+    try:
+        options = TokensJobOptions(**{k: v for k, v in config.items() if k != "kind"})
+        if browser:
+            browser_model(options.model)
+            if options.allow_pickle:
+                raise InputError("allow_pickle: pickle weights are never loaded for the browser (use the CLI)")
+            options = options.replace(corpus=str(within_roots(options.corpus)))
+        path = Path(options.corpus).expanduser()
+        if not path.is_file():
+            raise InputError(f"corpus {path}: no such file (texts: .txt, .txt.gz, .csv, .tsv, .jsonl; or a CoNLL-U "
+                             "treebank: .conllu, .conllu.gz)")
+        if is_conllu(path):
+            from analysis.structure.treebank import read_conllu
+
+            read_conllu(path, options.limit)
+        elif path.name.endswith(".txt.gz"):  # as analysis.tokens.corpus.read_corpus reads it
+            import gzip
+
+            with gzip.open(path, "rb") as f:
+                parse(f.read(), path.name[:-3], limit=options.limit)
+        else:
+            read_file(path, options.text_column, limit=options.limit, label_column=options.label_column)
+        spec = options.spec().resolved()
+        model_config, _ = _config_and_family(spec)
+        parse_layers(options.layers, model_config.num_hidden_layers + 1)
+        if options.backend == "slurm":
+            check_available()
+    except (InputError, ModelLoadError, ValueError, OSError) as exc:
+        raise SubmitError(str(exc)) from None
+    return {"kind": "tokens", **options.to_dict()}, spec.device
+
+
 def check_held_out(options, train) -> None:
     """The validation rows the run will hold out of ``train`` (with ``val_fraction``), held out now with the
     run's own function (:func:`analysis.finetune.split_off`), so a fraction that leaves a class without a row in
@@ -149,6 +235,8 @@ def validate(config: dict, browser: bool = False) -> tuple[dict, str]:
         return validate_lens(config, browser)
     if kind == "structure":
         return validate_structure(config, browser)
+    if kind == "tokens":
+        return validate_tokens(config, browser)
     config = {k: v for k, v in config.items() if k != "kind"}
     try:
         options = resolve(config)
@@ -201,6 +289,11 @@ def job_name(options: dict) -> str:
         return " · ".join(["linguistic structure", model_label(options.get("model", "demo")),
                            str(options.get("tasks", "")).replace(",", ", "), Path(str(options.get("train"))).name
                            + " → " + Path(str(options.get("test"))).name])
+    if options.get("kind") == "tokens":
+        index = options.get("index", "auto")
+        return " · ".join(["token vectors", model_label(options.get("model", "demo")),
+                           Path(str(options.get("corpus"))).name, f"layers {options.get('layers', 'all')}",
+                           "no index" if index == "none" else f"index {index}"])
     if options.get("kind") == "lens":
         corpus = str(options.get("corpus") or "")
         return " · ".join(["tuned lens", model_label(options.get("model", "demo")),

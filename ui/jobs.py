@@ -157,16 +157,20 @@ def structure_job_form(spec, train, test, options) -> None:
             st.error(f"Not queued: {exc}")
 
 
-def _structure_jobs(store=None) -> list:
+def _jobs_of(kind: str, store=None) -> list:
     import streamlit as st
 
     from jobs.store import JobStore, StoreError
 
     try:
-        return [j for j in (store or JobStore()).list() if j.config.get("kind") == "structure"]
+        return [j for j in (store or JobStore()).list() if j.config.get("kind") == kind]
     except StoreError as exc:  # a damaged or unreadable jobs.db: one line naming it
         st.error(str(exc))
         st.stop()
+
+
+def _structure_jobs(store=None) -> list:
+    return _jobs_of("structure", store)
 
 
 def finished_structure_jobs() -> list:
@@ -207,3 +211,72 @@ def structure_jobs_running() -> bool:
 
     live()
     return bool(st.session_state.get("structure_active"))
+
+
+def tokens_job_form(spec, corpus, text_column: str = "text", label_column: str | None = None,
+                    limit: int | None = None, layers: str = "all", key: str = "tokens_job") -> int | None:
+    """Queue a ``tokens`` job (the Token atlas page's expander): extract ``corpus``'s token vectors at ``layers``
+    with the sidebar's model (``spec``: name, revision, precision) and build each layer's neighbour index, in a
+    process of its own (this machine's worker or Slurm); the index kind, the batch size and where it runs are
+    chosen here. A job of the same model, corpus and layers finds the shards an earlier one wrote (a cancelled
+    job is resumed by submitting it again). Returns the job id when one was queued."""
+    import os
+
+    import streamlit as st
+
+    from analysis.options import FinetuneOptions
+    from jobs.submit import SubmitError, TokensJobOptions, submit
+    from ui.options import option_input
+
+    c1, c2, c3 = st.columns(3)
+    index = option_input(c1, "index", key, options_schema=TokensJobOptions)
+    batch_size = option_input(c2, "batch_size", key, options_schema=TokensJobOptions)
+    backend = option_input(c3, "backend", key, options_schema=FinetuneOptions)
+    slurm = {}
+    if backend == "slurm":
+        slurm = {name: option_input(col, name, key, options_schema=FinetuneOptions)
+                 for col, name in zip(st.columns(3), ("slurm_partition", "slurm_time", "slurm_gpus"), strict=True)}
+    st.caption(f"The job extracts every token's vector of the corpus at hidden states **{layers}** with "
+               f"**{spec.name}** (the sidebar's model) into the cache, shard by shard, then builds each layer's "
+               "neighbour index (unless the index is none). It runs in a process of its own and goes on when this "
+               "page is closed; Cancel and its log are on the Fine-tuning jobs page. A cancelled job is resumed "
+               "by submitting the same options again: only the missing shards are computed.")
+    if st.button("Extract as a job", key=f"{key}_submit", disabled=not corpus):
+        config = {"kind": "tokens", "model": spec.name, "revision": spec.revision, "dtype": spec.dtype,
+                  "corpus": str(corpus), "text_column": text_column, "label_column": label_column, "limit": limit,
+                  "layers": layers, "index": index, "batch_size": batch_size, "backend": backend, **slurm}
+        try:
+            job_id = submit(config, start_worker=not os.environ.get("LAYERLENS_JOBS_NO_WORKER"), browser=True)
+        except SubmitError as exc:
+            st.error(f"Not queued: {exc}")
+            return None
+        st.success(f"Job {job_id} queued: its progress shows on the Fine-tuning jobs page (Cancel, log). When it "
+                   "has finished, its extraction is offered among the finished token jobs here.")
+        return job_id
+    return None
+
+
+def tokens_jobs(store=None) -> list:
+    """Every ``tokens`` job, newest first (a damaged jobs.db: one line on the page, which stops)."""
+    return _jobs_of("tokens", store)
+
+
+def finished_tokens_jobs(store=None) -> list:
+    """The succeeded ``tokens`` jobs, newest first. ``TokenVectors.open(job.artifacts)`` opens a job's
+    extraction (its ``run.json`` names the cache directory; an :class:`analysis.inputs.InputError` when the cache
+    was cleared since); ``job.metrics``: ``vectors``, ``rows``, ``layers``, ``hidden``, ``shards``, ``disk_bytes``,
+    ``index`` (``index.csv``'s rows)."""
+    return [j for j in tokens_jobs(store) if j.status == "succeeded"]
+
+
+def tokens_stage(job) -> str:
+    """``extract: shard 3 of 9 (1,234 of 5,678 tokens) · 11% of the job`` or ``index: layer 2 of 5 · 60% of the
+    job``: where a running tokens job is."""
+    p = job.progress or {}
+    if not p:
+        return job.status
+    if p.get("stage") == "index":
+        return (f"index: layer {min(p.get('step', 0) + 1, p.get('total_steps', 0))} of {p.get('total_steps', '?')} "
+                f"· {p.get('fraction', 0):.0%} of the job")
+    return (f"extract: shard {p.get('shard', 0)} of {p.get('total_steps', '?')} ({p.get('tokens', 0):,} of "
+            f"{p.get('total_tokens', 0):,} tokens) · {p.get('fraction', 0):.0%} of the job")

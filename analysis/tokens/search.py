@@ -147,13 +147,15 @@ class MappedFlat:
         return faiss.knn(np.ascontiguousarray(q, dtype=np.float32), self.xb, k, metric=faiss.METRIC_INNER_PRODUCT)
 
 
-def _write_flat(tv: TokenVectors, layer: int, path: Path) -> None:
+def _write_flat(tv: TokenVectors, layer: int, path: Path, progress=None) -> None:
     def fill(tmp: Path) -> None:
         out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(tv.rows, tv.hidden))
         for first, block in tv.layer_blocks(layer):
             for lo in range(0, len(block), 65_536):
                 part = normalise(block[lo:lo + 65_536])
                 out[first + lo:first + lo + len(part)] = part
+                if progress:
+                    progress("index", first + lo + len(part), tv.rows)
             out.flush()
         del out
 
@@ -181,9 +183,11 @@ def _new_index(kind: str, d: int, n: int, sample: np.ndarray | None):
 
 
 def build_index(tv: TokenVectors, layer: int, kind: str = DEFAULT_KIND, threads: int | None = None,
-                seed: int = 0, force: bool = False) -> dict:
+                seed: int = 0, force: bool = False, progress=None) -> dict:
     """Build (or find) the ``kind`` index of hidden state ``layer``: vectors added shard by shard, written
-    atomically. Returns its description (also ``.json`` beside the index)."""
+    atomically. Returns its description (also ``.json`` beside the index). ``progress("index", rows added,
+    rows)`` is called after every block of up to 65,536 rows; an exception it raises (a job's cancel) stops the
+    build with no index file written."""
     faiss = _faiss()
     if threads:
         faiss.omp_set_num_threads(threads)
@@ -202,13 +206,15 @@ def build_index(tv: TokenVectors, layer: int, kind: str = DEFAULT_KIND, threads:
         sample = normalise(tv.rows_at(layer, rows))
     if kind == "flat":
         params = {"storage": "normalised float32 .npy, memory-mapped, searched by faiss.knn"}
-        _write_flat(tv, layer, path)
+        _write_flat(tv, layer, path, progress)
         seconds = time.perf_counter() - t0
     else:
         index, params = _new_index(kind, tv.hidden, tv.rows, sample)
-        for _first, block in tv.layer_blocks(layer):
+        for first, block in tv.layer_blocks(layer):
             for lo in range(0, len(block), 65_536):
                 index.add(normalise(block[lo:lo + 65_536]))
+                if progress:
+                    progress("index", first + lo + min(65_536, len(block) - lo), tv.rows)
         seconds = time.perf_counter() - t0
         _write_atomic(path, lambda p: faiss.write_index(index, str(p)))
     meta = {"layer": layer, "kind": kind, "rows": tv.rows, "hidden": tv.hidden, "metric": "cosine (inner product "

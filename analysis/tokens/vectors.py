@@ -189,9 +189,15 @@ def extraction_key(loaded, corpus: TokenCorpus, layers: list[int], shard_rows: i
 
 def extract(loaded, corpus: TokenCorpus, layers: list[int] | None = None, batch_size: int = 32,
             shard_rows: int | None = None, progress: Progress | None = None, store: ArrayStore | None = None,
-            ranks: Ranks = ONE, after_shard: Callable[[int], None] | None = None) -> TokenVectors | None:
+            ranks: Ranks = ONE, after_shard: Callable[[int], None] | None = None,
+            before_shard: Callable[[int, list[int], int], None] | None = None) -> TokenVectors | None:
     """Every counted token's vector of ``corpus`` at hidden states ``layers`` (default all), written to (or found
-    in) the cache; the shards already there are kept. Returns the extraction (None in a helper process)."""
+    in) the cache; the shards already there are kept. Returns the extraction (None in a helper process).
+
+    Hooks (main process; none changes a number): ``progress("token vectors", tokens done, tokens)`` after every
+    batch, ``before_shard(shard, the shards this run computes, all shards)`` before a shard is computed and
+    ``after_shard(shard)`` once it is written. An exception raised by one of them (a job's cancel) stops the run
+    there: the shard being written is removed, the shards written before stay (whole or absent)."""
     import torch
 
     from analysis.activations import Encoded, bucket_indices, counted_mask, halving_on_oom, hidden_states, make_batch
@@ -253,6 +259,8 @@ def extract(loaded, corpus: TokenCorpus, layers: list[int] | None = None, batch_
             for idx in ranks.steps(batches):
                 ranks.gather(list(halving_on_oom(run, idx)) if idx is not None else [])
             continue
+        if before_shard:
+            before_shard(i, todo, len(plan))
         info = manifest["shards"][i]
         path = directory / info["file"]
         shape = (len(layers), info["rows"], hidden)
