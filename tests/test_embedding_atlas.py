@@ -1,0 +1,250 @@
+"""Embedding Atlas for the token map (ui/embedding_atlas.py, analysis/tokens/atlas_table.py): the table it serves
+equals the engine's coordinates and tokens.parquet; one server process per table, reused and bounded; and, slow, the
+real server in headless Chromium and a Streamlit page embedding it, with every request the browser makes recorded
+and required to stay on 127.0.0.1 (no CDN), the no-WebGPU sentence where the map cannot render and the table view
+when asked for anyway."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.tokens.atlas_table import atlas_table
+from analysis.tokens.maps import pca_map
+from tests.test_tokens_search import planted
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = os.environ.get("LAYERLENS_CHROMIUM", "/usr/bin/chromium")
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"]
+LOCAL = {"127.0.0.1", "localhost"}
+
+
+@pytest.fixture(scope="module")
+def tv(tmp_path_factory):
+    return planted(tmp_path_factory.mktemp("vectors"), n_texts=30, per_text=10, hidden=12)
+
+
+def test_table_is_the_engines_coordinates_beside_tokens_parquet(tv):
+    path = atlas_table(tv, 1)
+    assert path == tv.directory / "maps" / "layer01.pca2.atlas.parquet"
+    table = pd.read_parquet(path)
+    coords, _ = pca_map(tv, 1)
+    np.testing.assert_array_equal(table["x"].to_numpy(), coords[:, 0])
+    np.testing.assert_array_equal(table["y"].to_numpy(), coords[:, 1])
+    tokens = tv.tokens()
+    for c in ["row", "text_id", "position", "token", "word", "word_index", "first_subword", "upos", "deprel"]:
+        assert table[c].tolist() == tokens[c].tolist(), c
+    texts = tv.texts().set_index("text_id")["text"]
+    assert table["text"].astype(str).tolist() == texts.loc[tokens["text_id"]].tolist()
+    assert "label" not in table.columns and "shard" not in table.columns
+
+
+def test_table_is_cached_and_rewritten_when_its_sources_are_newer(tv):
+    path = atlas_table(tv, 0)
+    first = path.stat().st_mtime_ns
+    assert atlas_table(tv, 0) == path and path.stat().st_mtime_ns == first  # found, not rewritten
+    coords_file = tv.directory / "maps" / "layer00.pca2.npy"
+    later = first + 10**9
+    os.utime(coords_file, ns=(later, later))
+    atlas_table(tv, 0)
+    assert path.stat().st_mtime_ns > first
+    assert not list(path.parent.glob(".*.tmp"))
+    plain = atlas_table(tv, 0, text=False)
+    assert plain.name == "layer00.pca2.atlas-notext.parquet" and "text" not in pd.read_parquet(plain).columns
+
+
+def test_table_refuses_coordinates_of_another_size(tv):
+    from analysis.tokens.atlas_table import build_table
+
+    with pytest.raises(ValueError, match="coordinates of shape"):
+        build_table(tv, np.zeros((tv.rows - 1, 2), np.float32))
+
+
+def test_servers_are_reused_per_table_and_bounded(tmp_path, monkeypatch):
+    """server_for starts one process per table, hands back the same one on the next call, starts a new one when
+    the table changes on disk (stopping the old), and stops the least recently used beyond MAX_SERVERS."""
+    import ui.embedding_atlas as ea
+
+    started = []
+
+    def fake_start(table, text="text", duckdb="server", port=None):
+        process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        server = ea.Server(Path(table), 10_000 + len(started), process, tmp_path / "log", time.monotonic())
+        started.append(server)
+        return server
+
+    monkeypatch.setattr(ea, "start", fake_start)
+    monkeypatch.setattr(ea.Server, "wait_ready", lambda self, timeout=0: self)
+    monkeypatch.setattr(ea, "MAX_SERVERS", 2)
+    tables = [tmp_path / f"t{i}.parquet" for i in range(3)]
+    for t in tables:
+        t.write_bytes(b"x")
+    try:
+        a = ea.server_for(tables[0])
+        assert ea.server_for(tables[0]) is a and len(started) == 1
+        b = ea.server_for(tables[1])
+        ea.server_for(tables[0])  # a is now the most recently used
+        c = ea.server_for(tables[2])
+        assert len(started) == 3 and b.process.wait(10) is not None and a.alive() and c.alive()
+        assert len(ea._servers) == 2
+        later = tables[0].stat().st_mtime_ns + 10**9
+        os.utime(tables[0], ns=(later, later))
+        a2 = ea.server_for(tables[0])
+        assert a2 is not a and a.process.wait(10) is not None and a2.alive()
+        os.environ.pop("LAYERLENS_ATLAS_URL", None)
+        assert a2.url == f"http://127.0.0.1:{a2.port}/"
+        monkeypatch.setenv("LAYERLENS_ATLAS_URL", "http://gpu-box:{port}/")
+        assert a2.url == f"http://gpu-box:{a2.port}/"
+    finally:
+        ea.stop_all()
+    assert all(not s.alive() for s in started)
+
+
+@pytest.mark.slow  # 4 s: the process imports embedding_atlas before it fails
+def test_a_server_that_dies_says_why(tmp_path, monkeypatch):
+    import ui.embedding_atlas as ea
+
+    monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path / "home"))
+    bad = tmp_path / "not.parquet"
+    bad.write_text("not parquet")
+    with pytest.raises(RuntimeError, match="server stopped"):
+        ea.server_for(bad, timeout=60)
+    assert not ea._servers
+
+
+# --- the real server, slow -----------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def served(tv, tmp_path_factory):
+    import ui.embedding_atlas as ea
+
+    os.environ.setdefault("LAYERLENS_HOME", str(tmp_path_factory.mktemp("home")))
+    server = ea.start(atlas_table(tv, 1))
+    try:
+        yield server.wait_ready(120)
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow
+def test_the_server_serves_the_app_its_assets_and_the_table(served, tv):
+    with urllib.request.urlopen(served.local, timeout=10) as r:
+        html = r.read().decode()
+    assert "Embedding Atlas" in html and "./assets/index-" in html  # the bundled app, relative asset URLs
+    with urllib.request.urlopen(served.local + "data/metadata.json", timeout=10) as r:
+        meta = r.read().decode()
+    assert '"rest"' in meta and '"x"' in meta  # DuckDB in the server, the map's columns
+    query = urllib.parse.quote('{"sql": "SELECT count(*) AS n, min(row) AS lo, max(row) AS hi FROM dataset", '
+                               '"type": "json"}')
+    with urllib.request.urlopen(served.local + "data/query?query=" + query, timeout=30) as r:
+        assert r.read().decode() == f'[{{"n":{tv.rows},"lo":0,"hi":{tv.rows - 1}}}]'
+    assert served.rss_bytes() and served.rss_bytes() < 2**30
+
+
+def _chromium():
+    playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    if not shutil.which(CHROMIUM):
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    return playwright
+
+
+def _hosts(urls: list[str]) -> set[str]:
+    return {urllib.parse.urlsplit(u).hostname for u in urls if urllib.parse.urlsplit(u).scheme in ("http", "https",
+                                                                                                     "ws", "wss")}
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_served_atlas_in_chromium_stays_on_this_machine(served, tv, tmp_path):
+    playwright = _chromium()
+    urls: list[str] = []
+    with playwright.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.on("request", lambda r: urls.append(r.url))
+        page.goto(served.local)
+        count = f"{tv.rows:,} / {tv.rows:,} points"
+        page.wait_for_function("c => document.body.innerText.includes(c)", arg=count, timeout=90_000)
+        page.wait_for_function("() => document.body.innerText.includes('WebGPU is unavailable')", timeout=90_000)
+        page.wait_for_function("() => document.querySelectorAll('svg rect').length > 5", timeout=90_000)
+        time.sleep(1.0)
+        body = page.inner_text("body")
+        page.screenshot(path=str(tmp_path / "atlas.png"))
+        shutil.copy(tmp_path / "atlas.png", "/tmp/layerlens-embedding-atlas.png")
+        browser.close()
+    assert "token (VARCHAR)" in body and "deprel (VARCHAR)" in body  # the table view's schema
+    assert len(urls) > 5 and _hosts(urls) <= LOCAL, sorted(u for u in urls if _hosts([u]) - LOCAL)
+
+
+PAGE = """
+import os
+import streamlit as st
+from ui.embedding_atlas import show_embedding_atlas
+
+shown = show_embedding_atlas(os.environ["ATLAS_TABLE"], key="atlas", height=500,
+                             anyway=st.query_params.get("anyway") == "1")
+st.write(f"renderer: {shown.renderer}")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_a_streamlit_page_embedding_it_stays_on_this_machine(tv, tmp_path):
+    """A minimal page calling show_embedding_atlas: without WebGPU it shows the sentence and no iframe; asked
+    for anyway it embeds the served atlas (table, histograms). Every request of the page and its frames is local."""
+    from scripts.screenshot import wait_healthy
+    from ui.embedding_atlas import free_port
+
+    playwright = _chromium()
+    script = tmp_path / "atlas_page.py"
+    script.write_text(PAGE)
+    port = free_port()
+    env = {**os.environ, "ATLAS_TABLE": str(atlas_table(tv, 1)), "LAYERLENS_HOME": str(tmp_path / "home"),
+           "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    app = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(script), "--server.port", str(port),
+                            "--server.address", "127.0.0.1", "--server.headless", "true"], cwd=ROOT, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    urls: list[str] = []
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(url, 90)
+        with playwright.sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            page = browser.new_page(viewport={"width": 1300, "height": 1000})
+            page.set_default_timeout(90_000)
+            page.on("request", lambda r: urls.append(r.url))
+            page.goto(url)
+            page.get_by_text("renderer: none").wait_for()
+            note = page.locator(".ll-atlas-note")
+            assert "needs WebGPU with the shader-f16 feature" in note.inner_text()
+            assert "density view below is shown instead" in note.inner_text()
+            assert page.locator(".ll-atlas iframe").count() == 0
+            page.screenshot(path=str(tmp_path / "page-none.png"))
+
+            page.goto(url + "/?anyway=1")
+            page.get_by_text("renderer: embedding-atlas-table").wait_for()
+            frame = page.frame_locator(".ll-atlas iframe")
+            frame.get_by_text(f"{tv.rows:,} / {tv.rows:,} points").first.wait_for()
+            frame.get_by_text("WebGPU is unavailable").first.wait_for()
+            assert "its table, histograms and search work" in page.locator(".ll-atlas-note").inner_text()
+            time.sleep(1.5)
+            page.screenshot(path=str(tmp_path / "page-anyway.png"))
+            shutil.copy(tmp_path / "page-anyway.png", "/tmp/layerlens-embedding-atlas-page.png")
+            browser.close()
+    finally:
+        app.terminate()
+        app.wait(20)
+    assert any(urllib.parse.urlsplit(u).port == port for u in urls)
+    assert any("/data/query" in u for u in urls)  # the atlas's own requests were recorded too
+    assert _hosts(urls) <= LOCAL, sorted(u for u in urls if _hosts([u]) - LOCAL)
