@@ -248,3 +248,20 @@ def test_a_streamlit_page_embedding_it_stays_on_this_machine(tv, tmp_path):
     assert any(urllib.parse.urlsplit(u).port == port for u in urls)
     assert any("/data/query" in u for u in urls)  # the atlas's own requests were recorded too
     assert _hosts(urls) <= LOCAL, sorted(u for u in urls if _hosts([u]) - LOCAL)
+
+
+def test_the_page_function_waits_for_the_browser_in_apptest(tv):
+    """In AppTest (no browser, no JavaScript) the probe never answers: nothing starts, the page is told so."""
+    from streamlit.testing.v1 import AppTest
+
+    def app(table):
+        import streamlit as st
+
+        from ui.embedding_atlas import _servers, show_embedding_atlas
+
+        shown = show_embedding_atlas(table, key="atlas")
+        st.write(f"renderer: {shown.renderer} · servers: {len(_servers)}")
+
+    at = AppTest.from_function(app, args=(str(atlas_table(tv, 1)),)).run(timeout=60)
+    assert not at.exception
+    assert [m.value for m in at.markdown] == ["renderer: probing · servers: 0"]
