@@ -161,7 +161,7 @@ limit = c5.number_input("Max sentences", 0, 100_000, 0, key="structure_max", hel
 with_mdl = c6.checkbox("MDL", True, key="structure_mdl", help="the online codelength of the label tasks (Voita & "
                        "Titov): 10 more fits per task and layer")
 with_random = (not loaded.spec.random_init) and st.checkbox(
-    "Also probe the same architecture with random weights (a grey line: what the probe reads without training)",
+    "Also probe the same architecture with random weights (grey crosses: what the probe reads without a trained encoder)",
     False, key="structure_random", help="compared_model('random'): the sidebar model's config and tokenizer with "
     "seeded random weights (seed 0), probed with the same options; doubles the time")
 labelled, label_pooling = None, "cls"

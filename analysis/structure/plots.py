@@ -9,11 +9,11 @@ from plotly.subplots import make_subplots
 
 from analysis.plots import plain
 
-TITLES = {("upos", "accuracy"): "UPOS accuracy", ("deprel", "accuracy"): "DEPREL accuracy (edge probe)",
-          ("distance", "uuas"): "UUAS (distance probe)", ("depth", "root_acc"): "root accuracy (depth probe)",
+TITLES = {("upos", "accuracy"): "UPOS accuracy", ("deprel", "accuracy"): "DEPREL accuracy<br>(edge probe)",
+          ("distance", "uuas"): "UUAS<br>(distance probe)", ("depth", "root_acc"): "root accuracy<br>(depth probe)",
           ("upos", "macro_f1"): "UPOS macro-F1", ("deprel", "macro_f1"): "DEPREL macro-F1",
           ("distance", "spearman"): "distance Spearman", ("depth", "spearman"): "norm Spearman",
-          ("label", "accuracy"): "task label accuracy (sentence probe)"}
+          ("label", "accuracy"): "task label accuracy<br>(sentence probe)"}
 
 
 def task_curves(probes: pd.DataFrame, metrics=("accuracy", "uuas", "root_acc"), reference: pd.DataFrame | None = None,
@@ -49,7 +49,7 @@ def task_curves(probes: pd.DataFrame, metrics=("accuracy", "uuas", "root_acc"), 
                                          showlegend=first), 1, c)
         fig.update_xaxes(title_text="layer", dtick=1, row=1, col=c)
     fig.update_yaxes(range=[0, 1.02])
-    fig.update_layout(height=360, margin=dict(t=50, b=40), legend=dict(orientation="h", y=-0.2))
+    fig.update_layout(height=380, margin=dict(t=70, b=40), legend=dict(orientation="h", y=-0.2))
     return fig
 
 
