@@ -171,8 +171,9 @@ def test_served_atlas_in_chromium_stays_on_this_machine(served, tv, tmp_path):
     urls: list[str] = []
     with playwright.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        page.on("request", lambda r: urls.append(r.url))
+        context = browser.new_context(viewport={"width": 1400, "height": 900})
+        context.on("request", lambda r: urls.append(r.url))  # the context's: the page's, its frames' and workers'
+        page = context.new_page()
         page.goto(served.local)
         count = f"{tv.rows:,} / {tv.rows:,} points"
         page.wait_for_function("c => document.body.innerText.includes(c)", arg=count, timeout=90_000)
@@ -182,9 +183,17 @@ def test_served_atlas_in_chromium_stays_on_this_machine(served, tv, tmp_path):
         body = page.inner_text("body")
         page.screenshot(path=str(tmp_path / "atlas.png"))
         shutil.copy(tmp_path / "atlas.png", "/tmp/layerlens-embedding-atlas.png")
+        served_urls = list(urls)
+        # the control: a worker's importScripts of a CDN (what embedding-atlas's Streamlit component does) is seen
+        page.evaluate("""() => new Promise((done) => {
+            const code = "try { importScripts('https://cdn.jsdelivr.net/npm/x@0/x.js') } catch (e) {} postMessage(1)";
+            const w = new Worker(URL.createObjectURL(new Blob([code], {type: 'text/javascript'})));
+            w.onmessage = () => done(); setTimeout(done, 10000); })""")
         browser.close()
     assert "token (VARCHAR)" in body and "deprel (VARCHAR)" in body  # the table view's schema
-    assert len(urls) > 5 and _hosts(urls) <= LOCAL, sorted(u for u in urls if _hosts([u]) - LOCAL)
+    assert len(served_urls) > 5 and _hosts(served_urls) <= LOCAL, sorted(u for u in served_urls
+                                                                         if _hosts([u]) - LOCAL)
+    assert "cdn.jsdelivr.net" in _hosts(urls)  # so the recorder would have caught the atlas calling a CDN
 
 
 PAGE = """
@@ -221,9 +230,10 @@ def test_a_streamlit_page_embedding_it_stays_on_this_machine(tv, tmp_path):
         wait_healthy(url, 90)
         with playwright.sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-            page = browser.new_page(viewport={"width": 1300, "height": 1000})
+            context = browser.new_context(viewport={"width": 1300, "height": 1000})
+            context.on("request", lambda r: urls.append(r.url))
+            page = context.new_page()
             page.set_default_timeout(90_000)
-            page.on("request", lambda r: urls.append(r.url))
             page.goto(url)
             page.get_by_text("renderer: none").wait_for()
             note = page.locator(".ll-atlas-note")
