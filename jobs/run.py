@@ -179,11 +179,12 @@ def run_tokens_job(store: JobStore, job, out: Path) -> dict:
     shared cache: the shards a cancelled job of the same options wrote are kept and only the missing ones are
     computed), then, unless ``index`` is ``none``, ``tokens index`` of every extracted layer
     (:func:`analysis.tokens.search.build_index`, recall measured for an approximate index). Progress in the store
-    (``stage`` extract or index, ``step`` of ``total_steps``: the shard or the layer, ``fraction`` of the whole:
-    each stage an equal share) and in the log (``extract: shard 3 of 9``, ``index: layer 2 of 5``). SIGTERM
-    (Cancel) stops it at the next batch, shard or index block (:class:`Cancelled`): the shard being written is
-    removed, those written before stay for the next job. ``out`` gets ``run.json`` (``tokens extract --out``'s,
-    with ``index``) and ``index.csv`` (``tokens index --out``'s). Returns the job's metrics."""
+    (``stage`` extract or index; ``step`` of ``total_steps``: the shards on disk of all shards, the layers indexed
+    of all layers; ``fraction`` of the whole: each stage an equal share) and in the log (``extract: shard 3 of
+    9``, ``index: layer 2 of 5``). SIGTERM (Cancel) stops it at the next batch, shard or index block
+    (:class:`Cancelled`): the shard being written is removed, those written before stay for the next job. ``out``
+    gets ``run.json`` (``tokens extract --out``'s, with ``index``) and, with an index, ``index.csv`` (``tokens
+    index --out``'s). Returns the job's metrics."""
     import signal
 
     from analysis.activations import max_input_length
