@@ -16,7 +16,7 @@ from analysis.store import ArrayStore
 from analysis.tokens.density import HOWS, map_figure, rasterise, sample_rows
 from analysis.tokens.search import find_rows, neighbours, summary
 from analysis.tokens.vectors import KIND, TokenVectors
-from ui.results import CHART_FORMAT, chart, md_plain, result_key, shared_result, stop_button, table, wait_for_run
+from ui.results import CHART_FORMAT, chart, md_plain, result_key, shared_result, stop_button, wait_for_run
 from ui.sidebar import start_page
 
 loaded = start_page("Token atlas", (
@@ -98,6 +98,20 @@ def fail(exc: Exception, what: str) -> None:
     """One message, never a traceback."""
     st.error(str(exc) if isinstance(exc, InputError) else f"{what} failed: {type(exc).__name__}: {exc}")
     st.stop()
+
+
+def grid(frame: pd.DataFrame, key: str, helps: dict | None = None) -> None:
+    """A table as the engine returned it: whole numbers as such, other numbers to 4 decimals, text as text (cells
+    that a spreadsheet would read as a formula neutralised, as every LayerLens table and download)."""
+    from pandas.api.types import is_integer_dtype, is_numeric_dtype
+
+    from analysis.csvout import safe
+
+    helps = helps or {}
+    config = {c: st.column_config.NumberColumn(c, help=helps.get(c), format="%d" if is_integer_dtype(frame[c])
+                                               else "%.4f") if is_numeric_dtype(frame[c])
+              else st.column_config.TextColumn(c, help=helps.get(c)) for c in frame.columns}
+    st.dataframe(safe(frame), hide_index=True, width="stretch", column_config=config, key=key)
 
 
 # --- which vectors -------------------------------------------------------------------------------------------------
@@ -262,12 +276,16 @@ def show_map() -> None:
     event = st.plotly_chart(fig, key="tokens_map", on_select="rerun", selection_mode=("box", "lasso"), config={
         "displaylogo": False, "toImageButtonOptions": {"format": fmt, "filename": f"layerlens_tokens_map_{layer}",
                                                        "scale": 2}})
+    compiled = (f" (+ {density.compile_seconds:,.1f} s compiling datashader's counting, once per server)"
+                if density.compile_seconds > 0.05 else "")
+    sampled = (f"all {FMT(tv.rows)} tokens" if len(rows) == tv.rows else
+               f"a random sample of {FMT(len(rows))} of the {FMT(tv.rows)} tokens (seed 0)")
     st.caption(f"**Shown: {renderer}.** Embedding Atlas needs WebGPU (a browser on a GPU machine); this map is "
                f"rasterised on the server by datashader: {FMT(density.points)} tokens counted into "
-               f"{density.counts.shape[1]} x {density.counts.shape[0]} pixels in {density.seconds * 1000:,.0f} ms, "
-               f"each pixel shaded by its count ({HOWS[how]}); empty pixels are white. The density is counts only: "
-               f"hover, colour and selection are on a random sample of {FMT(len(rows))} of the {FMT(tv.rows)} tokens "
-               f"(seed 0). Axes: the layer's exact PCA over every token ({meta.get('method', 'pca')}).")
+               f"{density.counts.shape[1]} x {density.counts.shape[0]} pixels in {density.seconds * 1000:,.0f} ms"
+               f"{compiled}, each pixel shaded blue by its count ({HOWS[how]}); "
+               f"empty pixels are white. The density is counts only: hover, colour and selection are on {sampled}. "
+               f"Axes: the layer's exact PCA over every token ({meta.get('method', 'pca')}).")
     picked = []
     for p in (event.selection.points if event and event.selection else []):
         value = p.get("customdata")
@@ -277,8 +295,7 @@ def show_map() -> None:
         chosen = chosen.assign(sentence=marked(chosen, texts))
         st.subheader(f"Selected: {FMT(len(set(picked)))} token(s)")
         cols = ["row", "token", "word", "text_id", "position", *sorted(has), "sentence"]
-        table(chosen[cols], {c: (c, "") for c in cols} | {"sentence": ("sentence", "the token marked [[...]]")},
-              key="tokens_selected")
+        grid(chosen[cols], "tokens_selected", {"sentence": "the token marked [[...]]"})
     else:
         st.caption("Drag a box or a lasso over the points to list their tokens and sentences here.")
 
@@ -340,7 +357,7 @@ def show_neighbours() -> None:
     st.caption(f"By {how}; the query itself is left out. The neighbour token is highlighted in its sentence.")
     cols = ["rank", "cosine", "token", "word", "text_id", "position", *sorted(has - {"label"}), "marked"]
     with st.expander("As a table"):
-        table(one[cols], {c: (c, "") for c in cols}, key="tokens_nb_table")
+        grid(one[cols], "tokens_nb_table")
     st.subheader("Across layers")
     side = found.assign(cell=[f"{t} ({c:.2f})" for t, c in zip(found["token"], found["cosine"], strict=True)])
     side = side.pivot(index="rank", columns="layer", values="cell")
@@ -349,13 +366,12 @@ def show_neighbours() -> None:
     st.caption("exBERT's view: the same occurrence's nearest tokens at every layer, best first (cosine in brackets).")
     table_ = summary(query, found)
     st.subheader("Summary")
-    table(table_, {"same_word": ("same word", "share of the neighbours with the query's word type (case-folded)"),
-                   "same_token": ("same token", "share with the query's token"),
-                   "same_text": ("same text", "share from the query's own text"),
-                   "mean_position": ("mean position", "neighbours' mean position in their text"),
-                   "words": ("words", "the neighbours' most common words (count)")} |
-          {c: (c, "") for c in table_.columns if c not in ("same_word", "same_token", "same_text", "mean_position",
-                                                              "words")}, key="tokens_summary")
+    grid(table_, "tokens_summary", {"same_word": "share of the neighbours with the query's word type (case-folded)",
+                                    "same_token": "share with the query's token",
+                                    "same_text": "share from the query's own text",
+                                    "mean_position": "the neighbours' mean position in their text",
+                                    "words": "the neighbours' most common words (count)",
+                                    "upos": "UPOS of the neighbours (count)", "deprel": "DEPREL (count)"})
     for col in ("upos", "deprel"):
         if col in found:
             counts = found.groupby(["layer", col]).size().rename("count").reset_index()
@@ -384,7 +400,8 @@ GEOMETRY_LINES = {
     "intra_similarity": "**Intra-sentence similarity**: the mean cosine between a text's tokens and the text's mean "
                         "vector; *adjusted* subtracts the anisotropy.",
     "effective_rank": "**Effective rank**: exp of the entropy of the covariance's normalised eigenvalues (how many "
-                      "directions the variance really uses, at most the hidden size).",
+                      "directions the variance really uses, at most the hidden size). Its band can sit below the "
+                      "line: a resample repeats blocks of texts, which lowers the rank, so read the band as spread.",
     "variance": "**Top variance**: the share of variance on the first and the first ten principal components.",
     "rogue": "**Rogue dimensions**: each dimension's part of the anisotropy (the parts add up to it); a few large "
              "ones mean the cosine is decided by those dimensions (Timkey & van Schijndel 2021).",
@@ -401,22 +418,26 @@ def geometry_figure(table_: pd.DataFrame):
               ("rogue dimensions: top-3 share", ["rogue_top3_share"])]
     fig = make_subplots(rows=2, cols=3, subplot_titles=[p[0] for p in panels], horizontal_spacing=0.07,
                         vertical_spacing=0.14)
-    colours = ["#1f77b4", "#d62728"]
+    colours = {"self_similarity": "#2ca02c", "intra_similarity": "#9467bd", "top1_variance": "#1f77b4",
+               "top10_variance": "#ff7f0e"}
+    names = {"self_similarity": "self-similarity", "self_similarity_adjusted": "self-similarity, adjusted",
+             "intra_similarity": "intra-sentence", "intra_similarity_adjusted": "intra-sentence, adjusted",
+             "top1_variance": "top-1 component", "top10_variance": "top-10 components"}
     x = table_["layer"]
     for i, (_title, cols) in enumerate(panels):
         r, c = i // 3 + 1, i % 3 + 1
-        for j, col in enumerate(cols):
-            colour = colours[j % 2]
+        for col in cols:
+            colour = colours.get(col.removesuffix("_adjusted"), "#1f77b4")
             if f"{col}_low" in table_:
                 fig.add_trace(go.Scatter(x=list(x) + list(x)[::-1],
                                          y=list(table_[f"{col}_high"]) + list(table_[f"{col}_low"])[::-1],
                                          fill="toself", fillcolor=colour, opacity=0.18, line={"width": 0},
                                          hoverinfo="skip", showlegend=False), r, c)
-            fig.add_trace(go.Scatter(x=x, y=table_[col], mode="lines+markers", name=col.replace("_", " "),
+            fig.add_trace(go.Scatter(x=x, y=table_[col], mode="lines+markers", name=names.get(col, col),
                                      line={"color": colour, "dash": "dash" if col.endswith("adjusted") else "solid"},
                                      showlegend=len(cols) > 1), r, c)
-        fig.update_xaxes(title="hidden state", dtick=1, row=r, col=c)
-    fig.update_layout(height=640, margin={"t": 60, "l": 40, "r": 20, "b": 40},
+        fig.update_xaxes(title="hidden state" if r == 2 else None, dtick=1, row=r, col=c)
+    fig.update_layout(height=660, margin={"t": 60, "l": 40, "r": 20, "b": 40},
                       legend={"orientation": "h", "y": -0.12})
     return fig
 
@@ -451,12 +472,10 @@ def show_geometry() -> None:
                f"{int(table_['texts_sampled'].iat[0]):,} texts). "
                "Dashed: adjusted (minus the anisotropy).")
     st.subheader("Per layer")
-    table(table_, {c: (c.replace("_", " "), "") for c in table_.columns}, key="tokens_geometry_table")
+    grid(table_, "tokens_geometry_table")
     st.subheader("Rogue dimensions")
-    table(rogue, {"contribution": ("contribution", "the dimension's part of the anisotropy"),
-                  "share": ("share", "contribution / anisotropy")} |
-          {c: (c.replace("_", " "), "") for c in rogue.columns if c not in ("contribution", "share")},
-          key="tokens_rogue_table")
+    grid(rogue, "tokens_rogue_table", {"contribution": "the dimension's part of the anisotropy",
+                                       "share": "contribution / anisotropy"})
     d1, d2 = st.columns(2)
     d1.download_button("geometry.csv", to_csv(table_), "geometry.csv", "text/csv", key="tokens_dl_geometry")
     d2.download_button("rogue_dims.csv", to_csv(rogue), "rogue_dims.csv", "text/csv", key="tokens_dl_rogue")
