@@ -126,10 +126,9 @@ def test_a_server_that_dies_says_why(tmp_path, monkeypatch):
 # --- the real server, slow -----------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def served(tv, tmp_path_factory):
+def served(tv):
     import ui.embedding_atlas as ea
 
-    os.environ.setdefault("LAYERLENS_HOME", str(tmp_path_factory.mktemp("home")))
     server = ea.start(atlas_table(tv, 1))
     try:
         yield server.wait_ready(120)
