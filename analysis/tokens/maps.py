@@ -1,19 +1,46 @@
-"""A layer's token map by exact PCA over every token (issue 29 item 3, the computation only; the page and its
-renderers are not built yet): the covariance streamed from the mapped float16 shards in float64, its exact
-eigendecomposition (``numpy.linalg.eigh``, never randomized: docs/architecture.md rule 10), then every row
-projected shard by shard. Coordinates are cached beside the vectors as ``maps/layerNN.pca.npy`` (``(rows,
-components)`` float32, row ``r`` of ``tokens.parquet``) with ``maps/layerNN.pca.json`` (explained variance
-ratio per axis, the mean, the sign rule)."""
+"""A layer's token map (issue 29 item 3, the computation; the renderers live elsewhere), by one of two methods:
+
+- :func:`pca_map`, exact PCA over every token: the covariance streamed from the mapped float16 shards in
+  float64, its exact eigendecomposition (``numpy.linalg.eigh``, never randomized: docs/architecture.md rule 10),
+  then every row projected shard by shard; cached as ``maps/layerNN.pcaK.npy`` with its ``.json`` (explained
+  variance ratio per axis, the sign rule).
+- :func:`umap_map`, UMAP (umap-learn, cosine) fitted on a seeded random sample of the rows, every other row
+  placed by the fitted model's ``transform``, a chunk at a time (bounded memory); cached as
+  ``maps/layerNN.umap-sS-seedR-kK.npy`` with its ``.json`` (sample size, seed, parameters, umap version, times)
+  and ``...sample.npy`` (the fitted rows).
+
+Coordinates are ``(rows, 2)`` float32 (``(rows, K)`` for PCA), row ``r`` of ``tokens.parquet``, returned
+memory-mapped from the cache. :func:`layer_map` dispatches on the method name (what the page calls)."""
 
 from __future__ import annotations
 
 import json
+import time
+import warnings
 
 import numpy as np
 
-from analysis.tokens.vectors import TokenVectors, _write_atomic
+from analysis.inputs import InputError
+from analysis.tokens.vectors import TokenVectors, _save_npy, _write_atomic
 
 CHUNK = 65_536
+METHODS = ("pca", "umap")
+# UMAP's sample. The fit is the expensive, serial part (a fixed seed makes umap-learn single-threaded): on this
+# project's 2-core machine ~1-2 min for 20,000 x 768 (docs/benchmarks.md), while the transform of the other
+# rows is linear in their number. 20,000 rows hold every word type seen once in 50 tokens of the corpus several
+# times over, and each transformed token is placed among its 15 nearest sampled neighbours, so the sample fixes
+# the map's layout and the rest fills it in. Over 10,000 rows umap-learn's default fit is 200 epochs, which is
+# what UMAP_EPOCHS states explicitly (below).
+UMAP_SAMPLE = 20_000
+UMAP_NEIGHBOURS = 15
+# umap-learn's transform depends on the batch it is given: it runs 100 or 30 epochs depending on whether the call
+# holds <= 10,000 rows (n_epochs // 3 when n_epochs is given: fixed here), and it scales every edge's sampling
+# rate by the largest edge weight in the call and drops edges under that largest / epochs. So the other rows are
+# transformed in two passes (transform_rest): their neighbour graphs chunk by chunk (the search, which depends
+# on the row only), then the layout chunk by chunk with the largest weight over all of them: every row placed
+# exactly as one reducer.transform call of all the other rows places it, in bounded memory (tested).
+UMAP_EPOCHS = 200
+UMAP_CHUNK = 16_384
 
 
 def pca_axes(tv: TokenVectors, layer: int, components: int = 2) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -66,3 +93,148 @@ def pca_map(tv: TokenVectors, layer: int, components: int = 2, force: bool = Fal
             "sign": "each axis's largest-magnitude loading is positive", "file": path.name}
     _write_atomic(meta_path, lambda p: p.write_text(json.dumps(meta, indent=1)))
     return np.load(path, mmap_mode="r"), meta
+
+
+def make_reducer(sample: int, seed: int, n_neighbors: int):
+    """The umap-learn model :func:`umap_map` fits: 2-D, cosine, seeded (deterministic and serial), the epochs
+    fixed (see ``UMAP_EPOCHS``); ``n_neighbors`` capped below the sample size."""
+    import umap
+
+    return umap.UMAP(n_components=2, n_neighbors=min(n_neighbors, sample - 1), metric="cosine",
+                     n_epochs=UMAP_EPOCHS, random_state=seed)
+
+
+def umap_sample_rows(rows: int, sample: int, seed: int) -> np.ndarray:
+    """The fitted rows: ``sample`` distinct rows of ``rows`` drawn with ``numpy.random.default_rng(seed)``,
+    sorted (all rows when the sample is at least as large)."""
+    if sample >= rows:
+        return np.arange(rows)
+    return np.sort(np.random.default_rng(seed).choice(rows, sample, replace=False))
+
+
+def umap_map(tv: TokenVectors, layer: int, sample: int = UMAP_SAMPLE, seed: int = 0,
+             n_neighbors: int = UMAP_NEIGHBOURS, force: bool = False,
+             chunk: int = UMAP_CHUNK) -> tuple[np.ndarray, dict]:
+    """Every row's UMAP coordinates at hidden state ``layer``, ``(rows, 2)`` float32: umap-learn fitted on
+    ``sample`` rows (:func:`umap_sample_rows`; their coordinates are the fit's own embedding), every other row
+    placed by the fitted model's ``transform``, shard by shard and ``chunk`` rows at a time (memory: the sample,
+    the fitted model and one chunk). Cached beside the vectors; memory-mapped from the cache when computed
+    before (``force`` computes again). The description says which rows were fitted (``sample_file``)."""
+    tv.layer_slot(layer)
+    if sample < 3:
+        raise InputError(f"a UMAP sample of {sample} rows is too small; give at least 3")
+    if n_neighbors < 2:
+        raise InputError(f"UMAP needs n_neighbors >= 2, not {n_neighbors}")
+    if tv.rows < 3:
+        raise InputError(f"{tv.rows} token(s) are too few for a UMAP map")
+    sample = min(sample, tv.rows)
+    folder = tv.directory / "maps"
+    stem = f"layer{layer:02d}.umap-s{sample}-seed{seed}-k{n_neighbors}"
+    path, meta_path, rows_path = (folder / f"{stem}.npy", folder / f"{stem}.json", folder / f"{stem}.sample.npy")
+    if path.is_file() and meta_path.is_file() and rows_path.is_file() and not force:
+        return np.load(path, mmap_mode="r"), json.loads(meta_path.read_text())
+    folder.mkdir(exist_ok=True)
+    import umap
+
+    rows = umap_sample_rows(tv.rows, sample, seed)
+    reducer = make_reducer(sample, seed, n_neighbors)
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "n_jobs overridden by random_state" and numba chatter
+        fitted = reducer.fit_transform(tv.rows_at(layer, rows))
+    fit_seconds = time.perf_counter() - start
+    in_sample = np.zeros(tv.rows, bool)
+    in_sample[rows] = True
+    transform_seconds = 0.0
+
+    def chunks():
+        for first, block in tv.layer_blocks(layer):
+            rest = np.flatnonzero(~in_sample[first:first + len(block)])
+            for lo in range(0, len(rest), chunk):
+                local = rest[lo:lo + chunk]
+                yield first + local, np.asarray(block[local], dtype=np.float32)
+
+    def fill(tmp) -> None:
+        nonlocal transform_seconds
+        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(tv.rows, 2))
+        out[rows] = fitted
+        began = time.perf_counter()
+        for where, coords in transform_rest(reducer, chunks()):
+            out[where] = coords
+        transform_seconds = time.perf_counter() - began
+        out.flush()
+        del out
+
+    _write_atomic(rows_path, lambda p: _save_npy(p, rows))
+    _write_atomic(path, fill)
+    meta = {"layer": layer, "method": "umap (fitted on a random sample, the other rows transformed)",
+            "rows": tv.rows, "sample": int(sample), "seed": seed, "sample_rule":
+            "numpy.random.default_rng(seed).choice(rows, sample, replace=False), sorted",
+            "sample_file": rows_path.name, "n_neighbors": reducer.n_neighbors, "metric": "cosine",
+            "n_epochs": UMAP_EPOCHS, "transform_epochs": UMAP_EPOCHS // 3, "min_dist": reducer.min_dist,
+            "transform_chunk": chunk, "umap_version": umap.__version__,
+            "fit_seconds": round(fit_seconds, 3), "transform_seconds": round(transform_seconds, 3),
+            "transformed_rows": int(tv.rows - sample), "file": path.name}
+    _write_atomic(meta_path, lambda p: p.write_text(json.dumps(meta, indent=1)))
+    return np.load(path, mmap_mode="r"), meta
+
+
+def transform_rest(reducer, chunks):
+    """``(rows, coordinates)`` per chunk of ``chunks`` (an iterable of ``(rows, (n, d) float32)``, read once):
+    the fitted ``reducer``'s placement of every row exactly as one ``reducer.transform`` of all the chunks'
+    rows at once, computed a chunk at a time. Pass 1 builds each chunk's neighbour graph (umap-learn's
+    ``transform_mode="graph"``; row by row, so chunking does not change it) and keeps its edges (15 a row, 12
+    bytes each) and the largest weight; pass 2 is the rest of ``UMAP.transform`` (umap-learn 0.5) per chunk with
+    that largest weight: initial positions from the graph, edges under largest / epochs dropped, sampling rates
+    relative to the largest, ``optimize_layout_euclidean`` (each row moves alone against the fitted embedding,
+    its random stream seeded from its own start)."""
+    from sklearn.utils import check_random_state
+    from umap.layouts import optimize_layout_euclidean
+    from umap.umap_ import INT32_MAX, INT32_MIN, init_graph_transform
+
+    if reducer.output_metric != "euclidean" or reducer.densmap or reducer.n_epochs is None:
+        raise ValueError("transform_rest supports a euclidean output, no densMAP and a fixed n_epochs")
+    graphs, largest = [], np.float32(0)
+    mode = reducer.transform_mode
+    reducer.transform_mode = "graph"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for where, x in chunks:
+                g = reducer.transform(x).tocoo()
+                graphs.append((where, g.shape[0], g.row.astype(np.int32), g.col.astype(np.int32),
+                               g.data.astype(np.float32)))
+                if g.nnz:
+                    largest = max(largest, g.data.max())
+    finally:
+        reducer.transform_mode = mode
+    n_epochs = int(reducer.n_epochs // 3.0)
+    tail = reducer.embedding_.astype(np.float32, copy=True)
+    import scipy.sparse
+
+    for where, n, row, col, data in graphs:
+        graph = scipy.sparse.coo_matrix((data, (row, col)), shape=(n, tail.shape[0]))
+        csr = graph.tocsr()
+        csr.eliminate_zeros()
+        embedding = init_graph_transform(csr, reducer.embedding_)
+        graph.data[graph.data < (largest / float(n_epochs))] = 0.0  # float32, as umap's
+        graph.eliminate_zeros()
+        epochs_per_sample = -1.0 * np.ones(graph.data.shape[0], dtype=np.float64)  # umap's make_epochs_per_sample
+        n_samples = n_epochs * (graph.data / largest)
+        epochs_per_sample[n_samples > 0] = float(n_epochs) / np.float64(n_samples[n_samples > 0])
+        rng_state = check_random_state(reducer.transform_seed).randint(INT32_MIN, INT32_MAX, 3).astype(np.int64)
+        embedding = optimize_layout_euclidean(
+            embedding, tail.copy(), graph.row, graph.col, n_epochs, graph.shape[1], epochs_per_sample,
+            reducer._a, reducer._b, rng_state, reducer.repulsion_strength, reducer._initial_alpha / 4.0,
+            reducer.negative_sample_rate, reducer.random_state is None, verbose=False, tqdm_kwds={"disable": True})
+        yield where, embedding
+
+
+def layer_map(tv: TokenVectors, layer: int, method: str = "pca", **kw) -> tuple[np.ndarray, dict]:
+    """A layer's 2-D token map by ``method`` (``pca``: :func:`pca_map`; ``umap``: :func:`umap_map`), with the
+    method's keyword arguments; ``(rows, 2)`` float32 coordinates (memory-mapped) and their description."""
+    if method == "pca":
+        return pca_map(tv, layer, **{"components": 2, **kw})
+    if method == "umap":
+        return umap_map(tv, layer, **kw)
+    raise InputError(f"unknown map method '{method}'; choose one of {', '.join(METHODS)}")
