@@ -292,10 +292,11 @@ def show_map() -> None:
         picked.append(int(value[0] if isinstance(value, list) else value))
     if picked:
         chosen = tokens.iloc[list(dict.fromkeys(picked))[:MAX_SHOWN]].reset_index(drop=True)
-        chosen = chosen.assign(sentence=marked(chosen, texts))
+        chosen = chosen.assign(sentence=marked(chosen, texts, 120))
         st.subheader(f"Selected: {FMT(len(set(picked)))} token(s)")
         cols = ["row", "token", "word", "text_id", "position", *sorted(has), "sentence"]
-        grid(chosen[cols], "tokens_selected", {"sentence": "the token marked [[...]]"})
+        grid(chosen[cols], "tokens_selected", {"sentence": "the token marked [[...]] in its sentence (120 characters "
+                                                            "around it)"})
     else:
         st.caption("Drag a box or a lasso over the points to list their tokens and sentences here.")
 

@@ -25,6 +25,9 @@ SHADES = ["#b7cde6", "#08306b"]  # light to dark blue: the sample's colours stay
 _COMPILED: set = set()  # dtypes whose aggregation numba has compiled in this process
 OTHER = "other"
 TOP_CATEGORIES = 10
+# one colour per frequent category: no blue (the density's hue), no orange (the search's rings), no grey ("other")
+CATEGORY_COLOURS = ["#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#000000", "#e6ab02",
+                    "#1b9e77", "#7b3294"]
 
 
 @dataclasses.dataclass
@@ -113,7 +116,6 @@ def map_figure(density: Density, points: pd.DataFrame, colour: str | None = None
     more points (``x``, ``y``, ``row``, ``hover``) drawn on top as rings (a text search's matches). Every point's
     ``customdata`` is its token row, so a selection names rows."""
     import plotly.graph_objects as go
-    from plotly.colors import qualitative
 
     from analysis.plots import plain
 
@@ -135,8 +137,7 @@ def map_figure(density: Density, points: pd.DataFrame, colour: str | None = None
     else:
         cats = categories(points[colour])
         order = [c for c in cats.value_counts().index if c != OTHER] + ([OTHER] if (cats == OTHER).any() else [])
-        blues = {"#1F77B4", "#17BECF"}  # the density's hue: left out so no category hides in it
-        palette = [c for c in qualitative.D3 if c.upper() not in blues] + qualitative.Dark2
+        palette = CATEGORY_COLOURS
         for i, cat in enumerate(order):
             part = points[cats == cat]
             fig.add_trace(trace(part, plain(cat), color="#9a9a9a" if cat == OTHER else palette[i % len(palette)]))
