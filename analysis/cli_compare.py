@@ -46,8 +46,9 @@ def add_compare_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-length", type=positive_int, help="cut texts to this many tokens (default: the limit)")
     g.add_argument("--batch-size", type=positive_int, default=32, help="texts per forward pass (default 32)")
     g.add_argument("--folds", type=positive_int, default=5, help="folds of the linear probe (default 5)")
-    g.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the folds and the bootstrap")
-    g.add_argument("--bootstrap", type=positive_int, default=200, help="resamples of the CKA interval (default 200)")
+    g.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the folds, of the sentence bootstrap "
+                   "and of the rows the CKA interval uses above 1,000")
+    g.add_argument("--bootstrap", type=positive_int, help=argparse.SUPPRESS)  # before the CKA jackknife: ignored
     g.add_argument("--debiased", action="store_true", help="debiased CKA (Nguyen et al. 2021) instead of linear CKA "
                    "in layer_summary.csv (it matters for few rows)")
     g.add_argument("--out", type=Path, help="directory for cka_cross.csv, layer_summary.csv, movers.csv, "
@@ -119,8 +120,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if not modes or (args.model and len(args.model) < 2):
         raise UserError("give --model at least twice: the reference first, then the checkpoints to compare with it "
                         "(or --job N for a job's epochs, --group G for a sweep)")
+    if args.bootstrap is not None:
+        print("note: --bootstrap is ignored: the CKA interval is a delete-one jackknife over the rows now (no "
+              "resamples)", file=sys.stderr)
     config = CompareConfig(pooling=args.pooling, max_length=args.max_length, batch_size=args.batch_size,
-                           folds=args.folds, seed=args.seed, boot=args.bootstrap, debiased=args.debiased,
+                           folds=args.folds, seed=args.seed, debiased=args.debiased,
                            reconstruction=args.reconstruction)
     extra: dict = {}
     if args.job is not None:

@@ -365,7 +365,7 @@ def mean_weight_lines(frames: dict[str, pd.DataFrame], layer_names: list[str], t
 # --- comparison of checkpoints -------------------------------------------------------------------------------
 
 def paired_cka_curve(summary: pd.DataFrame, layer_names: list[str]) -> go.Figure:
-    """Per layer, CKA(A's layer l, B's layer l) with its bootstrap interval, one line per compared model, on a
+    """Per layer, CKA(A's layer l, B's layer l) with its jackknife interval, one line per compared model, on a
     fixed 0-1 axis (CKA's range: no zooming into noise)."""
     fig = go.Figure()
     for i, (name, part) in enumerate(summary.groupby("model_b", sort=False)):
@@ -376,7 +376,7 @@ def paired_cka_curve(summary: pd.DataFrame, layer_names: list[str]) -> go.Figure
                                  mode="lines", showlegend=False))
         fig.add_trace(go.Scatter(x=names, y=part["cka"], name=visible(name), mode="lines+markers",
                                  line={"color": colour}, hovertemplate="%{x}: CKA %{y:.4f}<extra></extra>"))
-    fig.update_layout(title="CKA of the same layer in both models (95% bootstrap interval)", height=380,
+    fig.update_layout(title="CKA of the same layer in both models (95% jackknife interval)", height=380,
                       yaxis={"range": [0, 1.02], "title": "linear CKA"}, margin={"t": 60, "b": 10},
                       legend={"orientation": "h", "y": -0.2})
     return fig

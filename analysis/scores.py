@@ -12,7 +12,10 @@ import numpy as np
 WILSON = "95% Wilson interval"
 
 
-def wilson_interval(correct: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+Z95 = 1.959963984540054  # the standard normal quantile of a two-sided 95% interval
+
+
+def wilson_interval(correct: int, n: int, z: float = Z95) -> tuple[float, float]:
     """The Wilson score interval of ``correct`` successes in ``n`` trials (always inside [0, 1])."""
     if n <= 0:
         return math.nan, math.nan

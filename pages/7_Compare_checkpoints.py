@@ -98,7 +98,7 @@ def head_note(result) -> None:
 
 HEADERS = {
     "cka": ("CKA", "linear CKA of A's and B's layer (debiased if chosen)"),
-    "cka_ci_low": ("CKA low", "95% bootstrap interval over rows"), "cka_ci_high": ("CKA high", ""),
+    "cka_ci_low": ("CKA low", "95% jackknife interval over rows"), "cka_ci_high": ("CKA high", ""),
     "mean_movement": ("mean movement", "cosine distance after Procrustes alignment of B onto A"),
     "median_movement": ("median movement", ""),
     "neighbours_mostly_changed": ("neighbours changed", "share of rows keeping fewer than half of their 10 nearest "
@@ -141,7 +141,7 @@ def show(result, names: list[str], texts: dict, epochs: bool = False) -> None:
     st.caption(f"A = {md_plain(a_name)}; {len(bs)} compared ({md_plain(', '.join(bs[:3]))}"
                f"{', …' if len(bs) > 3 else ''}); {info['rows']:,} rows"
                + (f" ({md_plain(info['rows_are'])})" if info.get("rows_are") else "")
-               + f"; CKA interval: {info['bootstrap']}; computed in {info['seconds']:.1f} s.")
+               + f"; CKA interval: {info['cka_interval']}; computed in {info['seconds']:.1f} s.")
     head_note(result)
     zoom = st.checkbox("Zoom the accuracy axes to the data", key="compare_zoom", help="The accuracy axes run from 0 "
                        "to 1 by default, so small differences are not blown up; zoom in to see close curves apart.")
@@ -153,7 +153,7 @@ def show(result, names: list[str], texts: dict, epochs: bool = False) -> None:
 
     by_epoch = summary.assign(model_b="epoch " + summary["epoch"].astype(str)) if epochs else summary
     if epochs:
-        chart(epoch_curves(summary, "cka", names, "CKA of each layer to the base's, per epoch (95% bootstrap "
+        chart(epoch_curves(summary, "cka", names, "CKA of each layer to the base's, per epoch (95% jackknife "
                            "interval)", "linear CKA", band=("cka_ci_low", "cka_ci_high")), "compare_epochs_cka")
         if "probe_accuracy_b" in summary:
             accuracy_chart(paired_accuracy_curves(by_epoch, "probe", names, "Linear-probe accuracy per layer: the "

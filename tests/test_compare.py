@@ -50,7 +50,7 @@ def torch_gram(x):
 
 def test_paired_cka_gives_the_layer_cka_with_an_interval_around_it():
     a, b = layers(1), layers(1) + 0.5 * layers(2)
-    rows = paired_cka(a, b, [0, 3], boot=100, seed=0)
+    rows = paired_cka(a, b, [0, 3], seed=0)
     for row in rows:
         want = linear_cka(a[row["layer"]][None], b[row["layer"]][None])[0, 0]
         assert row["cka"] == pytest.approx(want)
@@ -65,7 +65,7 @@ def test_a_rotated_copy_has_cka_1_no_aligned_movement_and_the_same_neighbours_bu
     q = ortho_group.rvs(a.shape[2], random_state=0)
     b = (a.astype(np.float64) @ q).astype(np.float32)  # the hidden basis rotated, consistently at every layer
     inputs = TextInputs(tuple(f"t{i}" for i in range(a.shape[1])))
-    cross, summary, movers, _ = compare_pair(a, b, ("A", "B"), inputs, CompareConfig(boot=20))
+    cross, summary, movers, _ = compare_pair(a, b, ("A", "B"), inputs, CompareConfig())
     for row in summary:
         assert row["cka"] == pytest.approx(1, abs=1e-5) and row["mean_movement"] == pytest.approx(0, abs=1e-6)
         assert row["neighbours_mostly_changed"] == 0
@@ -114,7 +114,7 @@ def test_a_model_compared_with_itself_and_a_different_tokenizer_refused(tiny_dir
     demo = load_model(ModelSpec("demo", device="cpu"))
     texts = tuple(f"this film is {'good' if i % 2 else 'bad'} number {i} ." for i in range(30))
     inputs = TextInputs(texts, labels=tuple(str(i % 2) for i in range(30)))
-    result = compare([demo, demo], inputs, CompareConfig(boot=20, folds=3))
+    result = compare([demo, demo], inputs, CompareConfig(folds=3))
     s = result.layer_summary
     defined = s["cka"].notna()  # layer 0's [CLS] is the same for every text: undefined
     assert np.allclose(s.loc[defined, "cka"], 1) and np.allclose(s["mean_movement"], 0, atol=1e-6)
@@ -139,7 +139,7 @@ def test_the_cli_writes_the_five_files_and_refuses_in_one_line(tmp_path, tiny_di
                                              for i in range(24)))
     out = tmp_path / "out"
     assert main(["compare", "--model", "demo", "--model", "demo", "--data", str(data), "--out", str(out),
-                 "--bootstrap", "20", "--folds", "3"]) == 0
+                 "--folds", "3"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["cka_cross.csv", "coords_aligned.csv", "layer_summary.csv",
                                                      "movers.csv", "run.json"]
     summary = pd.read_csv(out / "layer_summary.csv")
@@ -210,7 +210,7 @@ def test_reconstruction_per_layer_is_each_models_token_accuracy_with_wilson_and_
     a = load_model(ModelSpec(str(base), device="cpu"))
     b = load_model(ModelSpec(str(clf), device="cpu", head_from=str(base)))
     inputs = TextInputs(TEXTS, labels=tuple("pos" if i % 2 else "neg" for i in range(len(TEXTS))))
-    result = compare([a, b], inputs, CompareConfig(boot=20, folds=2))
+    result = compare([a, b], inputs, CompareConfig(folds=2))
     s = result.layer_summary
     want_a = np.concatenate(plain_token_correct(base, base, TEXTS), axis=1)
     want_b = np.concatenate(plain_token_correct(clf, base, TEXTS), axis=1)
@@ -257,7 +257,7 @@ def test_a_model_without_an_mlm_head_has_blank_reconstruction_columns_and_says_w
     clf = fine_tuned_classifier(base, tmp_path / "clf")
     a = load_model(ModelSpec(str(base), device="cpu"))
     b = load_model(ModelSpec(str(clf), device="cpu"))  # no head lent
-    result = compare([a, b], TextInputs(TEXTS), CompareConfig(boot=20))
+    result = compare([a, b], TextInputs(TEXTS), CompareConfig())
     s = result.layer_summary
     assert s["recon_accuracy_a"].notna().all() and s["recon_accuracy_b"].isna().all()
     assert s["recon_change"].isna().all()
@@ -266,7 +266,7 @@ def test_a_model_without_an_mlm_head_has_blank_reconstruction_columns_and_says_w
 
 
 @pytest.mark.parametrize("debiased", [False, True])
-def test_the_bootstrap_resamples_are_the_gram_cka_of_each_resampled_gram(debiased):
+def test_the_resampled_ckas_are_the_gram_cka_of_each_resampled_gram(debiased):
     from analysis.compare.cka import _resampled_cka
 
     a, b = layers(8, n=40, d=6)[0].astype(np.float64), layers(9, n=40, d=5)[0].astype(np.float64)
@@ -278,16 +278,16 @@ def test_the_bootstrap_resamples_are_the_gram_cka_of_each_resampled_gram(debiase
     got = _resampled_cka(kx, ky, counts, debiased)
     want = [_gram_cka(kx[np.ix_(idx, idx)], ky[np.ix_(idx, idx)], debiased) for idx in draws]
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
-    rows = paired_cka(layers(8), layers(8) + layers(9), [1, 2], boot=30, seed=5, max_rows=50, debiased=debiased)
-    rng = np.random.default_rng(5)  # the interval is the percentiles of those values, on the seeded sample
-    sub = np.sort(rng.choice(60, 50, replace=False))
-    idx = rng.integers(0, 50, (30, 50))
+    rows = paired_cka(layers(8), layers(8) + layers(9), [1, 2], seed=5, max_rows=50, debiased=debiased)
+    sub = np.sort(np.random.default_rng(5).choice(60, 50, replace=False))  # the interval's seeded 50 of 60 rows
     for row in rows:
         x, y = layers(8)[row["layer"]][sub].astype(np.float64), (layers(8) + layers(9))[row["layer"]][sub]
         y = y.astype(np.float64)
-        values = [_gram_cka((x @ x.T)[np.ix_(i, i)], (y @ y.T)[np.ix_(i, i)], debiased) for i in idx]
-        low, high = np.percentile(values, [2.5, 97.5])
-        assert (row["ci_low"], row["ci_high"]) == pytest.approx((low, high), rel=1e-9)
+        leave = np.array([_gram_cka((x @ x.T)[np.ix_(k, k)], (y @ y.T)[np.ix_(k, k)], debiased)
+                          for k in (np.flatnonzero(np.arange(50) != i) for i in range(50))])
+        half = 1.959964 * np.sqrt(49 / 50 * ((leave - leave.mean()) ** 2).sum())
+        low, high = max(row["cka"] - half, -1 if debiased else 0), min(row["cka"] + half, 1)
+        assert (row["ci_low"], row["ci_high"]) == pytest.approx((low, high), rel=1e-6)
 
 
 @pytest.mark.parametrize("n", [8, 60])  # fewer rows than dimensions (Grams), more (cross-covariances)
@@ -302,3 +302,35 @@ def test_cross_cka_two_layers_at_a_time_is_linear_cka(n):
     plain = np.linalg.norm(y.T @ x) ** 2 / (np.linalg.norm(x.T @ x) * np.linalg.norm(y.T @ y))
     assert cross_cka(a, b)[2, 1] == pytest.approx(plain, rel=1e-5)
     assert np.isnan(cross_cka(a, b)[0]).all()
+
+
+def test_the_cka_interval_is_a_jackknife_around_the_estimate_even_with_few_rows():
+    """Review (issue 28): resampling rows with replacement duplicates rows, which raises CKA (a row agrees with its
+    copy), so the bootstrap interval of 77 rows x 64 dims sat above its own estimate, and debiased CKA's interval
+    missed the population value every time. The interval is now the delete-one jackknife: no duplicates."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((64, 64)) / 8
+
+    def draw(m):
+        x = rng.standard_normal((m, 64))
+        return x, x @ w * 0.5 + rng.standard_normal((m, 64))
+
+    big = draw(6000)
+    population = _gram_cka(big[0] @ big[0].T, big[1] @ big[1].T, debiased=True)
+    covered = 0
+    for _ in range(20):
+        x, y = draw(77)
+        for debiased in (False, True):
+            row = paired_cka(x[None].astype(np.float32), y[None].astype(np.float32), [0], debiased=debiased)[0]
+            assert row["ci_low"] <= row["cka"] <= row["ci_high"]
+            assert (0 if not debiased else -1) <= row["ci_low"] and row["ci_high"] <= 1
+            # the jackknife by hand: the estimate on every row but one, on the float32 rows the layer holds
+            xs, ys = x.astype(np.float32).astype(np.float64), y.astype(np.float32).astype(np.float64)
+            leave = [_gram_cka(xs[keep] @ xs[keep].T, ys[keep] @ ys[keep].T, debiased)
+                     for keep in (np.arange(77) != i for i in range(77))]
+            se = np.sqrt(76 / 77 * ((np.array(leave) - np.mean(leave)) ** 2).sum())
+            low, high = row["cka"] - 1.959964 * se, row["cka"] + 1.959964 * se
+            assert (row["ci_low"], row["ci_high"]) == pytest.approx((max(low, -1 if debiased else 0), min(high, 1)),
+                                                                    abs=1e-6)
+            covered += debiased and row["ci_low"] <= population <= row["ci_high"]
+    assert covered >= 17  # debiased CKA's interval covers the population value (95% nominal; 20 draws)

@@ -71,7 +71,7 @@ def test_a_jobs_epochs_against_its_base_from_the_vectors_on_disk(home, bert4, tm
     assert list(rows.ids) == meta["example_id"]
     assert [job.metrics["labels"][y] for y in meta["label"]] == list(rows.labels)
     base = load_model(ModelSpec(str(bert4), device="cpu"))
-    config = CompareConfig(boot=20, folds=2)
+    config = CompareConfig(folds=2)
     result = compare_epochs(base, run, config, checkpoint=load_model(run.checkpoint_spec()))
     s = result.layer_summary
     assert s["epoch"].tolist() == [e for e in (1, 2, 3) for _ in range(5)]
@@ -137,14 +137,14 @@ def test_the_cli_compares_a_jobs_epochs_and_a_group_and_refuses_in_one_line(home
     job = run_job(home, bert4, tmp_path, group="g1")
     run_job(home, bert4, tmp_path, group="g1", seed=1)
     out = tmp_path / "epochs"
-    assert main(["compare", "--job", str(job.id), "--out", str(out), "--bootstrap", "20", "--folds", "2"]) == 0
+    assert main(["compare", "--job", str(job.id), "--out", str(out), "--folds", "2"]) == 0
     summary = pd.read_csv(out / "layer_summary.csv")
     assert sorted(set(summary["epoch"])) == [1, 2, 3]
     info = json.loads((out / "run.json").read_text())
     assert info["job"] == job.id and info["checkpoint_epoch"] == 3 and info["models"][0] == str(bert4)
     assert "epoch" in pd.read_csv(out / "coords_aligned.csv").columns
     group = tmp_path / "group"
-    assert main(["compare", "--group", "g1", "--out", str(group), "--bootstrap", "20", "--folds", "2"]) == 0
+    assert main(["compare", "--group", "g1", "--out", str(group), "--folds", "2"]) == 0
     summary = pd.read_csv(group / "layer_summary.csv")
     assert summary["model_b"].nunique() == 2 and summary["recon_accuracy_b"].notna().all()
     info = json.loads((group / "run.json").read_text())
@@ -167,7 +167,7 @@ def test_the_cli_reads_job_models_and_lends_a_head_with_head_from(home, bert4, t
     data = write_tsv(tmp_path / "rows.tsv", synthetic(20, seed=4))
     out = tmp_path / "pair"
     assert main(["compare", "--model", str(bert4), "--model", f"job:{job.id}", "--data", str(data), "--out", str(out),
-                 "--bootstrap", "20", "--folds", "2"]) == 0
+                 "--folds", "2"]) == 0
     summary = pd.read_csv(out / "layer_summary.csv")
     assert set(summary["model_b"]) == {job.label} and summary["recon_accuracy_b"].notna().all()
     assert json.loads((out / "run.json").read_text())["mlm_heads"][job.label] == f"from {bert4}"
@@ -175,14 +175,14 @@ def test_the_cli_reads_job_models_and_lends_a_head_with_head_from(home, bert4, t
     for extra, lent in (([], False), (["--head-from", str(bert4)], True)):
         target = tmp_path / f"clf{len(extra)}"
         assert main(["compare", "--model", str(bert4), "--model", str(clf), "--data", str(data), "--out", str(target),
-                     "--bootstrap", "20", "--folds", "2", *extra]) == 0
+                     "--folds", "2", *extra]) == 0
         summary = pd.read_csv(target / "layer_summary.csv")
         assert summary["recon_accuracy_b"].notna().all() == lent and summary["recon_accuracy_a"].notna().all()
         info = json.loads((target / "run.json").read_text())
         assert ("head-from" in info["reconstruction"][str(clf)]) != lent
     target = tmp_path / "none"
     assert main(["compare", "--model", str(bert4), "--model", str(bert4), "--data", str(data), "--out", str(target),
-                 "--bootstrap", "20", "--folds", "2", "--no-reconstruction"]) == 0
+                 "--folds", "2", "--no-reconstruction"]) == 0
     assert not any(c.startswith("recon_") for c in pd.read_csv(target / "layer_summary.csv").columns)
 
 
@@ -199,7 +199,7 @@ def test_movers_carry_each_models_out_of_fold_probe_prediction_and_a_classifiers
     rows = synthetic(20, seed=2)
     a = load_model(ModelSpec(str(bert4), device="cpu"))
     b = load_model(ModelSpec(str(clf), device="cpu", head_from=str(bert4)))
-    result = compare([a, b], rows, CompareConfig(boot=20, folds=2))
+    result = compare([a, b], rows, CompareConfig(folds=2))
     m = result.movers
     labels = np.asarray(rows.labels)
     for layer in (1, 3):
@@ -228,7 +228,7 @@ def test_a_jobs_own_predictions_are_its_head_on_the_rows(home, bert4, tmp_path):
     rows = read_file(tmp_path / "val.tsv", label_column="label")  # the rows the job scored (no test set)
     a = load_model(ModelSpec(str(bert4), device="cpu"))
     b = load_model(ModelSpec(str(job.artifacts / "checkpoint" / "encoder"), device="cpu", head_from=str(bert4)))
-    result = compare([a, b], rows, CompareConfig(boot=20, folds=2), names=[str(bert4), job.label])
+    result = compare([a, b], rows, CompareConfig(folds=2), names=[str(bert4), job.label])
     saved = pd.read_csv(job.artifacts / "predictions.csv", keep_default_na=False).set_index("example_id")
     part = result.movers[result.movers["layer"] == 0].set_index("example_id")
     assert part.loc[saved.index, "head_prediction_b"].tolist() == saved["prediction"].tolist()

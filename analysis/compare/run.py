@@ -43,7 +43,6 @@ class CompareConfig:
     batch_size: int = 32
     folds: int = 5
     seed: int = 0
-    boot: int = 200
     debiased: bool = False
     neighbours: int = NEIGHBOURS
     reconstruction: bool = True  # each model read by its MLM head (own or lent): analysis.compare.recon
@@ -123,7 +122,7 @@ def compare_pair(a: np.ndarray, b: np.ndarray, names: tuple[str, str], inputs: T
     matrix = cross_cka(a, b)
     cross = [{"model_b": name_b, "layer_a": i, "layer_b": j, "cka": float(matrix[i, j])}
              for i in range(len(a)) for j in range(len(b))]
-    cka = paired_cka(a, b, layers, config.boot, config.seed, debiased=config.debiased)
+    cka = paired_cka(a, b, layers, config.seed, debiased=config.debiased)
     maps = aligned_maps(a, b, layers) if same_width and maps else []
     summary, movers, coords = [], [], []
     for layer, row in zip(layers, cka, strict=True):
@@ -164,7 +163,8 @@ def run_info(config: CompareConfig) -> dict:
     """What run.json says of every comparison: the options and what each number is."""
     info = {**config.to_dict(),
             "layers": "paired by index, 0 .. min(L_A, L_B); cka_cross.csv has every pair",
-            "bootstrap": f"{config.boot} resamples of the rows (of at most 1,000 of them), percentile 95%",
+            "cka_interval": "delete-one jackknife over the rows (of at most 1,000 of them, seeded), 95%, clipped to "
+                            "CKA's range",
             "movement": "cosine distance after orthogonal Procrustes of B onto A, fitted on all rows",
             "neighbours_mostly_changed": f"share of rows keeping fewer than {CHANGED:.0%} of their "
                                          f"{config.neighbours} nearest neighbours (cosine)"}
