@@ -1,6 +1,7 @@
 """Token atlas (issue 29): every token of a corpus per layer: the map, nearest tokens across layers, and the geometry
 of each layer (anisotropy, self-similarity, intra-sentence similarity, effective rank, rogue dimensions)."""
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ from analysis.inputs import LABEL_HINTS, InputError, columns_of, guess_text_colu
 from analysis.plots import plain
 from analysis.projection import parse_layers
 from analysis.store import ArrayStore
-from analysis.tokens.density import HOWS, map_figure, rasterise, sample_rows
+from analysis.tokens.density import HOWS, map_figure, rasterise, sample_rows, warm_up
 from analysis.tokens.search import find_rows, neighbours, summary
 from analysis.tokens.vectors import KIND, TokenVectors
 from ui.results import CHART_FORMAT, chart, md_plain, result_key, shared_result, stop_button, wait_for_run
@@ -27,6 +28,16 @@ loaded = start_page("Token atlas", (
     "extracted once per model and corpus and cached on disk (float16, memory-mapped). Layer 0 is the embedding "
     "output."))
 
+@st.cache_resource(show_spinner=False)
+def compile_density() -> threading.Thread:
+    """datashader's counting compiled on a thread once per server, while the first corpus is chosen and extracted
+    (seconds of numba compilation that the first map would otherwise wait for)."""
+    thread = threading.Thread(target=warm_up, name="datashader-warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
+compile_density()
 SUFFIXES = (".txt", ".csv", ".tsv", ".jsonl", ".txt.gz", ".conllu", ".conllu.gz")
 SAMPLE = "en_ewt-ud-dev-first300.conllu.gz"  # bundled: UD English-EWT's first 300 dev sentences, with UPOS/DEPREL
 MAX_LISTED, MAX_SHOWN, MAX_OCCURRENCES = 2000, 500, 500

@@ -14,6 +14,7 @@ has no colour by category: it is counts.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 
 import numpy as np
@@ -23,8 +24,10 @@ HOWS = {"log": "log of the count per pixel", "eq_hist": "histogram-equalised cou
         "as many pixels)"}
 SHADES = ["#b7cde6", "#08306b"]  # light to dark blue: the sample's colours stay visible on top
 _COMPILED: set = set()  # dtypes whose aggregation numba has compiled in this process
+_LOCK = threading.Lock()
 OTHER = "other"
 TOP_CATEGORIES = 10
+WIDTH, HEIGHT, MIN_ALPHA = 640, 480, 120  # pixels of the density image; the opacity of a pixel holding one point
 # one colour per frequent category: no blue (the density's hue), no orange (the search's rings), no grey ("other")
 CATEGORY_COLOURS = ["#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#000000", "#e6ab02",
                     "#1b9e77", "#7b3294"]
@@ -61,7 +64,28 @@ def extent(coords: np.ndarray, pad: float = 0.02) -> tuple[tuple[float, float], 
     return out[0], out[1]
 
 
-def rasterise(coords: np.ndarray, width: int = 640, height: int = 480, how: str = "log",
+def warm_up(dtype=np.float32) -> float:
+    """Have numba compile datashader's counting and shading for ``dtype`` (once per process; seconds, more on a
+    busy machine): the seconds it took now (0 when already done). A page can call it on a thread before the first
+    map is asked for; :func:`rasterise` calls it and waits for a compilation under way."""
+    dtype = np.dtype(dtype)
+    with _LOCK:
+        if dtype in _COMPILED:
+            return 0.0
+        import datashader as ds
+        import datashader.transfer_functions as tf
+
+        t0 = time.perf_counter()
+        warm = pd.DataFrame({"x": np.zeros(2, dtype), "y": np.ones(2, dtype)})
+        small = ds.Canvas(plot_width=WIDTH, plot_height=HEIGHT, x_range=(0.0, 1.0), y_range=(0.0, 1.0)).points(
+            warm, "x", "y", ds.count())  # the map's own size and shading: a smaller canvas left 0.7 s to compile
+        for shading in HOWS:
+            tf.shade(small, cmap=SHADES, how=shading, min_alpha=MIN_ALPHA).to_pil()
+        _COMPILED.add(dtype)
+        return time.perf_counter() - t0
+
+
+def rasterise(coords: np.ndarray, width: int = WIDTH, height: int = HEIGHT, how: str = "log",
               x_range: tuple[float, float] | None = None, y_range: tuple[float, float] | None = None) -> Density:
     """The density image of ``coords`` (``(rows, 2)``, any float dtype, memory-mapped is fine) on a ``width x
     height`` pixel grid; the ranges default to :func:`extent`."""
@@ -71,16 +95,7 @@ def rasterise(coords: np.ndarray, width: int = 640, height: int = 480, how: str 
     if how not in HOWS:
         raise ValueError(f"unknown shading '{how}': choose one of {', '.join(HOWS)}")
     coords = np.asarray(coords)
-    compile_seconds = 0.0
-    if coords.dtype not in _COMPILED:  # numba compiles the aggregation once per dtype: timed apart from the map
-        t0 = time.perf_counter()
-        warm = pd.DataFrame({"x": np.zeros(2, coords.dtype), "y": np.ones(2, coords.dtype)})
-        small = ds.Canvas(plot_width=4, plot_height=4, x_range=(0, 1), y_range=(0, 1)).points(warm, "x", "y",
-                                                                                               ds.count())
-        for shading in HOWS:
-            tf.shade(small, cmap=SHADES, how=shading)
-        _COMPILED.add(coords.dtype)
-        compile_seconds = time.perf_counter() - t0
+    compile_seconds = warm_up(coords.dtype)
     t0 = time.perf_counter()
     if x_range is None or y_range is None:
         xr, yr = extent(coords)
@@ -88,7 +103,7 @@ def rasterise(coords: np.ndarray, width: int = 640, height: int = 480, how: str 
     frame = pd.DataFrame({"x": coords[:, 0], "y": coords[:, 1]})
     canvas = ds.Canvas(plot_width=width, plot_height=height, x_range=x_range, y_range=y_range)
     agg = canvas.points(frame, "x", "y", agg=ds.count())
-    image = tf.shade(agg, cmap=SHADES, how=how, min_alpha=120)
+    image = tf.shade(agg, cmap=SHADES, how=how, min_alpha=MIN_ALPHA)
     counts = np.asarray(agg.values)
     return Density(counts, image.to_pil(), tuple(map(float, x_range)), tuple(map(float, y_range)), how,
                    int(counts.sum()), time.perf_counter() - t0, compile_seconds)
