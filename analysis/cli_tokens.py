@@ -1,5 +1,6 @@
-"""``python -m analysis tokens extract|index|neighbours|geometry``: token vectors of a corpus per layer, nearest
-tokens and each layer's geometry (:mod:`analysis.tokens`, ``docs/tokens.md`` describes every file written)."""
+"""``python -m analysis tokens extract|index|neighbours|geometry|map``: token vectors of a corpus per layer,
+nearest tokens, each layer's geometry and token map (:mod:`analysis.tokens`, ``docs/tokens.md`` describes every
+file written)."""
 
 from __future__ import annotations
 
@@ -21,17 +22,20 @@ from analysis.cli_base import (
     write_json,
 )
 
-ACTIONS = ("extract", "index", "neighbours", "geometry")
+ACTIONS = ("extract", "index", "neighbours", "geometry", "map")
+MAP_METHODS = ("pca", "umap")  # analysis.tokens.maps.METHODS (not imported: the parser stays light)
 INDEX_KINDS = ("auto", "flat", "hnsw", "ivf")  # analysis.tokens.search (not imported: the parser stays light)
 OUTPUTS = {"extract": "run.json", "index": "index.csv, run.json",
-           "neighbours": "neighbours.csv, summary.csv, run.json", "geometry": "geometry.csv, rogue_dims.csv, run.json"}
+           "neighbours": "neighbours.csv, summary.csv, run.json", "geometry": "geometry.csv, rogue_dims.csv, run.json",
+           "map": "run.json"}
 
 
 def add_tokens_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=ACTIONS, help="extract: token vectors per layer to disk (cached, resumable); "
                    "index: a nearest-neighbour index per layer; neighbours: the nearest tokens of one token at each "
                    "layer; geometry: anisotropy, self-similarity, intra-sentence similarity, variance, rogue "
-                   "dimensions per layer")
+                   "dimensions per layer; map: every token's 2-D coordinates at one layer (PCA or UMAP), cached "
+                   "beside the vectors")
     g = p.add_argument_group("corpus (extract; the other actions extract first when given --input)")
     g.add_argument("--input", type=Path, help="texts (.txt one per line, .txt.gz, .csv, .tsv, .jsonl) or a CoNLL-U "
                    "treebank (.conllu, .conllu.gz: tokens get UPOS and DEPREL)")
@@ -45,7 +49,7 @@ def add_tokens_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--vectors", type=Path, help="an extraction directory (printed by extract) or extract's --out")
     g.add_argument("--index", choices=INDEX_KINDS, default="auto", help="index kind (default auto: flat, exact, up "
                    "to 1,000,000 tokens, ivf above; measured in docs/tokens.md)")
-    g.add_argument("--rebuild", action="store_true", help="index: build again even when cached")
+    g.add_argument("--rebuild", action="store_true", help="index, map: compute again even when cached")
     g.add_argument("--recall-queries", type=nonnegative_int, default=200, help="index: tokens on which recall@10 "
                    "against exact search is measured for an approximate index (default 200; 0: none)")
     g.add_argument("--exact", action="store_true", help="neighbours: brute-force search over the shards, no index")
@@ -58,6 +62,12 @@ def add_tokens_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--word", help="neighbours: the query's word or token (first match, or within --text-id)")
     g.add_argument("-k", "--k", type=positive_int, default=10, help="neighbours per layer (default 10)")
     g.add_argument("--threads", type=positive_int, help="faiss threads (default: faiss's own)")
+    g = p.add_argument_group("map")
+    g.add_argument("--layer", type=int, help="map: the hidden state (default: the last extracted)")
+    g.add_argument("--method", choices=MAP_METHODS, default="pca", help="map: pca (exact, every token) or umap "
+                   "(fitted on --sample random tokens, the others transformed); default pca")
+    g.add_argument("--sample", type=positive_int, default=20_000, help="map: tokens UMAP is fitted on (default "
+                   "20,000; the seed is --seed)")
     g = p.add_argument_group("geometry")
     g.add_argument("--blocks", type=positive_int, default=20, help="contiguous text blocks of the bootstrap (20)")
     g.add_argument("--boots", type=positive_int, default=200, help="bootstrap replicates (default 200)")
@@ -100,7 +110,7 @@ def _vectors(args: argparse.Namespace):
 
 def cmd_tokens(args: argparse.Namespace) -> int:
     return {"extract": _cmd_extract, "index": _cmd_index, "neighbours": _cmd_neighbours,
-            "geometry": _cmd_geometry}[args.action](args)
+            "geometry": _cmd_geometry, "map": _cmd_map}[args.action](args)
 
 
 def _run_info(tv, **extra) -> dict:
@@ -230,4 +240,24 @@ def _cmd_geometry(args: argparse.Namespace) -> int:
     cols = ["layer", "anisotropy", "self_similarity", "intra_similarity", "top1_variance", "effective_rank",
             "rogue_dims", "rogue_top3_share"]
     print(table[cols].to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    return 0
+
+
+def _cmd_map(args: argparse.Namespace) -> int:
+    from analysis.tokens.maps import layer_map
+
+    tv = _vectors(args)
+    layer = tv.layers[-1] if args.layer is None else args.layer
+    tv.layer_slot(layer)  # a layer not extracted: one error line
+    kw = {"sample": args.sample, "seed": args.seed} if args.method == "umap" else {}
+    start = time.perf_counter()
+    coords, info = layer_map(tv, layer, args.method, force=args.rebuild, **kw)
+    path = tv.directory / "maps" / info["file"]
+    if args.out is not None:
+        write_json(prepare_out(args.out), "run.json", _run_info(
+            tv, layer=layer, method=args.method, coordinates=str(path), description=str(path.with_suffix(".json")),
+            seconds=round(time.perf_counter() - start, 3), map=info))
+    print(f"{coords.shape[0]} tokens x {coords.shape[1]} coordinates ({args.method}, hidden state {layer})",
+          file=sys.stderr)
+    print(path)
     return 0

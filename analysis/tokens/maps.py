@@ -27,10 +27,10 @@ CHUNK = 65_536
 METHODS = ("pca", "umap")
 # UMAP's sample. The fit is the expensive, serial part (a fixed seed makes umap-learn single-threaded): on this
 # project's 2-core machine ~1-2 min for 20,000 x 768 (docs/benchmarks.md), while the transform of the other
-# rows is linear in their number. 20,000 rows hold every word type seen once in 50 tokens of the corpus several
-# times over, and each transformed token is placed among its 15 nearest sampled neighbours, so the sample fixes
-# the map's layout and the rest fills it in. Over 10,000 rows umap-learn's default fit is 200 epochs, which is
-# what UMAP_EPOCHS states explicitly (below).
+# rows is linear in their number. In 20,000 random tokens a word type that makes 1 token in 2,000 appears about
+# 10 times, and each transformed token is placed among its 15 nearest sampled neighbours, so the sample fixes the
+# map's layout and the rest fills it in. Over 10,000 rows umap-learn's default fit is 200 epochs, which is what
+# UMAP_EPOCHS states explicitly (below).
 UMAP_SAMPLE = 20_000
 UMAP_NEIGHBOURS = 15
 # umap-learn's transform depends on the batch it is given: it runs 100 or 30 epochs depending on whether the call
