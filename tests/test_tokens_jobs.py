@@ -261,6 +261,20 @@ def test_a_cancel_while_indexing_stops_before_the_next_layer(home, tmp_path):
     assert [r["cached"] for r in metrics["index"]] == [True, False, False, False]
 
 
+def test_an_approximate_index_reports_its_recall(home, tmp_path):
+    """index ivf on two layers: index.csv has the measured recall@10 against exact search, as `tokens index`."""
+    store, _, config = home
+    job_id = submit({**config, "index": "ivf", "layers": "0,3", "recall_queries": 20}, store, start_worker=False)
+    lines = []
+    metrics = run_in_process(store, job_id, tmp_path / "art", lambda line, p: lines.append(line))
+    table = pd.read_csv(tmp_path / "art" / "index.csv")
+    assert table["layer"].tolist() == [0, 3] and set(table["kind"]) == {"ivf"}
+    assert table["recall@10"].between(0, 1).all()
+    assert [r["recall@10"] for r in metrics["index"]] == pytest.approx(table["recall@10"].tolist(), abs=1e-12)
+    assert json.loads(table["params"][0])["nprobe"] >= 1
+    assert sum("ivf, recall@10" in line for line in lines) == 2
+
+
 def test_the_jobs_table_and_the_atlas_helpers_show_a_tokens_job(home):
     from ui.jobs import finished_tokens_jobs, job_table, tokens_jobs, tokens_stage
 
