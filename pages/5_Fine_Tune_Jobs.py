@@ -18,7 +18,7 @@ from jobs import backends
 from jobs.store import FINISHED, JobStore, StoreError
 from jobs.submit import SubmitError, submit, submit_sweep
 from ui.inputs import server_file
-from ui.jobs import comparison_table, job_table, score_line, shown, structure_stage, tokens_stage
+from ui.jobs import comparison_table, job_table, score_line, shown, structure_stage, tokens_stage, tokens_summary
 from ui.options import option_input, reset_form
 from ui.results import chart, md_plain
 from ui.sidebar import prefill, start_page
@@ -210,6 +210,8 @@ def live() -> None:
     stage = {"structure": structure_stage, "tokens": tokens_stage}.get(job.config.get("kind"))
     if stage and job.status == "running":  # where a job of stages is: 'extract: shard 3 of 9 (...) · 30% of the job'
         left.caption(stage(job))
+    if job.status == "succeeded" and job.config.get("kind") == "tokens":
+        left.caption(f"{tokens_summary(job)}: open it on the Token atlas page.")
     if job.progress.get("history"):
         chart(history_chart(job.progress["history"]), f"job{job.id}_curves", left, key=f"curve_{job.id}")
     if job.status not in FINISHED and right.button("Cancel", key=f"cancel_{job.id}"):

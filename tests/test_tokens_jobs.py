@@ -306,6 +306,13 @@ def test_the_jobs_page_says_where_a_running_tokens_job_is(home, monkeypatch):
     assert not at.exception
     assert "extract: shard 3 of 6 (130 of 232 tokens) · 28% of the job" in [c.value for c in at.caption]
     assert at.button(key=f"cancel_{job_id}")
+    store.finish(job_id, "succeeded", metrics={"kind": "tokens", "rows": 232, "layers": [0, 1, 2, 3], "hidden": 16,
+                                               "shards": 6, "computed_shards": 4, "disk_bytes": 3 * 2**20,
+                                               "index": [{"kind": "flat"}] * 4})
+    at = run_page("pages/5_Fine_Tune_Jobs.py", model=config["model"])
+    assert not at.exception and ("232 tokens x 4 hidden states x 16 in 6 shards (3.0 MiB; 4 computed by this job), "
+                                 "index flat on 4 layers: open it on the Token atlas page.") in [
+                                     c.value for c in at.caption]
 
 
 def test_the_form_queues_a_tokens_job_from_the_browser(home, monkeypatch):

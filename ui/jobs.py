@@ -280,3 +280,16 @@ def tokens_stage(job) -> str:
                 f"· {p.get('fraction', 0):.0%} of the job")
     return (f"extract: shard {p.get('shard', 0)} of {p.get('total_steps', '?')} ({p.get('tokens', 0):,} of "
             f"{p.get('total_tokens', 0):,} tokens) · {p.get('fraction', 0):.0%} of the job")
+
+
+def tokens_summary(job) -> str:
+    """``61,819 tokens x 5 hidden states x 256 in 8 shards (150.9 MiB; 6 computed by this job), index flat on 5
+    layers``: what a succeeded tokens job left (its metrics)."""
+    m = job.metrics or {}
+    if "rows" not in m:
+        return ""
+    index = m.get("index") or []
+    kinds = sorted({r.get("kind") for r in index})
+    return (f"{m['rows']:,} tokens x {len(m.get('layers', []))} hidden states x {m.get('hidden')} in "
+            f"{m.get('shards')} shards ({m.get('disk_bytes', 0) / 2**20:.1f} MiB; {m.get('computed_shards')} computed "
+            f"by this job), " + (f"index {', '.join(kinds)} on {len(index)} layers" if index else "no index"))
