@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis.csvout import to_csv
-from analysis.dataroots import data_roots, save_upload, server_file_picker_label, within_roots
+from analysis.dataroots import data_roots, save_upload, server_file_picker_label, uploads, within_roots
 from analysis.inputs import LABEL_HINTS, InputError, columns_of, guess_text_column
 from analysis.plots import plain
 from analysis.projection import parse_layers
@@ -57,6 +57,29 @@ def corpus_files() -> list[Path]:
             if len(found) >= MAX_LISTED:
                 break
     return list(dict.fromkeys(found))
+
+
+def save_corpus(data: bytes, name: str) -> Path:
+    """An uploaded corpus saved under the uploads folder (a data root), whole or not at all: texts and tables by
+    :func:`analysis.dataroots.save_upload`; a treebank or gzipped texts (suffixes it does not store) the same way
+    here, named by their hash and that suffix, never by the user's file name."""
+    import hashlib
+    import os
+
+    suffix = next((s for s in (".conllu.gz", ".conllu", ".txt.gz") if name.lower().endswith(s)), None)
+    if suffix is None:
+        return save_upload(data, name)
+    folder = uploads()
+    saved = folder / f"{hashlib.sha256(data).hexdigest()[:16]}{suffix}"
+    temporary = folder / f".{saved.name}.{os.getpid()}.{threading.get_ident()}.part"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        temporary.write_bytes(data)
+        os.replace(temporary, saved)
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        raise InputError(f"cannot save the upload {name!r} on the server: {exc.strerror or exc}") from None
+    return saved
 
 
 def cached_extractions() -> list[TokenVectors]:
@@ -142,16 +165,20 @@ else:
                                   type=["txt", "csv", "tsv", "jsonl", "conllu", "gz"], key="tokens_upload")
         if upload is not None:
             try:
-                files = list(dict.fromkeys([save_upload(upload.getvalue(), upload.name), *files]))
+                saved = save_corpus(upload.getvalue(), upload.name)
+                files = list(dict.fromkeys([saved, *files]))
+                if st.session_state.get("tokens_uploaded") != saved:  # a new upload: chosen once, then free to change
+                    st.session_state["tokens_uploaded"] = st.session_state["tokens_file"] = saved
             except InputError as exc:
                 fail(exc, "The upload")
     if not files:
         st.info("No corpus on the server: upload one, or put texts or .conllu files under "
                 f"{', '.join(map(str, data_roots()))} (LAYERLENS_DATA_DIRS).")
         st.stop()
-    default = next((i for i, f in enumerate(files) if f.name == SAMPLE), 0)
+    if st.session_state.get("tokens_file") not in files:  # first visit: the bundled sample (a first look in seconds)
+        st.session_state["tokens_file"] = next((f for f in files if f.name == SAMPLE), files[0])
     c1, c2, c3 = st.columns([3, 1, 1])
-    path = c1.selectbox("Corpus", files, index=default, key="tokens_file", format_func=server_file_picker_label,
+    path = c1.selectbox("Corpus", files, key="tokens_file", format_func=server_file_picker_label,
                         help="texts (one per line in .txt; a column of .csv/.tsv/.jsonl) or a CoNLL-U treebank, whose "
                         "tokens carry their word's UPOS and DEPREL")
     limit = c2.number_input("Max texts", 1, 1_000_000, 300, key="tokens_limit", help="the first N texts (sentences) "

@@ -6,6 +6,7 @@ LAYERLENS_SCREENSHOTS when set, else the test's folder.
 """
 
 import os
+import re
 import shutil
 import socket
 import time
@@ -157,6 +158,21 @@ def test_map_search_selection_neighbours_and_geometry_with_no_request_leaving(pa
     assert page.locator(".js-plotly-plot").count() == 1
     assert_no_error(page)
     page.screenshot(path=str(out / "tokens_geometry.png"), full_page=True)
+    assert_local(requests)
+
+
+def test_an_uploaded_treebank_is_extracted_and_mapped(page, server, tmp_path, requests):
+    from tests.conftest import FIXTURES
+
+    open_page(page, server)
+    page.get_by_text("Upload a corpus").click()
+    page.locator("input[type='file']").set_input_files(str(FIXTURES / "ud_tiny_train.conllu"))
+    page.get_by_text(re.compile(r"uploads/[0-9a-f]{16}\.conllu")).first.wait_for()  # saved, chosen
+    settle(page)
+    page.get_by_role("button", name="Extract token vectors").click()
+    page.get_by_text("Shown: Density (datashader)").wait_for()
+    assert page.get_by_text(re.compile(r"CoNLL-U · 33 texts")).count() >= 1
+    assert_no_error(page)
     assert_local(requests)
 
 
