@@ -183,6 +183,8 @@ def bench_umap(args) -> None:
     print(json.dumps({"rows": tv.rows, "hidden": tv.hidden, "layer": layer, "sample": info["sample"],
                       "fit_s": info["fit_seconds"], "transform_s": info["transform_seconds"],
                       "transform_s_per_100k_rows": info["transform_seconds"] / max(rest, 1) * 100_000,
+                      "transform_graph_s": info["transform_graph_seconds"],
+                      "transform_layout_s": info["transform_layout_seconds"],
                       "wall_s": wall, "peak_mb": peak_mb(), "load_before": before, "load_after": load(),
                       "umap": info["umap_version"], "model": tv.manifest["model"]}, indent=1), flush=True)
 

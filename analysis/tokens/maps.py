@@ -146,6 +146,7 @@ def umap_map(tv: TokenVectors, layer: int, sample: int = UMAP_SAMPLE, seed: int 
     in_sample = np.zeros(tv.rows, bool)
     in_sample[rows] = True
     transform_seconds = 0.0
+    timings: dict = {}
 
     def chunks():
         for first, block in tv.layer_blocks(layer):
@@ -159,7 +160,7 @@ def umap_map(tv: TokenVectors, layer: int, sample: int = UMAP_SAMPLE, seed: int 
         out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(tv.rows, 2))
         out[rows] = fitted
         began = time.perf_counter()
-        for where, coords in transform_rest(reducer, chunks()):
+        for where, coords in transform_rest(reducer, chunks(), timings):
             out[where] = coords
         transform_seconds = time.perf_counter() - began
         out.flush()
@@ -174,12 +175,14 @@ def umap_map(tv: TokenVectors, layer: int, sample: int = UMAP_SAMPLE, seed: int 
             "n_epochs": UMAP_EPOCHS, "transform_epochs": UMAP_EPOCHS // 3, "min_dist": reducer.min_dist,
             "transform_chunk": chunk, "umap_version": umap.__version__,
             "fit_seconds": round(fit_seconds, 3), "transform_seconds": round(transform_seconds, 3),
+            "transform_graph_seconds": round(timings.get("graph_seconds", 0.0), 3),
+            "transform_layout_seconds": round(timings.get("layout_seconds", 0.0), 3),
             "transformed_rows": int(tv.rows - sample), "file": path.name}
     _write_atomic(meta_path, lambda p: p.write_text(json.dumps(meta, indent=1)))
     return np.load(path, mmap_mode="r"), meta
 
 
-def transform_rest(reducer, chunks):
+def transform_rest(reducer, chunks, timings: dict | None = None):
     """``(rows, coordinates)`` per chunk of ``chunks`` (an iterable of ``(rows, (n, d) float32)``, read once):
     the fitted ``reducer``'s placement of every row exactly as one ``reducer.transform`` of all the chunks'
     rows at once, computed a chunk at a time. Pass 1 builds each chunk's neighbour graph (umap-learn's
@@ -187,7 +190,8 @@ def transform_rest(reducer, chunks):
     bytes each) and the largest weight; pass 2 is the rest of ``UMAP.transform`` (umap-learn 0.5) per chunk with
     that largest weight: initial positions from the graph, edges under largest / epochs dropped, sampling rates
     relative to the largest, ``optimize_layout_euclidean`` (each row moves alone against the fitted embedding,
-    its random stream seeded from its own start)."""
+    its random stream seeded from its own start). ``timings`` (a dict) receives ``graph_seconds`` and
+    ``layout_seconds``."""
     from sklearn.utils import check_random_state
     from umap.layouts import optimize_layout_euclidean
     from umap.umap_ import INT32_MAX, INT32_MIN, init_graph_transform
@@ -195,6 +199,8 @@ def transform_rest(reducer, chunks):
     if reducer.output_metric != "euclidean" or reducer.densmap or reducer.n_epochs is None:
         raise ValueError("transform_rest supports a euclidean output, no densMAP and a fixed n_epochs")
     graphs, largest = [], np.float32(0)
+    timings = {} if timings is None else timings
+    began = time.perf_counter()
     mode = reducer.transform_mode
     reducer.transform_mode = "graph"
     try:
@@ -208,11 +214,13 @@ def transform_rest(reducer, chunks):
                     largest = max(largest, g.data.max())
     finally:
         reducer.transform_mode = mode
+    timings["graph_seconds"], timings["layout_seconds"] = time.perf_counter() - began, 0.0
     n_epochs = int(reducer.n_epochs // 3.0)
     tail = reducer.embedding_.astype(np.float32, copy=True)
     import scipy.sparse
 
     for where, n, row, col, data in graphs:
+        began = time.perf_counter()
         graph = scipy.sparse.coo_matrix((data, (row, col)), shape=(n, tail.shape[0]))
         csr = graph.tocsr()
         csr.eliminate_zeros()
@@ -227,6 +235,7 @@ def transform_rest(reducer, chunks):
             embedding, tail.copy(), graph.row, graph.col, n_epochs, graph.shape[1], epochs_per_sample,
             reducer._a, reducer._b, rng_state, reducer.repulsion_strength, reducer._initial_alpha / 4.0,
             reducer.negative_sample_rate, reducer.random_state is None, verbose=False, tqdm_kwds={"disable": True})
+        timings["layout_seconds"] += time.perf_counter() - began
         yield where, embedding
 
 
