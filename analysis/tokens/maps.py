@@ -117,9 +117,11 @@ def umap_map(tv: TokenVectors, layer: int, sample: int = UMAP_SAMPLE, seed: int 
              chunk: int = UMAP_CHUNK) -> tuple[np.ndarray, dict]:
     """Every row's UMAP coordinates at hidden state ``layer``, ``(rows, 2)`` float32: umap-learn fitted on
     ``sample`` rows (:func:`umap_sample_rows`; their coordinates are the fit's own embedding), every other row
-    placed by the fitted model's ``transform``, shard by shard and ``chunk`` rows at a time (memory: the sample,
-    the fitted model and one chunk). Cached beside the vectors; memory-mapped from the cache when computed
-    before (``force`` computes again). The description says which rows were fitted (``sample_file``)."""
+    placed by the fitted model's ``transform``, shard by shard and ``chunk`` rows at a time, exactly as one
+    ``transform`` call of all of them places them (:func:`transform_rest`; memory: the sample, the fitted model,
+    one chunk and 15 edges of 12 bytes per transformed row). Cached beside the vectors; memory-mapped from the
+    cache when computed before (``force`` computes again). The description says which rows were fitted
+    (``sample_file``)."""
     tv.layer_slot(layer)
     if sample < 3:
         raise InputError(f"a UMAP sample of {sample} rows is too small; give at least 3")
