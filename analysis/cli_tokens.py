@@ -5,7 +5,6 @@ file written)."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -18,7 +17,6 @@ from analysis.cli_base import (
     positive_int,
     prepare_out,
     processes_note,
-    versions,
     write_json,
 )
 
@@ -113,11 +111,6 @@ def cmd_tokens(args: argparse.Namespace) -> int:
             "geometry": _cmd_geometry, "map": _cmd_map}[args.action](args)
 
 
-def _run_info(tv, **extra) -> dict:
-    return {"vectors": str(tv.directory), "model": tv.manifest["model"], "fingerprint": tv.manifest["fingerprint"],
-            "layers": tv.layers, "rows": tv.rows, "hidden": tv.hidden, **extra, "versions": versions()}
-
-
 def _cmd_extract(args: argparse.Namespace) -> int:
     if args.input is None:
         raise UserError("tokens extract needs --input FILE (texts or a CoNLL-U treebank)")
@@ -126,7 +119,7 @@ def _cmd_extract(args: argparse.Namespace) -> int:
         tv, corpus, seconds = _extract(args, ranks, spec, bars if ranks.is_main else None)
     if not ranks.is_main:
         return 0
-    info = _run_info(tv, input=str(args.input), source=corpus.source, seconds=round(seconds, 3),
+    info = tv.run_info(input=str(args.input), source=corpus.source, seconds=round(seconds, 3),
                      disk_bytes=tv.disk_bytes(), shards=len(tv.manifest["shards"]), processes=ranks.count)
     if args.out is not None:
         write_json(prepare_out(args.out), "run.json", info)
@@ -158,26 +151,20 @@ def _cmd_index(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from analysis.csvout import to_csv
-    from analysis.tokens.search import build_index, measure_recall
+    from analysis.tokens.search import index_row
 
     tv = _vectors(args)
     rows = []
     with StageBars() as bars:
         layers = _layers_of(args, tv)
         for done, layer in enumerate(layers):
-            info = build_index(tv, layer, args.index, args.threads, args.seed, force=args.rebuild)
-            if info["kind"] != "flat" and args.recall_queries:
-                info.update(measure_recall(tv, layer, info["kind"], args.recall_queries, 10, args.seed))
-            elif info["kind"] == "flat":
-                info["recall@10"] = 1.0
-            rows.append({k: info.get(k) for k in ("layer", "kind", "rows", "build_seconds", "bytes", "recall@10",
-                                                  "cached")} | {"params": json.dumps(info.get("params", {}))})
+            rows.append(index_row(tv, layer, args.index, args.threads, args.seed, args.rebuild, args.recall_queries))
             bars("index", done + 1, len(layers))
     table = pd.DataFrame(rows)
     if args.out is not None:
         out = prepare_out(args.out)
         to_csv(table, out / "index.csv")
-        write_json(out, "run.json", _run_info(tv, index=args.index))
+        write_json(out, "run.json", tv.run_info(index=args.index))
     print(table.to_string(index=False))
     return 0
 
@@ -199,7 +186,7 @@ def _cmd_neighbours(args: argparse.Namespace) -> int:
         out = prepare_out(args.out)
         to_csv(found, out / "neighbours.csv")
         to_csv(table, out / "summary.csv")
-        write_json(out, "run.json", _run_info(tv, query={k: (v.item() if hasattr(v, "item") else v)
+        write_json(out, "run.json", tv.run_info(query={k: (v.item() if hasattr(v, "item") else v)
                                                           for k, v in query.to_dict().items()},
                                               k=args.k, standardized=args.standardize,
                                               search="brute force" if args.exact or args.standardize
@@ -236,7 +223,7 @@ def _cmd_geometry(args: argparse.Namespace) -> int:
         out = prepare_out(args.out)
         to_csv(table, out / "geometry.csv")
         to_csv(rogue, out / "rogue_dims.csv")
-        write_json(out, "run.json", _run_info(tv, blocks=args.blocks, boots=args.boots, seed=args.seed))
+        write_json(out, "run.json", tv.run_info(blocks=args.blocks, boots=args.boots, seed=args.seed))
     cols = ["layer", "anisotropy", "self_similarity", "intra_similarity", "top1_variance", "effective_rank",
             "rogue_dims", "rogue_top3_share"]
     print(table[cols].to_string(index=False, float_format=lambda x: f"{x:.4f}"))
@@ -254,7 +241,7 @@ def _cmd_map(args: argparse.Namespace) -> int:
     coords, info = layer_map(tv, layer, args.method, force=args.rebuild, **kw)
     path = tv.directory / "maps" / info["file"]
     if args.out is not None:
-        write_json(prepare_out(args.out), "run.json", _run_info(
+        write_json(prepare_out(args.out), "run.json", tv.run_info(
             tv, layer=layer, method=args.method, coordinates=str(path), description=str(path.with_suffix(".json")),
             seconds=round(time.perf_counter() - start, 3), map=info))
     print(f"{coords.shape[0]} tokens x {coords.shape[1]} coordinates ({args.method}, hidden state {layer})",

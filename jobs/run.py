@@ -11,6 +11,7 @@ process with the traceback in the job's log; the worker records it.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sqlite3
 import time
@@ -163,17 +164,6 @@ def run_structure_job(store: JobStore, job, out: Path) -> dict:
             "word_vector": result.info["word_vector"]}
 
 
-def index_row(info: dict) -> dict:
-    """One row of ``index.csv`` from :func:`analysis.tokens.search.build_index`'s description (and its recall),
-    as ``tokens index --out`` writes it."""
-    import json
-
-    if info["kind"] == "flat":
-        info = {**info, "recall@10": 1.0}
-    return {k: info.get(k) for k in ("layer", "kind", "rows", "build_seconds", "bytes", "recall@10", "cached")} | {
-        "params": json.dumps(info.get("params", {}))}
-
-
 def run_tokens_job(store: JobStore, job, out: Path) -> dict:
     """A token-vector job: ``tokens extract`` of the job's corpus (:func:`analysis.tokens.vectors.extract`, into the
     shared cache: the shards a cancelled job of the same options wrote are kept and only the missing ones are
@@ -188,12 +178,10 @@ def run_tokens_job(store: JobStore, job, out: Path) -> dict:
     import signal
 
     from analysis.activations import max_input_length
-    from analysis.cli_base import write_json
-    from analysis.cli_tokens import _run_info
     from analysis.csvout import to_csv
     from analysis.projection import parse_layers
     from analysis.tokens.corpus import read_corpus
-    from analysis.tokens.search import build_index, measure_recall
+    from analysis.tokens.search import index_row
     from analysis.tokens.vectors import clean_stale, extract
     from jobs.submit import TokensJobOptions
     from models.loading import load_model
@@ -249,7 +237,7 @@ def run_tokens_job(store: JobStore, job, out: Path) -> dict:
     where.update(shard=shards, shards=shards, on_disk=shards, done=tv.rows)
     extract_report(f"extract: {tv.rows:,} tokens x {len(tv.layers)} layers x {tv.hidden} (float16, "
                    f"{tv.disk_bytes() / 2**20:.1f} MiB) in {tv.directory}", force=True)
-    info = _run_info(tv, input=options.corpus, source=corpus.source, seconds=round(seconds, 3),
+    info = tv.run_info(input=options.corpus, source=corpus.source, seconds=round(seconds, 3),
                      disk_bytes=tv.disk_bytes(), shards=shards, processes=1)
     rows = []
     if options.index != "none":
@@ -264,20 +252,18 @@ def run_tokens_job(store: JobStore, job, out: Path) -> dict:
                         "fraction": (1 + (n + done / max(total, 1)) / len(layers)) / 2})
 
             check()
-            built = build_index(tv, layer, options.index, seed=options.seed, progress=indexing)
-            if built["kind"] != "flat" and options.recall_queries:
-                check()
-                built.update(measure_recall(tv, layer, built["kind"], options.recall_queries, 10, options.seed))
-            rows.append(index_row(built))
-            report(f"index: layer {n + 1} of {len(layers)} (hidden state {layer}): {built['kind']}"
+            rows.append(index_row(tv, layer, options.index, seed=options.seed, recall_queries=options.recall_queries,
+                                  progress=indexing, before_recall=check))
+            report(f"index: layer {n + 1} of {len(layers)} (hidden state {layer}): {rows[-1]['kind']}"
                    + (f", recall@10 {rows[-1]['recall@10']:.3f}" if rows[-1]["recall@10"] is not None else "")
-                   + (" (cached)" if built["cached"] else f", built in {built['build_seconds']:.1f} s"),
+                   + (" (cached)" if rows[-1]["cached"] else f", built in {rows[-1]['build_seconds']:.1f} s"),
                    {"stage": "index", "step": n + 1, "total_steps": len(layers), "layer": layer,
                     "fraction": (1 + (n + 1) / len(layers)) / 2}, force=True)
         import pandas as pd
 
         to_csv(pd.DataFrame(rows), out / "index.csv")
-    write_json(out, "run.json", info)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "run.json").write_text(json.dumps(info, indent=2) + "\n")  # as the CLI's write_json
     return {"kind": "tokens", "vectors": str(tv.directory), "rows": tv.rows, "layers": tv.layers,
             "hidden": tv.hidden, "shards": shards, "computed_shards": len(where["todo"]),
             "disk_bytes": tv.disk_bytes(), "seconds": round(seconds, 3), "index": json_safe(rows)}

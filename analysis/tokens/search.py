@@ -295,6 +295,25 @@ def measure_recall(tv: TokenVectors, layer: int, kind: str, queries: int = 200, 
 
 # --- queries -------------------------------------------------------------------------------------------------
 
+
+INDEX_COLUMNS = ("layer", "kind", "rows", "build_seconds", "bytes", "recall@10", "cached")
+
+
+def index_row(tv: TokenVectors, layer: int, kind: str = DEFAULT_KIND, threads: int | None = None, seed: int = 0,
+              force: bool = False, recall_queries: int = 200, progress=None, before_recall=None) -> dict:
+    """Build (or find) hidden state ``layer``'s index (:func:`build_index`) and, for an approximate one, measure its
+    recall@10 against exact search on ``recall_queries`` queries (0: not measured); the row of ``index.csv`` that
+    ``tokens index`` and a tokens job write: :data:`INDEX_COLUMNS` and ``params`` (JSON). A flat index is exact:
+    recall 1. ``before_recall()`` runs between the two (a job's cancel check)."""
+    info = build_index(tv, layer, kind, threads, seed, force=force, progress=progress)
+    if info["kind"] == "flat":
+        info["recall@10"] = 1.0
+    elif recall_queries:
+        if before_recall is not None:
+            before_recall()
+        info.update(measure_recall(tv, layer, info["kind"], recall_queries, 10, seed))
+    return {k: info.get(k) for k in INDEX_COLUMNS} | {"params": json.dumps(info.get("params", {}))}
+
 def find_rows(tokens: pd.DataFrame, text_id: int | None = None, position: int | None = None,
               word: str | None = None, row: int | None = None) -> np.ndarray:
     """Token rows chosen by ``row``, by ``text_id`` (+ ``position``), or by ``word`` (case-folded: the rows of that

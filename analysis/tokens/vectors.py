@@ -181,6 +181,14 @@ class TokenVectors:
     def disk_bytes(self) -> int:
         return sum((self.directory / s["file"]).stat().st_size for s in self.manifest["shards"])
 
+    def run_info(self, **extra) -> dict:
+        """What every ``tokens`` command's and job's ``run.json`` says of the extraction, then ``extra``."""
+        from analysis import versions
+
+        return {"vectors": str(self.directory), "model": self.manifest["model"],
+                "fingerprint": self.manifest["fingerprint"], "layers": self.layers, "rows": self.rows,
+                "hidden": self.hidden, **extra, "versions": versions()}
+
 
 def extraction_key(loaded, corpus: TokenCorpus, layers: list[int], shard_rows: int) -> str:
     return key_of(kind=KIND, model=loaded.fingerprint, data=corpus.data_hash, layers=layers,
