@@ -167,8 +167,13 @@ def test_an_uploaded_treebank_is_extracted_and_mapped(page, server, tmp_path, re
     open_page(page, server)
     page.get_by_text("Upload a corpus").click()
     page.locator("input[type='file']").set_input_files(str(FIXTURES / "ud_tiny_train.conllu"))
-    page.get_by_text(re.compile(r"uploads/[0-9a-f]{16}\.conllu")).first.wait_for()  # saved, chosen
     settle(page)
+    corpus = page.locator("[data-testid='stSelectbox']").filter(has_text="Corpus").first
+    for _ in range(60):  # saved under the uploads folder and chosen as the corpus
+        if re.search(r"uploads/[0-9a-f]{16}\.conllu", corpus.inner_html()):
+            break
+        time.sleep(1.0)
+    assert re.search(r"uploads/[0-9a-f]{16}\.conllu", corpus.inner_html()), corpus.inner_html()
     page.get_by_role("button", name="Extract token vectors").click()
     page.get_by_text("Shown: Density (datashader)").wait_for()
     assert page.get_by_text(re.compile(r"CoNLL-U · 33 texts")).count() >= 1
