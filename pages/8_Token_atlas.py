@@ -255,14 +255,19 @@ has = {c for c in ("label", "upos", "deprel") if c in tokens.columns}
 
 # --- map -----------------------------------------------------------------------------------------------------------
 def show_map() -> None:
-    from analysis.tokens.maps import pca_map
+    from analysis.tokens.maps import UMAP_SAMPLE, layer_map
 
     # EMBEDDING ATLAS: ui/embedding_atlas.py (WebGPU) adds its option here; the density view stays the fallback.
     renderers = ["Density (datashader)"]
     renderer = st.radio("Map renderer", renderers, horizontal=True, key="tokens_renderer",
                         help="Density: rasterised on the server, works in any browser. Embedding Atlas (WebGPU) is "
                         "the interactive map for a browser with WebGPU (a GPU machine).")
-    c1, c2, c3, c4, c5 = st.columns([1.3, 1.2, 1, 1.2, 1.6])
+    c0, c1, c2, c3, c4, c5 = st.columns([1.1, 1.2, 1.1, 1, 1.2, 1.5])
+    method = c0.radio("Axes", ["pca", "umap"], horizontal=True, key="tokens_method", format_func=str.upper,
+                      help=f"PCA: exact, over every token (seconds at a million). UMAP (cosine, 15 neighbours): "
+                      f"fitted on a random sample of {UMAP_SAMPLE:,} tokens, every other token placed by the fitted "
+                      "model; minutes at a million tokens, and the first UMAP after a server start compiles for "
+                      "about a minute. Both are cached on disk per layer.")
     layer = c1.selectbox("Layer", tv.layers, index=len(tv.layers) - 1, key="tokens_map_layer",
                          format_func=lambda x: f"hidden state {x}")
     how = c2.radio("Shading", list(HOWS), horizontal=True, key="tokens_shading", help="; ".join(
@@ -274,9 +279,11 @@ def show_map() -> None:
     search = c5.text_input("Search by text", key="tokens_search", placeholder="a word or token, e.g. the",
                            help="rings the tokens of that word (case-folded; a token spelled so when no word is)")
     try:
-        with st.spinner("PCA of every token (exact, once per layer)…", show_time=True):
-            coords, meta = pca_map(tv, layer)
-        density = shared_result(result_key("tokens-density", directory, layer, how, meta.get("rows")),
+        with st.spinner("PCA of every token (exact, once per layer)…" if method == "pca" else
+                        "UMAP of the layer (fitted on a sample, the rest transformed; once per layer)…",
+                        show_time=True):
+            coords, meta = layer_map(tv, layer, method)
+        density = shared_result(result_key("tokens-density", directory, layer, method, how, meta.get("rows")),
                                 "Rasterising", lambda report: rasterise(coords, how=how))
     except Exception as exc:  # noqa: BLE001
         fail(exc, "The map")
@@ -305,10 +312,17 @@ def show_map() -> None:
             ring = points(matches[:MAX_SHOWN])
             st.caption(f"Search: {FMT(len(matches))} token(s) of '{md_plain(search.strip())}', ringed in orange"
                        + (f" (the first {MAX_SHOWN} shown)" if len(matches) > MAX_SHOWN else "") + ".")
-    ratio = meta.get("explained_variance_ratio", [np.nan, np.nan])
+    if method == "pca":
+        ratio = meta.get("explained_variance_ratio", [np.nan, np.nan])
+        titles = {"x_title": f"PC 1 ({ratio[0]:.1%} of variance)", "y_title": f"PC 2 ({ratio[1]:.1%} of variance)"}
+        axes = f"the layer's exact PCA over every token ({meta.get('method', 'pca')})"
+    else:
+        titles = {"x_title": "UMAP 1", "y_title": "UMAP 2"}
+        axes = (f"UMAP (cosine, {meta.get('n_neighbors')} neighbours) fitted on {FMT(meta.get('sample', 0))} random "
+                f"tokens (seed {meta.get('seed')}), the other {FMT(meta.get('transformed_rows', 0))} placed by the "
+                "fitted model; distances between clusters mean little in UMAP")
     fig = map_figure(density, sample, None if colour == "none" else colour, ring,
-                     title=f"Hidden state {layer}: {FMT(tv.rows)} tokens",
-                     x_title=f"PC 1 ({ratio[0]:.1%} of variance)", y_title=f"PC 2 ({ratio[1]:.1%} of variance)")
+                     title=f"Hidden state {layer}: {FMT(tv.rows)} tokens", **titles)
     fig.update_layout(dragmode="select")
     fmt = st.session_state.get(CHART_FORMAT, "png")
     event = st.plotly_chart(fig, key="tokens_map", on_select="rerun", selection_mode=("box", "lasso"), config={
@@ -323,7 +337,7 @@ def show_map() -> None:
                f"{density.counts.shape[1]} x {density.counts.shape[0]} pixels in {density.seconds * 1000:,.0f} ms"
                f"{compiled}, each pixel shaded blue by its count ({HOWS[how]}); "
                f"empty pixels are white. The density is counts only: hover, colour and selection are on {sampled}. "
-               f"Axes: the layer's exact PCA over every token ({meta.get('method', 'pca')}).")
+               f"Axes: {axes}.")
     picked = []
     for p in (event.selection.points if event and event.selection else []):
         value = p.get("customdata")

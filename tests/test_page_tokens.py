@@ -191,3 +191,19 @@ def test_the_density_counts_every_point_as_numpy_does():
     assert a < 1 < b and c < 2 < e  # a single point still has an extent
     fig = map_figure(d, pd.DataFrame({"x": [0.0], "y": [0.0], "row": [7], "hover": ["<b>x</b>"], "c": ["a"]}), "c")
     assert fig.data[0].customdata.tolist() == [7] and fig.layout.images[0].layer == "below"
+
+
+@pytest.mark.slow  # umap-learn's numba compilation: tens of seconds in a fresh process
+def test_the_umap_map_shows_the_engines_coordinates(tiny_dirs, corpus_root):
+    from analysis.tokens.maps import umap_map
+
+    at = extracted(tiny_dirs["bert"], corpus_root)
+    at.radio(key="tokens_method").set_value("umap").run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    tv = engine(tiny_dirs["bert"], corpus_root / "tiny.conllu")
+    coords, meta = umap_map(tv, tv.layers[-1])
+    traces = figure(at)["data"]
+    rows = np.concatenate([values(t["customdata"]) for t in traces]).astype(np.int64)
+    np.testing.assert_allclose(np.concatenate([values(t["x"]) for t in traces]), coords[rows, 0], rtol=1e-6)
+    np.testing.assert_allclose(np.concatenate([values(t["y"]) for t in traces]), coords[rows, 1], rtol=1e-6)
+    assert any("Axes: UMAP (cosine" in c.value for c in at.caption)
