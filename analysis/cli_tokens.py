@@ -242,7 +242,7 @@ def _cmd_map(args: argparse.Namespace) -> int:
     path = tv.directory / "maps" / info["file"]
     if args.out is not None:
         write_json(prepare_out(args.out), "run.json", tv.run_info(
-            tv, layer=layer, method=args.method, coordinates=str(path), description=str(path.with_suffix(".json")),
+            layer=layer, method=args.method, coordinates=str(path), description=str(path.with_suffix(".json")),
             seconds=round(time.perf_counter() - start, 3), map=info))
     print(f"{coords.shape[0]} tokens x {coords.shape[1]} coordinates ({args.method}, hidden state {layer})",
           file=sys.stderr)
