@@ -250,8 +250,9 @@ def extract(loaded, corpus: TokenCorpus, layers: list[int] | None = None, batch_
         batch = make_batch(corpus.encoded, idx, pad, loaded.spec.device)
         states = hidden_states(loaded, batch)
         mask = counted_mask(batch, special, include_special=False)
-        chosen = torch.stack([states[i] for i in pick.tolist()])  # (layers, batch, seq, hidden)
-        vectors = chosen[:, mask].to(torch.float16).cpu().numpy()  # (layers, counted, hidden), text by text
+        # (layers, counted, hidden) float16, text by text: each layer's counted rows taken and halved before they
+        # are stacked (stacking the float32 (layers, batch, seq, hidden) first held ~0.3 GB more at bert-base, batch 64)
+        vectors = torch.stack([states[i][mask].to(torch.float16) for i in pick.tolist()]).cpu().numpy()
         return idx, mask.sum(1).cpu().numpy(), vectors
 
     done_rows = sum(int(corpus.counts[a:b].sum()) for i, (a, b) in enumerate(plan) if i not in todo)
