@@ -28,17 +28,21 @@ def uploads() -> Path:
     return layerlens_home() / "uploads"
 
 
+TREEBANK_SUFFIXES = (".conllu.gz", ".conllu", ".txt.gz")  # uploads read by the structure and token analyses
+
+
 def save_upload(data: bytes, name: str) -> Path:
-    """Save an uploaded file's ``data`` under :func:`uploads`, named by its hash and ``name``'s (safe) suffix,
-    whole or not at all: written to a hidden temporary file in the same folder (never offered: not a data
-    suffix) and renamed into place. A failed write (a full disk) removes the temporary file and is an
-    :class:`InputError`."""
+    """Save an uploaded file's ``data`` under :func:`uploads`, named by its hash and ``name``'s (safe) suffix, a
+    table's (``.csv``, ...) or one of :data:`TREEBANK_SUFFIXES`, whole or not at all: written to a hidden temporary
+    file in the same folder (never offered: not a data suffix) and renamed into place. A failed write (a full disk)
+    removes the temporary file and is an :class:`InputError`."""
     import hashlib
 
     from analysis.inputs import safe_suffix
 
     folder = uploads()
-    saved = folder / f"{hashlib.sha256(data).hexdigest()[:16]}{safe_suffix(name)}"
+    suffix = next((s for s in TREEBANK_SUFFIXES if name.lower().endswith(s)), None) or safe_suffix(name)
+    saved = folder / f"{hashlib.sha256(data).hexdigest()[:16]}{suffix}"
     temporary = folder / f".{saved.name}.{os.getpid()}.{threading.get_ident()}.part"
     try:
         folder.mkdir(parents=True, exist_ok=True)

@@ -130,7 +130,13 @@ files = treebanks()
 with st.expander("Upload a treebank"):
     upload = st.file_uploader("CoNLL-U file", type=["conllu", "gz"], key="structure_upload")
     if upload is not None:
-        files = list(dict.fromkeys([save_upload(upload.getvalue(), upload.name), *treebanks()]))
+        try:
+            saved = save_upload(upload.getvalue(), upload.name)
+        except InputError as exc:
+            st.error(str(exc))
+            st.stop()
+        files = list(dict.fromkeys([saved, *treebanks()]))
+        st.caption(f"Saved as `{saved.name}` under the uploads folder: choose it under **Train on** or **Score on**.")
 if not files:
     st.info("No CoNLL-U treebanks on the server: upload one, or put .conllu(.gz) files under "
             f"{', '.join(map(str, data_roots()))} (LAYERLENS_DATA_DIRS).")
@@ -161,7 +167,8 @@ limit = c5.number_input("Max sentences", 0, 100_000, 0, key="structure_max", hel
 with_mdl = c6.checkbox("MDL", True, key="structure_mdl", help="the online codelength of the label tasks (Voita & "
                        "Titov): 10 more fits per task and layer")
 with_random = (not loaded.spec.random_init) and st.checkbox(
-    "Also probe the same architecture with random weights (grey crosses: what the probe reads without a trained encoder)",
+    "Also probe the same architecture with random weights (grey crosses: what the probe reads without a trained "
+    "encoder)",
     False, key="structure_random", help="compared_model('random'): the sidebar model's config and tokenizer with "
     "seeded random weights (seed 0), probed with the same options; doubles the time")
 labelled, label_pooling = None, "cls"

@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis.csvout import to_csv
-from analysis.dataroots import data_roots, save_upload, server_file_picker_label, uploads, within_roots
+from analysis.dataroots import data_roots, save_upload, server_file_picker_label, within_roots
 from analysis.inputs import LABEL_HINTS, InputError, columns_of, guess_text_column
 from analysis.plots import plain
 from analysis.projection import parse_layers
@@ -57,29 +57,6 @@ def corpus_files() -> list[Path]:
             if len(found) >= MAX_LISTED:
                 break
     return list(dict.fromkeys(found))
-
-
-def save_corpus(data: bytes, name: str) -> Path:
-    """An uploaded corpus saved under the uploads folder (a data root), whole or not at all: texts and tables by
-    :func:`analysis.dataroots.save_upload`; a treebank or gzipped texts (suffixes it does not store) the same way
-    here, named by their hash and that suffix, never by the user's file name."""
-    import hashlib
-    import os
-
-    suffix = next((s for s in (".conllu.gz", ".conllu", ".txt.gz") if name.lower().endswith(s)), None)
-    if suffix is None:
-        return save_upload(data, name)
-    folder = uploads()
-    saved = folder / f"{hashlib.sha256(data).hexdigest()[:16]}{suffix}"
-    temporary = folder / f".{saved.name}.{os.getpid()}.{threading.get_ident()}.part"
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        temporary.write_bytes(data)
-        os.replace(temporary, saved)
-    except OSError as exc:
-        temporary.unlink(missing_ok=True)
-        raise InputError(f"cannot save the upload {name!r} on the server: {exc.strerror or exc}") from None
-    return saved
 
 
 def cached_extractions() -> list[TokenVectors]:
@@ -165,7 +142,7 @@ else:
                                   type=["txt", "csv", "tsv", "jsonl", "conllu", "gz"], key="tokens_upload")
         if upload is not None:
             try:
-                saved = save_corpus(upload.getvalue(), upload.name)
+                saved = save_upload(upload.getvalue(), upload.name)
                 files = list(dict.fromkeys([saved, *files]))
                 if st.session_state.get("tokens_uploaded") != saved:  # a new upload: chosen once, then free to change
                     st.session_state["tokens_uploaded"] = st.session_state["tokens_file"] = saved
@@ -205,6 +182,12 @@ else:
         layers = sorted(parse_layers(layer_text, loaded.num_layers + 1))
     except InputError as exc:
         fail(exc, "Layers")
+    with st.expander("Run it as a background job (a large corpus or bert-base: extraction and the neighbour "
+                     "indexes in a process of their own; progress, Cancel and log on the Fine-tuning jobs page)"):
+        from ui.jobs import tokens_job_form
+
+        tokens_job_form(loaded.spec, path, column, label_column, int(limit), layer_text)
+        st.caption("A finished job's vectors are in the same cache: open them under **Open a cached extraction**.")
     request = (str(path), int(limit), layers, column, label_column)
     wait_for_run("tokens_request", st.button("Extract token vectors", type="primary", key="tokens_run"), request,
                  "Choose a corpus, then extract. The vectors are cached on disk per model and corpus: a second time "
@@ -249,6 +232,7 @@ if tv.manifest.get("fingerprint") and tv.manifest.get("fingerprint") != loaded.f
     st.caption(f"These vectors were made by **{md_plain(tv.manifest.get('model'))}**, not the sidebar's model.")
 
 VIEWS = ["Map", "Neighbours", "Geometry"]
+ATLAS, DENSITY = "Embedding Atlas (WebGPU)", "Density (datashader)"
 view = st.radio("View", VIEWS, horizontal=True, key="tokens_view")
 has = {c for c in ("label", "upos", "deprel") if c in tokens.columns}
 
@@ -257,11 +241,12 @@ has = {c for c in ("label", "upos", "deprel") if c in tokens.columns}
 def show_map() -> None:
     from analysis.tokens.maps import UMAP_SAMPLE, layer_map
 
-    # EMBEDDING ATLAS: ui/embedding_atlas.py (WebGPU) adds its option here; the density view stays the fallback.
-    renderers = ["Density (datashader)"]
+    renderers = [ATLAS, DENSITY]
     renderer = st.radio("Map renderer", renderers, horizontal=True, key="tokens_renderer",
-                        help="Density: rasterised on the server, works in any browser. Embedding Atlas (WebGPU) is "
-                        "the interactive map for a browser with WebGPU (a GPU machine).")
+                        help="Embedding Atlas (Apple's WebGPU map, served from this machine, no request leaves it): "
+                        "every token, zoom, search and SQL filters, where the browser has WebGPU (a GPU machine); "
+                        "elsewhere the density view is shown instead. Density: rasterised on the server, works in "
+                        "any browser, and its selection comes back to this page.")
     c0, c1, c2, c3, c4, c5 = st.columns([1.1, 1.2, 1.1, 1, 1.2, 1.5])
     method = c0.radio("Axes", ["pca", "umap"], horizontal=True, key="tokens_method", format_func=str.upper,
                       help=f"PCA: exact, over every token (seconds at a million). UMAP (cosine, 15 neighbours): "
@@ -287,6 +272,22 @@ def show_map() -> None:
                                 "Rasterising", lambda report: rasterise(coords, how=how))
     except Exception as exc:  # noqa: BLE001
         fail(exc, "The map")
+    if renderer == ATLAS:
+        from analysis.tokens.atlas_table import atlas_table
+        from ui.embedding_atlas import show_embedding_atlas, webgpu_support
+
+        gpu = webgpu_support("tokens_atlas")  # None until the browser has answered (its answer reruns the page)
+        try:  # the table (coordinates + token metadata) only for a browser that can draw it
+            table = atlas_table(tv, layer, method) if gpu and gpu.get("webgpu") and gpu.get("shader_f16") else ""
+            shown = show_embedding_atlas(table, key="tokens_atlas")
+        except Exception as exc:  # noqa: BLE001
+            fail(exc, "Embedding Atlas")
+        if shown.renderer == "embedding-atlas":
+            st.caption(f"**Shown: {ATLAS}**, served from this machine: all {FMT(tv.rows)} tokens of hidden state "
+                       f"{layer} on its {method.upper()} axes; colour, search and filters are the atlas's own. "
+                       f"A selection there stays there: choose **{DENSITY}** to list selected tokens on this page.")
+            return
+        renderer = DENSITY  # no WebGPU (said in the frame above) or not known yet: the density view
     rows = sample_rows(tv.rows, size)
 
     def points(rows: np.ndarray) -> pd.DataFrame:

@@ -104,3 +104,17 @@ def test_default_model_roots(monkeypatch, tmp_path):
         importlib.reload(huggingface_hub.constants)
     assert roots == [DEMO_DIR.resolve(), (tmp_path / "hub").resolve(), (tmp_path / "exports").resolve(),
                      (tmp_path / "jobs").resolve()]
+
+
+@pytest.mark.parametrize("name,suffix", [("ud.conllu", ".conllu"), ("../../UD.CoNLLU.gz", ".conllu.gz"),
+                                         ("corpus.txt.gz", ".txt.gz"), ("rows.csv", ".csv")])
+def test_an_uploaded_treebank_or_gzipped_text_is_saved_under_its_type(name, suffix, monkeypatch, tmp_path):
+    """A new user's report: uploading a .conllu on the Linguistic structure page raised instead of saving it."""
+    from analysis.dataroots import save_upload
+
+    monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path))
+    saved = save_upload(b"1\tx\n", name)
+    assert saved.parent == tmp_path / "uploads" and saved.name.endswith(suffix) and ".." not in saved.name
+    assert saved.read_bytes() == b"1\tx\n" and saved.name.count(".") == suffix.count(".")
+    with pytest.raises(InputError, match="cannot read"):
+        save_upload(b"x", "model.bin")

@@ -73,7 +73,9 @@ def test_the_map_shows_the_engines_coordinates_and_every_token(tiny_dirs, corpus
     assert spec["layout"]["images"][0]["source"].startswith("data:image/png;base64,")  # inline: no request
     shown = next(c.value for c in at.caption if "Shown: Density (datashader)" in c.value)
     assert "Embedding Atlas needs WebGPU" in shown and f"{tv.rows:,} tokens counted" in shown
-    assert at.radio(key="tokens_renderer").options == ["Density (datashader)"]
+    # Embedding Atlas is offered first; a browser without WebGPU (or not yet probed, as here) gets the density view
+    assert at.radio(key="tokens_renderer").options == ["Embedding Atlas (WebGPU)", "Density (datashader)"]
+    assert at.radio(key="tokens_renderer").value == "Embedding Atlas (WebGPU)"
     # colour by UPOS: one trace per tag; a text search rings that word's tokens
     at.selectbox(key="tokens_colour").set_value("upos").run()
     names = {t["name"] for t in figure(at)["data"]}
@@ -207,3 +209,25 @@ def test_the_umap_map_shows_the_engines_coordinates(tiny_dirs, corpus_root):
     np.testing.assert_allclose(np.concatenate([values(t["x"]) for t in traces]), coords[rows, 0], rtol=1e-6)
     np.testing.assert_allclose(np.concatenate([values(t["y"]) for t in traces]), coords[rows, 1], rtol=1e-6)
     assert any("Axes: UMAP (cosine" in c.value for c in at.caption)
+
+
+def test_a_browser_with_webgpu_gets_embedding_atlas_over_the_layers_table(tiny_dirs, corpus_root, monkeypatch):
+    """The browser's answer (WebGPU with shader-f16) is the component's state: the page writes the layer's atlas
+    table (atlas_table: the engine's coordinates and tokens) and serves it, and says so instead of the density."""
+    import ui.embedding_atlas as ea
+    from analysis.tokens.atlas_table import atlas_table
+
+    served = []
+    monkeypatch.setattr(ea, "server_for", lambda table, text="text": served.append(table) or
+                        type("S", (), {"url": "http://127.0.0.1:1/"})())
+    monkeypatch.setattr(ea, "webgpu_support", lambda key: {"webgpu": True, "shader_f16": True})
+    at = extracted(tiny_dirs["bert"], corpus_root)
+    assert not at.exception and not at.error
+    tv = engine(tiny_dirs["bert"], corpus_root / "tiny.conllu")
+    layer = tv.layers[-1]
+    assert [str(p) for p in served] == [str(atlas_table(tv, layer, "pca"))]
+    assert any(f"Shown: Embedding Atlas (WebGPU)**, served from this machine: all {tv.rows:,} tokens" in c.value
+               for c in at.caption)
+    assert not at.get("plotly_chart")  # no density view beside it
+    at.radio(key="tokens_renderer").set_value("Density (datashader)").run()
+    assert any("Shown: Density (datashader)" in c.value for c in at.caption) and at.get("plotly_chart")
