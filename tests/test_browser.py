@@ -5,48 +5,16 @@ Screenshots go to the test's output folder (``pytest --basetemp`` decides where)
 """
 
 import os
-import shutil
-import socket
 import time
 from pathlib import Path
 
 import pytest
 
-from scripts.screenshot import dashboard
+from tests.browser_support import HOME, assert_no_error, browser, open_page, playwright, server  # noqa: F401
 
 pytestmark = pytest.mark.browser
-CHROMIUM = os.environ.get("LAYERLENS_CHROMIUM", "/usr/bin/chromium")
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
-HOME: list[Path] = []  # the server's LAYERLENS_HOME
 PAGES = ["/", "/Model_anatomy", "/Reconstruction", "/Layer_Atlas", "/Layer_Weights", "/Layer_Duplication",
-         "/Fine_Tune_Jobs", "/Linguistic_structure"]
-
-playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-if not shutil.which(CHROMIUM):
-    pytest.skip(f"no Chromium at {CHROMIUM}", allow_module_level=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    home = tmp_path_factory.mktemp("home")
-    HOME.append(home)
-    with dashboard(free_port(), {"LAYERLENS_HOME": str(home)}, timeout=90) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def browser(server):
-    with playwright.sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
+         "/Fine_Tune_Jobs", "/Linguistic_structure", "/Compare_checkpoints", "/Token_atlas"]
 
 
 @pytest.fixture
@@ -56,19 +24,6 @@ def page(browser, server, tmp_path):
     yield p
     p.screenshot(path=str(tmp_path / "screenshot.png"), full_page=True)
     p.close()
-
-
-def open_page(page, server, path):
-    page.goto(server + path)
-    page.wait_for_selector("h1")
-    page.wait_for_selector("[data-testid='stSidebar'] [data-testid='stAlert']")  # the model loaded (or said why)
-    time.sleep(1.0)
-
-
-def assert_no_error(page):
-    assert page.locator("[data-testid='stException']").count() == 0
-    assert page.locator("[data-testid='stAlertContentError']").count() == 0, \
-        page.locator("[data-testid='stAlertContentError']").first.inner_text()
 
 
 @pytest.mark.parametrize("path", PAGES)

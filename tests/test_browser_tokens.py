@@ -7,8 +7,6 @@ LAYERLENS_SCREENSHOTS when set, else the test's folder.
 
 import os
 import re
-import shutil
-import socket
 import time
 from pathlib import Path
 from urllib.parse import urlparse
@@ -17,40 +15,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scripts.screenshot import dashboard
+from tests import browser_support as support
+from tests.browser_support import HOME, assert_no_error, browser, playwright, server  # noqa: F401
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
-CHROMIUM = os.environ.get("LAYERLENS_CHROMIUM", "/usr/bin/chromium")
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
 LOCAL = {"127.0.0.1", "localhost"}
-HOME: list[Path] = []
-
-playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-if not shutil.which(CHROMIUM):
-    pytest.skip(f"no Chromium at {CHROMIUM}", allow_module_level=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    home = tmp_path_factory.mktemp("home")
-    HOME.append(home)
-    with dashboard(free_port(), {"LAYERLENS_HOME": str(home)}, timeout=90) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def browser(server):
-    with playwright.sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture
@@ -73,16 +42,7 @@ def shots(tmp_path) -> Path:
 
 
 def open_page(page, server, path="/Token_atlas"):
-    page.goto(server + path)
-    page.wait_for_selector("h1")
-    page.wait_for_selector("[data-testid='stSidebar'] [data-testid='stAlert']")  # the model loaded (or said why)
-    time.sleep(1.0)
-
-
-def assert_no_error(page):
-    assert page.locator("[data-testid='stException']").count() == 0
-    assert page.locator("[data-testid='stAlertContentError']").count() == 0, \
-        page.locator("[data-testid='stAlertContentError']").first.inner_text()
+    support.open_page(page, server, path)
 
 
 def assert_local(requests):
