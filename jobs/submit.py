@@ -41,15 +41,18 @@ KINDS = ("finetune", "lens", "structure", "tokens")  # what a job does: fine-tun
 # vectors and build their neighbour indexes (analysis.tokens)
 
 
-def browser_checked(options):
-    """``options`` (fine-tuning or lens) as the browser may submit them, or an :class:`InputError`: every data
-    source ``demo``, a hub dataset name or a file under the data roots (stored resolved), the model a hub id or a
-    folder under the model roots (:func:`analysis.dataroots.browser_model`), no pickle loading."""
-    from analysis.dataroots import browser_model, browser_source
+def browser_checked(options, files: tuple[str, ...] | None = None):
+    """``options`` as the browser may submit them, or an :class:`InputError`: the model a hub id or a folder under
+    the model roots (:func:`analysis.dataroots.browser_model`), no pickle loading, and every data source (stored
+    resolved): for fine-tuning and lens jobs ``demo``, a hub dataset name or a file under the data roots; the
+    fields named in ``files`` (structure and tokens jobs) a file under the data roots."""
+    from analysis.dataroots import browser_model, browser_source, within_roots
 
     browser_model(options.model)
     if options.allow_pickle:
         raise InputError("allow_pickle: pickle weights are never loaded for the browser (use the CLI)")
+    if files is not None:
+        return options.replace(**{k: str(within_roots(getattr(options, k))) for k in files if getattr(options, k)})
     data = {k: browser_source(str(getattr(options, k))) for k in ("train", "val", "test", "corpus")
             if getattr(options, k, None)}
     return options.replace(**data)
@@ -83,7 +86,6 @@ def validate_structure(config: dict, browser: bool = False) -> tuple[dict, str]:
     rank against the model's config, the backend. From the ``browser`` the treebanks and the labelled set are
     files under the data roots and the model a hub id or a folder under the model roots, before anything is
     read."""
-    from analysis.dataroots import browser_model, within_roots
     from analysis.projection import parse_layers
     from analysis.structure.options import StructureJobOptions, check_rank
     from analysis.structure.treebank import read_conllu
@@ -91,11 +93,7 @@ def validate_structure(config: dict, browser: bool = False) -> tuple[dict, str]:
     try:
         options = StructureJobOptions(**{k: v for k, v in config.items() if k != "kind"})
         if browser:
-            browser_model(options.model)
-            if options.allow_pickle:
-                raise InputError("allow_pickle: pickle weights are never loaded for the browser (use the CLI)")
-            options = options.replace(**{k: str(within_roots(getattr(options, k))) for k in
-                                         ("train", "test", "label_data") if getattr(options, k)})
+            options = browser_checked(options, files=("train", "test", "label_data"))
         for name in ("train", "test"):
             path = Path(getattr(options, name)).expanduser()
             if not path.is_file():
@@ -167,33 +165,18 @@ def validate_tokens(config: dict, browser: bool = False) -> tuple[dict, str]:
     CoNLL-U treebank whole, so a malformed line is refused now, naming it; texts with their columns), the layers
     against the model's config, the backend. From the ``browser`` the corpus is a file under the data roots and
     the model a hub id or a folder under the model roots, before anything is read."""
-    from analysis.dataroots import browser_model, within_roots
-    from analysis.inputs import parse, read_file
     from analysis.projection import parse_layers
-    from analysis.tokens.corpus import is_conllu
+    from analysis.tokens.corpus import read_source
 
     try:
         options = TokensJobOptions(**{k: v for k, v in config.items() if k != "kind"})
         if browser:
-            browser_model(options.model)
-            if options.allow_pickle:
-                raise InputError("allow_pickle: pickle weights are never loaded for the browser (use the CLI)")
-            options = options.replace(corpus=str(within_roots(options.corpus)))
+            options = browser_checked(options, files=("corpus",))
         path = Path(options.corpus).expanduser()
         if not path.is_file():
             raise InputError(f"corpus {path}: no such file (texts: .txt, .txt.gz, .csv, .tsv, .jsonl; or a CoNLL-U "
                              "treebank: .conllu, .conllu.gz)")
-        if is_conllu(path):
-            from analysis.structure.treebank import read_conllu
-
-            read_conllu(path, options.limit)
-        elif path.name.endswith(".txt.gz"):  # as analysis.tokens.corpus.read_corpus reads it
-            import gzip
-
-            with gzip.open(path, "rb") as f:
-                parse(f.read(), path.name[:-3], limit=options.limit)
-        else:
-            read_file(path, options.text_column, limit=options.limit, label_column=options.label_column)
+        read_source(path, options.text_column, options.label_column, options.limit)  # as the job reads it
         spec = options.spec().resolved()
         model_config, _ = _config_and_family(spec)
         parse_layers(options.layers, model_config.num_hidden_layers + 1)

@@ -187,12 +187,19 @@ def from_treebank(tokenizer, treebank, max_length: int) -> TokenCorpus:
 def read_corpus(tokenizer, path: Path, max_length: int, column: str = "text", label_column: str | None = None,
                 limit: int | None = None) -> TokenCorpus:
     """``path`` as a treebank (``.conllu``, ``.conllu.gz``) or as texts (``.txt``, ``.csv``, ``.tsv``,
-    ``.jsonl``; ``.txt.gz`` read as one text per line)."""
+    ``.jsonl``; ``.txt.gz`` read as one text per line), tokenised."""
+    source = read_source(path, column, label_column, limit)
+    return (from_treebank if is_conllu(Path(path)) else from_texts)(tokenizer, source, max_length)
+
+
+def read_source(path: Path, column: str = "text", label_column: str | None = None, limit: int | None = None):
+    """:func:`read_corpus`'s file before tokenisation: a treebank (``read_conllu``) or texts (``TextInputs``);
+    bad input is an :class:`InputError` naming it (a job checks its corpus with this at submit)."""
     path = Path(path)
     if is_conllu(path):
         from analysis.structure.treebank import read_conllu
 
-        return from_treebank(tokenizer, read_conllu(path, limit), max_length)
+        return read_conllu(path, limit)
     if path.name.endswith(".txt.gz"):
         import gzip
 
@@ -201,9 +208,7 @@ def read_corpus(tokenizer, path: Path, max_length: int, column: str = "text", la
         if not path.is_file():
             raise InputError(f"no such file: {path}")
         with gzip.open(path, "rb") as f:
-            inputs = parse(f.read(), path.name[:-3], limit=limit)
-    else:
-        from analysis.inputs import read_file
+            return parse(f.read(), path.name[:-3], limit=limit)
+    from analysis.inputs import read_file
 
-        inputs = read_file(path, column, limit=limit, label_column=label_column)
-    return from_texts(tokenizer, inputs, max_length)
+    return read_file(path, column, limit=limit, label_column=label_column)
