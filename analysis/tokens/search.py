@@ -358,10 +358,22 @@ def neighbours(tv: TokenVectors, row: int, layer: int, k: int = 10, kind: str | 
     out.insert(0, "rank", np.arange(1, len(out) + 1))
     out.insert(1, "layer", layer)
     out.insert(2, "cosine", scores.astype(np.float64))
-    text = texts.set_index("text_id")["text"].reindex(out["text_id"]).to_numpy()
-    out["text"] = text
-    out["marked"] = [t if s < 0 else f"{t[:s]}[[{t[s:e]}]]{t[e:]}" for t, s, e in
-                     zip(text, out["start"], out["end"], strict=True)]
+    out["text"] = texts.set_index("text_id")["text"].reindex(out["text_id"]).to_numpy()
+    out["marked"] = marked(out, texts)
+    return out
+
+
+def marked(tokens: pd.DataFrame, texts: pd.DataFrame, width: int | None = None) -> list[str]:
+    """Each token's text with the token marked ``[[...]]`` (by its character span; a token without one leaves the
+    text as it is), cut to ``width`` characters around the token when given."""
+    text = texts.set_index("text_id")["text"].reindex(tokens["text_id"]).to_numpy()
+    out = []
+    for t, s, e in zip(text, tokens["start"], tokens["end"], strict=True):
+        m = t if s < 0 else f"{t[:s]}[[{t[s:e]}]]{t[e:]}"
+        if width and len(m) > width:
+            at = max(0, m.find("[[") - width // 2)
+            m = ("…" if at else "") + m[at:at + width] + ("…" if at + width < len(m) else "")
+        out.append(m)
     return out
 
 
