@@ -104,10 +104,12 @@ def numpy_search(x: np.ndarray, q: np.ndarray, k: int = 10) -> np.ndarray:
     return top[np.argsort(-s[top])][None]
 
 
-def tie_recall(found, exact) -> float:
-    """Tie-aware recall@10 of faiss's ``(scores, rows)`` against exact ``(scores, rows)``."""
-    from analysis.tokens.search import recall_at
+def tie_recall(found, exact, rows) -> float:
+    """Tie-aware recall@10 of faiss's ``(scores, rows)`` against exact ``(scores, rows)``, both asked for 11 and
+    the query's own row (``rows``) left out of each (``search.without_query``), as ``search.measure_recall``."""
+    from analysis.tokens.search import recall_at, without_query
 
+    found, exact = without_query(*found, rows, 10), without_query(*exact, rows, 10)
     return recall_at(found[1], exact[1], found[0], exact[0])
 
 
@@ -123,14 +125,15 @@ def bench_layer(tv, layer: int, args, rng) -> dict:
         row[f"{kind}_bytes"] = info["bytes"]
         row[f"{kind}_build_load"] = load()
     row["peak_mb_after_build"] = peak_mb()
-    q = search.normalise(tv.rows_at(layer, np.sort(rng.choice(tv.rows, args.queries, replace=False))))
+    rows = np.sort(rng.choice(tv.rows, args.queries, replace=False))
+    q = search.normalise(tv.rows_at(layer, rows))
     flat = search.load_index(tv, layer, "flat")
     row["flat_query_ms"] = ms_per_query(lambda v: flat.search(v, 10), q)
     threads = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)
     row["flat_query_ms_1_thread"] = ms_per_query(lambda v: flat.search(v, 10), q)
     faiss.omp_set_num_threads(threads)
-    exact_s, exact = flat.search(q, 10)
+    exact_s, exact = flat.search(q, 11)  # the query's own row is left out of every recall below
     row["peak_mb_flat_loaded"] = peak_mb()
     flat = None  # one index in memory at a time
     ivf = search.load_index(tv, layer, "ivf")
@@ -138,12 +141,12 @@ def bench_layer(tv, layer: int, args, rng) -> dict:
     for scale in (1, 2, 4):
         ivf.nprobe = nprobe * scale
         row[f"ivf_nprobe{ivf.nprobe}_query_ms"] = ms_per_query(lambda v: ivf.search(v, 10), q)
-        row[f"ivf_nprobe{ivf.nprobe}_recall@10"] = tie_recall(ivf.search(q, 10), (exact_s, exact))
+        row[f"ivf_nprobe{ivf.nprobe}_recall@10"] = tie_recall(ivf.search(q, 11), (exact_s, exact), rows)
     ivf = None
     x = search.layer_matrix(tv, layer)
     row["numpy_query_ms"] = ms_per_query(lambda v: numpy_search(x, v), q[:20])
-    found = np.concatenate([numpy_search(x, q[i:i + 1]) for i in range(len(q))])
-    row["numpy_recall@10"] = search.recall_at(found, exact, np.einsum("qd,qkd->qk", q, x[found]), exact_s)
+    found = np.concatenate([numpy_search(x, q[i:i + 1], 11) for i in range(len(q))])
+    row["numpy_recall@10"] = tie_recall((np.einsum("qd,qkd->qk", q, x[found]), found), (exact_s, exact), rows)
     row["peak_mb_numpy_matrix"] = peak_mb()
     x = None
     row["streaming_brute_force_query_ms"] = ms_per_query(lambda v: search.brute_force(tv, layer, v, 10), q[:3])
@@ -161,9 +164,10 @@ def bench_layer(tv, layer: int, args, rng) -> dict:
         index.hnsw.efSearch = search.HNSW_EF_SEARCH
         sub_exact = faiss.IndexFlatIP(tv.hidden)
         sub_exact.add(xs)
-        qs = xs[rng.choice(n, args.queries, replace=False)]
+        sub_rows = rng.choice(n, args.queries, replace=False)
+        qs = xs[sub_rows]
         row["hnsw_query_ms"] = ms_per_query(lambda v: index.search(v, 10), qs)
-        row["hnsw_recall@10"] = tie_recall(index.search(qs, 10), sub_exact.search(qs, 10))
+        row["hnsw_recall@10"] = tie_recall(index.search(qs, 11), sub_exact.search(qs, 11), sub_rows)
     row["load_average"] = load()
     return row
 

@@ -276,14 +276,28 @@ def recall_at(approx: np.ndarray, exact: np.ndarray, approx_scores: np.ndarray |
     return float(np.mean([len(set(a.tolist()) & set(e.tolist())) / k for a, e in zip(approx, exact, strict=True)]))
 
 
+def without_query(scores: np.ndarray, rows: np.ndarray, query_rows: np.ndarray, k: int) -> tuple[np.ndarray,
+                                                                                                 np.ndarray]:
+    """The first ``k`` of each query's ``(scores, rows)`` (asked for ``k + 1``) other than the query's own row
+    (``query_rows[i]`` for query ``i``): a query's neighbours never include itself. Where the row is not among
+    them (an approximate index that missed it, or more than ``k`` rows tied with it), the last one is dropped."""
+    keep = rows != np.asarray(query_rows)[:, None]
+    keep[keep.all(1), -1] = False
+    n = rows.shape[1] - 1
+    return scores[keep].reshape(-1, n)[:, :k], rows[keep].reshape(-1, n)[:, :k]
+
+
 def measure_recall(tv: TokenVectors, layer: int, kind: str, queries: int = 200, k: int = 10, seed: int = 0) -> dict:
-    """recall@k of the ``kind`` index against the brute-force exact search, on ``queries`` random token rows."""
+    """recall@k of the ``kind`` index against the brute-force exact search, on ``queries`` random token rows: each
+    query's ``k`` nearest *other* rows (:func:`without_query` on both sides; its own row, always at cosine 1, would
+    count as found for free)."""
     kind = resolve_kind(kind, tv.rows)
     rng = np.random.default_rng(seed)
     rows = np.sort(rng.choice(tv.rows, size=min(queries, tv.rows), replace=False))
     q = tv.rows_at(layer, rows)
-    exact_s, exact = brute_force(tv, layer, q, k)
-    approx_s, approx = search(load_index(tv, layer, kind), q, k)
+    want = min(k + 1, tv.rows)
+    exact_s, exact = without_query(*brute_force(tv, layer, q, want), rows, k)
+    approx_s, approx = without_query(*search(load_index(tv, layer, kind), q, want), rows, k)
     value = recall_at(approx, exact, approx_s, exact_s)
     path = index_path(tv, layer, kind).with_suffix(".json")
     meta = json.loads(path.read_text())
@@ -352,8 +366,9 @@ def neighbours(tv: TokenVectors, row: int, layer: int, k: int = 10, kind: str | 
         scores, rows = brute_force(tv, layer, q, want, transform=standardiser(tv, layer) if standardize else None)
     else:
         scores, rows = search(index if index is not None else load_index(tv, layer, kind), q, want)
-    keep = (rows[0] != row) & (rows[0] >= 0)
-    scores, rows = scores[0][keep][:k], rows[0][keep][:k]
+    scores, rows = without_query(scores, rows, np.array([row]), k)
+    keep = rows[0] >= 0
+    scores, rows = scores[0][keep], rows[0][keep]
     out = tokens.iloc[rows].reset_index(drop=True)
     out.insert(0, "rank", np.arange(1, len(out) + 1))
     out.insert(1, "layer", layer)
