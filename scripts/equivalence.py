@@ -1,0 +1,180 @@
+"""Prove that a refactor changed no result: run a fixed set of CLI commands, then compare two such runs.
+
+    python scripts/equivalence.py run OUTDIR      # every command below, each into OUTDIR/<name>/, LAYERLENS_HOME
+                                                  # in OUTDIR/home; exit codes and output lines in OUTDIR/<name>.json
+    python scripts/equivalence.py diff A B        # the same files; every integer and text cell identical; floats
+                                                  # within 1e-5 (1e-3 for trained artefacts); the same exit codes and
+                                                  # messages; exits 1 naming each difference
+
+The commands are the README's CLI block on the demo model plus structure, tokens extract/neighbours/geometry,
+compare, lens train and finetune, with fixed inputs and seeds, and the bad inputs the suite tries. Keep the
+outputs outside the repository. Values that record when or where a run happened (times, dates, paths, versions,
+process ids) are left out of the comparison and listed by ``diff``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = "analysis/data/demo_sentiment.csv"
+WORDORDER = "analysis/data/demo_wordorder.csv"
+UD = "tests/data/ud_tiny_train.conllu"
+UD_TEST = "tests/data/ud_tiny_test.conllu"
+CORPUS = "tests/data/english_valid_400.txt.gz"
+
+# name -> (arguments after `python -m analysis`, trained: floats compared at 1e-3). {out} is this command's folder.
+COMMANDS: dict[str, tuple[list[str], bool]] = {
+    "info": (["info", "--model", "demo", "--out", "{out}"], False),
+    "probe": (["probe", "--model", "demo", "--input", DATA, "--out", "{out}"], False),
+    "atlas": (["atlas", "--model", "demo", "--data", DATA, "--out", "{out}"], False),
+    "atlas_random": (["atlas", "--model", "random:demo", "--data", WORDORDER, "--pooling", "mean", "--out", "{out}"],
+                     False),
+    "finetune": (["finetune", "--model", "demo", "--train", "demo", "--head", "attention", "--out", "{out}"], True),
+    "duplicate": (["duplicate", "--model", "demo", "--duplicate-first", "2", "--preview-input", DATA,
+                   "--out", "{out}"], False),
+    "lens": (["lens", "train", "--model", "demo", "--corpus", "demo", "--steps", "20", "--out", "{out}"], True),
+    "probe_lens": (["probe", "--model", "demo", "--input", DATA, "--lens", "{root}/lens", "--out", "{out}"], True),
+    "compare": (["compare", "--model", "demo", "--model", "random:demo", "--data", DATA, "--out", "{out}"], False),
+    "structure": (["structure", "--model", "demo", "--train", UD, "--test", UD_TEST, "--max-epochs", "5",
+                   "--seed", "0", "--out", "{out}"], True),
+    "tokens_extract": (["tokens", "extract", "--model", "demo", "--input", CORPUS, "--limit", "200",
+                        "--out", "{out}"], False),
+    "tokens_neighbours": (["tokens", "neighbours", "--model", "demo", "--input", CORPUS, "--limit", "200",
+                           "--word", "the", "--exact", "--out", "{out}"], False),
+    "tokens_geometry": (["tokens", "geometry", "--model", "demo", "--input", CORPUS, "--limit", "200",
+                         "--seed", "0", "--out", "{out}"], False),
+    # bad inputs: the exit code and the message must stay the same
+    "bad_probe_missing": (["probe", "--model", "demo", "--input", "no/such/file.txt", "--out", "{out}"], False),
+    "bad_atlas_missing": (["atlas", "--model", "demo", "--data", "no/such.csv", "--out", "{out}"], False),
+    "bad_model": (["info", "--model", "no/such/model", "--out", "{out}"], False),
+    "bad_compare_one": (["compare", "--model", "demo", "--data", DATA, "--out", "{out}"], False),
+    "bad_structure": (["structure", "--model", "demo", "--train", "no.conllu", "--out", "{out}"], False),
+    "bad_layers": (["probe", "--model", "demo", "--input", DATA, "--layers", "99", "--out", "{out}"], False),
+}
+
+VOLATILE = re.compile(r"(time|seconds|date|started|finished|elapsed|created|host|path|dir|version|pid|out$|"
+                      r"^out_|python|torch|device_name|threads|load|rss|memory|bytes_peak|_s$)", re.I)
+FLOAT_TOL, TRAINED_TOL = 1e-5, 1e-3
+
+
+def run(root: Path) -> None:
+    root = root.absolute()
+    root.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, LAYERLENS_HOME=str(root / "home"), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+               PYTHONHASHSEED="0")
+    for name, (args, _) in COMMANDS.items():
+        out = root / name
+        argv = [a.format(out=out, root=root) for a in args]
+        done = subprocess.run([sys.executable, "-m", "analysis", *argv], cwd=REPO, env=env, capture_output=True,
+                              text=True)
+        last = [line for line in done.stderr.splitlines() if line.strip()]
+        record = {"argv": argv, "rc": done.returncode, "stderr_last": last[-1] if last else "",
+                  "stdout_lines": len(done.stdout.splitlines())}
+        (root / f"{name}.json").write_text(json.dumps(record, indent=1))
+        print(f"{name}: exit {done.returncode} {record['stderr_last'][:120]}", flush=True)
+
+
+def _files(folder: Path) -> set[str]:
+    if not folder.is_dir():
+        return set()
+    return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() and ".staging-" not in str(p)}
+
+
+def _same_value(x, y, tol: float) -> bool:
+    if isinstance(x, bool) or isinstance(y, bool) or isinstance(x, str) or isinstance(y, str) or x is None or y is None:
+        return x == y
+    if isinstance(x, int) and isinstance(y, int):
+        return x == y
+    x, y = float(x), float(y)
+    if math.isnan(x) or math.isnan(y):
+        return math.isnan(x) and math.isnan(y)
+    return abs(x - y) <= tol * max(1.0, abs(x))
+
+
+def _json(a, b, tol: float, where: str, problems: list[str], skipped: set[str]) -> None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            if VOLATILE.search(str(key)):
+                skipped.add(str(key))
+                continue
+            if key not in a or key not in b:
+                problems.append(f"{where}.{key}: only in {'B' if key not in a else 'A'}")
+                continue
+            _json(a[key], b[key], tol, f"{where}.{key}", problems, skipped)
+    elif isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            problems.append(f"{where}: {len(a)} vs {len(b)} items")
+        for i, (x, y) in enumerate(zip(a, b)):
+            _json(x, y, tol, f"{where}[{i}]", problems, skipped)
+    elif not _same_value(a, b, tol):
+        problems.append(f"{where}: {str(a)[:80]!r} vs {str(b)[:80]!r}")
+
+
+def _frames(a: pd.DataFrame, b: pd.DataFrame, tol: float, where: str, problems: list[str]) -> None:
+    if list(a.columns) != list(b.columns) or len(a) != len(b):
+        problems.append(f"{where}: columns/rows {list(a.columns)}x{len(a)} vs {list(b.columns)}x{len(b)}")
+        return
+    for col in a.columns:
+        x, y = a[col], b[col]
+        if pd.api.types.is_float_dtype(x) or pd.api.types.is_float_dtype(y):
+            x, y = x.to_numpy(float), y.to_numpy(float)
+            bad = ~(np.isclose(x, y, rtol=tol, atol=tol) | (np.isnan(x) & np.isnan(y)))
+        else:
+            bad = (x.astype(str) != y.astype(str)).to_numpy()
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            problems.append(f"{where}[{col}]: {int(bad.sum())} cells differ, first row {i}: "
+                            f"{a[col].iloc[i]!r} vs {b[col].iloc[i]!r}")
+
+
+def diff(a_root: Path, b_root: Path) -> int:
+    problems: list[str] = []
+    skipped: set[str] = set()
+    for name, (_, trained) in COMMANDS.items():
+        tol = TRAINED_TOL if trained else FLOAT_TOL
+        ra, rb = (json.loads((r / f"{name}.json").read_text()) for r in (a_root, b_root))
+        if (ra["rc"], ra["stderr_last"]) != (rb["rc"], rb["stderr_last"]):
+            problems.append(f"{name}: exit {ra['rc']} {ra['stderr_last']!r} vs {rb['rc']} {rb['stderr_last']!r}")
+        fa, fb = _files(a_root / name), _files(b_root / name)
+        if fa != fb:
+            problems.append(f"{name}: files only in A {sorted(fa - fb)[:5]}, only in B {sorted(fb - fa)[:5]}")
+        for rel in sorted(fa & fb):
+            pa, pb, where = a_root / name / rel, b_root / name / rel, f"{name}/{rel}"
+            if rel.endswith(".csv"):
+                _frames(pd.read_csv(pa, keep_default_na=False, na_values=[""]),
+                        pd.read_csv(pb, keep_default_na=False, na_values=[""]), tol, where, problems)
+            elif rel.endswith(".parquet"):
+                _frames(pd.read_parquet(pa), pd.read_parquet(pb), tol, where, problems)
+            elif rel.endswith(".json"):
+                _json(json.loads(pa.read_text()), json.loads(pb.read_text()), tol, where, problems, skipped)
+            elif rel.endswith(".jsonl"):
+                la, lb = pa.read_text().splitlines(), pb.read_text().splitlines()
+                _json([json.loads(x) for x in la], [json.loads(x) for x in lb], tol, where, problems, skipped)
+            elif rel.endswith(".npy"):
+                x, y = np.load(pa), np.load(pb)
+                if x.shape != y.shape or not np.allclose(x, y, rtol=tol, atol=tol, equal_nan=True):
+                    problems.append(f"{where}: arrays differ")
+    print(f"left out of the comparison (when/where a run happened): {', '.join(sorted(skipped))}")
+    for p in problems:
+        print(p)
+    print(f"{len(problems)} differences in {len(COMMANDS)} commands")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "run":
+        run(Path(sys.argv[2]))
+    elif len(sys.argv) == 4 and sys.argv[1] == "diff":
+        sys.exit(diff(Path(sys.argv[2]), Path(sys.argv[3])))
+    else:
+        sys.exit(__doc__)
