@@ -122,7 +122,7 @@ def _json(a, b, tol: float, where: str, problems: list[str], skipped: set[str]) 
     elif isinstance(a, list) and isinstance(b, list):
         if len(a) != len(b):
             problems.append(f"{where}: {len(a)} vs {len(b)} items")
-        for i, (x, y) in enumerate(zip(a, b)):
+        for i, (x, y) in enumerate(zip(a, b, strict=False)):
             _json(x, y, tol, f"{where}[{i}]", problems, skipped)
     elif not _same_value(a, b, tol):
         problems.append(f"{where}: {str(a)[:80]!r} vs {str(b)[:80]!r}")
