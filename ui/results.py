@@ -66,9 +66,18 @@ def shared_result(key: str, label: str, compute: Callable[[Callable[[float, str]
     return result
 
 
+SIDEBAR_SPEC = "ll_sidebar_spec"  # the spec of the model the sidebar loaded in this run (None: none loaded)
+
+
 def wait_for_run(request_key: str, clicked: bool, request, hint: str) -> None:
     """Stop the page with ``hint`` until a run of ``request`` (the inputs and options) is asked for: by
-    ``clicked`` now, or earlier with the same request (so the result stays while other widgets change)."""
+    ``clicked`` now, or earlier with the same request (so the result stays while other widgets change).
+
+    The remembered request is the page's ``request`` together with the sidebar's model (its resolved spec: name,
+    revision, device, precision, lent head; :data:`SIDEBAR_SPEC`, set by ``ui.sidebar.sidebar``), so choosing
+    another model in the sidebar never starts a run on its own: the page shows ``hint`` until the next click,
+    and going back to the model of the last run shows its result again."""
+    request = (st.session_state.get(SIDEBAR_SPEC), request)
     if clicked:
         st.session_state[request_key] = request
     if st.session_state.get(request_key) != request:

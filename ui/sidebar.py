@@ -14,7 +14,7 @@ from analysis.lens import label as lens_label
 from analysis.precision import mode
 from models.cache import ModelCache, shared_cache
 from models.loading import DEMO_NAME, RANDOM_SEED, SUGGESTED_MODELS, LoadedModel, ModelLoadError, ModelSpec
-from ui.results import CHART_FORMAT, stopped_note
+from ui.results import CHART_FORMAT, SIDEBAR_SPEC, stopped_note
 
 KEY_MODEL, KEY_OTHER = "ll_model", "ll_model_other"
 KEY_REVISION, KEY_DEVICE, KEY_DTYPE = "ll_revision", "ll_device", "ll_dtype"
@@ -198,6 +198,7 @@ def sidebar() -> LoadedModel | None:
             st.sidebar.error(str(exc))
         except Exception as exc:  # never a traceback in the UI
             st.sidebar.error(f"could not load '{spec.name}': {type(exc).__name__}: {exc}")
+    st.session_state[SIDEBAR_SPEC] = None if loaded is None else loaded.spec  # part of every remembered request
     refused = head_refused()
     if loaded is not None and refused:
         st.sidebar.warning(f"MLM head not lent: {refused}. The pages that read layers through an MLM head "
