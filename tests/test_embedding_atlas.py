@@ -192,6 +192,10 @@ def test_served_atlas_in_chromium_stays_on_this_machine(served, tv, tmp_path):
     assert "token (VARCHAR)" in body and "deprel (VARCHAR)" in body  # the table view's schema
     assert len(served_urls) > 5 and _hosts(served_urls) <= LOCAL, sorted(u for u in served_urls
                                                                          if _hosts([u]) - LOCAL)
+    # every request of the app (its assets, metadata, queries) went through the server's token prefix
+    ours = [urllib.parse.urlsplit(u) for u in served_urls if urllib.parse.urlsplit(u).port == served.port]
+    assert any(u.path.endswith("/data/query") for u in ours)
+    assert all(u.path.startswith(f"/{served.token}/") for u in ours), [u.path for u in ours]
     assert "cdn.jsdelivr.net" in _hosts(urls)  # so the recorder would have caught the atlas calling a CDN
 
 

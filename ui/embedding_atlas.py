@@ -46,13 +46,18 @@ ROOT = Path(__file__).resolve().parent.parent
 # --- the server process --------------------------------------------------------------------------------------------
 
 def serve(table: Path, port: int, text: str | None = "text", duckdb: str = "server", host: str = "127.0.0.1",
-          parent: int | None = None) -> None:
-    """Serve ``table`` (a parquet with ``x``, ``y``, ``row``) on ``host:port`` until killed (or ``parent`` exits)."""
+          parent: int | None = None, token: str | None = None) -> None:
+    """Serve ``table`` (a parquet with ``x``, ``y``, ``row``) on ``host:port`` until killed (or ``parent`` exits),
+    behind :class:`ui.atlas_guard.Guard` (only ``/<token>/...`` with a local Host) and with DuckDB opened by
+    :func:`ui.atlas_guard.connect` (reads only, bounded memory)."""
     import pandas as pd
     import uvicorn
+    from embedding_atlas import server as atlas_server
     from embedding_atlas.data_source import DataSource
     from embedding_atlas.options import make_embedding_atlas_props
-    from embedding_atlas.server import make_server
+    from platformdirs import user_cache_path
+
+    from ui import atlas_guard
 
     frame = pd.read_parquet(table)
     if "row" not in frame.columns:
@@ -62,7 +67,10 @@ def serve(table: Path, port: int, text: str | None = "text", duckdb: str = "serv
     stat = table.stat()
     source = DataSource(f"layerlens-{table.resolve()}-{stat.st_mtime_ns}-{stat.st_size}", frame, {"props": props})
     static = Path(__import__("embedding_atlas").__file__).parent / "static"
-    app = make_server(source, static_path=str(static), duckdb_uri=duckdb)
+    atlas_server.make_duckdb_connection = atlas_guard.connect  # the package opens its DuckDB through this name
+    app = atlas_server.make_server(source, static_path=str(static), duckdb_uri=duckdb)
+    app = atlas_guard.Guard(app, token or atlas_guard.new_token(), atlas_guard.allowed_hosts(),
+                            user_cache_path("embedding_atlas"))
     if parent:
         def watch() -> None:
             while True:
@@ -88,15 +96,18 @@ class Server:
     started: float
     ready_seconds: float | None = None
     used: float = 0.0
+    token: str = ""
 
     @property
     def url(self) -> str:
-        """The address the browser opens (``LAYERLENS_ATLAS_URL`` with ``{port}``, default 127.0.0.1)."""
-        return os.environ.get("LAYERLENS_ATLAS_URL", "http://127.0.0.1:{port}/").format(port=self.port)
+        """The address the browser opens (``LAYERLENS_ATLAS_URL`` with ``{port}``, default 127.0.0.1), with the
+        server's token as the first segment of the path."""
+        base = os.environ.get("LAYERLENS_ATLAS_URL", "http://127.0.0.1:{port}/").format(port=self.port)
+        return base.rstrip("/") + "/" + (f"{self.token}/" if self.token else "")
 
     @property
     def local(self) -> str:
-        return f"http://127.0.0.1:{self.port}/"
+        return f"http://127.0.0.1:{self.port}/" + (f"{self.token}/" if self.token else "")
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -156,18 +167,22 @@ def log_dir() -> Path:
 
 def start(table: Path | str, text: str | None = "text", duckdb: str = "server", port: int | None = None) -> Server:
     """A new server process for ``table`` (not waited for: :meth:`Server.wait_ready`)."""
+    from ui.atlas_guard import new_token
+
     table = Path(table).resolve()
     port = port or free_port()
     folder = log_dir()
     log = folder / f"server-{port}.log"
+    token = new_token()  # in the environment, not the command line (which other users can read)
     env = dict(os.environ, XDG_CACHE_HOME=str(folder / "xdg"),  # its own cache (platformdirs), not ~/.cache
-               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+               LAYERLENS_ATLAS_TOKEN=token)
     args = [sys.executable, "-m", "ui.embedding_atlas", str(table), "--port", str(port), "--duckdb", duckdb,
             "--parent", str(os.getpid())] + (["--text", text] if text else ["--no-text"])
     with open(log, "wb") as out:
         process = subprocess.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL)
-    return Server(table, port, process, log, time.monotonic())
+    return Server(table, port, process, log, time.monotonic(), token=token)
 
 
 _servers: dict[tuple, Server] = {}
@@ -334,8 +349,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--duckdb", default="server", choices=["server", "wasm"])
     parser.add_argument("--parent", type=int, default=None, help=argparse.SUPPRESS)
     a = parser.parse_args(argv)
+    from ui.atlas_guard import new_token
+
+    token = os.environ.get("LAYERLENS_ATLAS_TOKEN") or new_token()
     print(json.dumps({"table": str(a.table), "port": a.port, "duckdb": a.duckdb}), flush=True)
-    serve(a.table, a.port, text=a.text, duckdb=a.duckdb, parent=a.parent)
+    if "LAYERLENS_ATLAS_TOKEN" not in os.environ:  # run by hand: the address to open
+        print(f"open http://127.0.0.1:{a.port}/{token}/", flush=True)
+    serve(a.table, a.port, text=a.text, duckdb=a.duckdb, parent=a.parent, token=token)
 
 
 if __name__ == "__main__":
