@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from analysis.jackknife import jackknife
 from analysis.scores import Z95
 
 
@@ -131,16 +132,18 @@ def debiased_cka(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def paired_cka(a: np.ndarray, b: np.ndarray, layers: list[int], seed: int = 0, max_rows: int = 1000,
-               debiased: bool = False) -> list[dict]:
-    """Per layer ``l`` of ``layers``: the CKA of ``a[l]`` ``(n, d)`` and ``b[l]`` (the same rows) with a 95%
+               debiased: bool = False, layers_b: list[int] | None = None) -> list[dict]:
+    """Per layer ``l`` of ``layers``: the CKA of ``a[l]`` ``(n, d)`` and ``b[l]`` (the same rows; ``b[layers_b[k]]``
+    for the ``k``-th layer when given: models of different depth) with a 95%
     delete-one **jackknife** interval (Efron & Stein 1981; Efron 1982 ch. 3): ``cka +- 1.96 se``, ``se^2 = (m-1)/m
     sum_i (cka_(i) - mean)^2`` over the ``m`` estimates that leave one row out, clipped to CKA's range ([0, 1];
     [-1, 1] debiased). Not a bootstrap: resampling rows with replacement duplicates rows, and a duplicated row
     agrees with itself, so resampled CKA sits above the estimate when rows are few for the width (77 rows x 64
     dimensions: an interval entirely above its own estimate) and debiased CKA's U-statistic counts a row's copies as
-    distinct pairs. The value is on all rows; the interval is computed on ``min(n, max_rows)`` of them (a seeded
-    sample above that, as the leave-one-out estimates cost ``m^2`` each): above ``max_rows`` rows it is the interval
-    of a ``max_rows``-row estimate, wider than the full data's (conservative). Plain CKA is biased upward when rows
+    distinct pairs. The value is on all rows and the interval is centred on it; its standard error is estimated on
+    ``min(n, max_rows)`` of the rows (a seeded sample above that, as the leave-one-out estimates cost ``m^2`` each):
+    above ``max_rows`` rows it is the standard error of a ``max_rows``-row estimate, larger than the full data's, so
+    the interval is wider than the full data's (conservative). Plain CKA is biased upward when rows
     are few compared with the width; the interval measures its spread, not that bias (debiased CKA has none).
     Returns ``[{"layer", "cka", "ci_low", "ci_high", "bootstrap_rows"}]`` (``bootstrap_rows``: the rows the
     interval used; the column keeps its first name, a contract of ``layer_summary.csv``).
@@ -154,15 +157,15 @@ def paired_cka(a: np.ndarray, b: np.ndarray, layers: list[int], seed: int = 0, m
     m = len(sub)
     lowest = -1.0 if debiased else 0.0
     out = []
-    for layer in layers:
-        x, y = np.asarray(a[layer]), np.asarray(b[layer])
+    for layer, layer_b in zip(layers, layers if layers_b is None else layers_b, strict=True):
+        x, y = np.asarray(a[layer]), np.asarray(b[layer_b])
         value = debiased_cka(x, y) if debiased else float(linear_cka(x[None], y[None])[0, 0])
         low = high = np.nan
         if np.isfinite(value) and m > (4 if debiased else 2):
             gx, gy = np.asarray(x[sub], np.float64), np.asarray(y[sub], np.float64)
             leave_one_out = _resampled_cka(gx @ gx.T, gy @ gy.T, 1.0 - np.eye(m), debiased)
             if np.isfinite(leave_one_out).all():
-                se = float(np.sqrt((m - 1) / m * ((leave_one_out - leave_one_out.mean()) ** 2).sum()))
+                se = jackknife(value, leave_one_out)[0]  # delete-one: (m-1)/m sum (cka_(i) - mean)^2
                 low, high = max(value - Z95 * se, lowest), min(value + Z95 * se, 1.0)
         out.append({"layer": layer, "cka": value, "ci_low": float(low), "ci_high": float(high),
                     "bootstrap_rows": m})
