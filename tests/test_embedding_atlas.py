@@ -278,3 +278,62 @@ def test_the_page_function_waits_for_the_browser_in_apptest(tv):
     at = AppTest.from_function(app, args=(str(atlas_table(tv, 1)),)).run(timeout=60)
     assert not at.exception
     assert [m.value for m in at.markdown] == ["renderer: probing · servers: 0"]
+
+
+TWO_TABLES = """
+import os
+import streamlit as st
+from ui.embedding_atlas import show_embedding_atlas
+
+shown = show_embedding_atlas(os.environ["ATLAS_TABLE_" + st.query_params.get("t", "1")], key="atlas", height=450,
+                             anyway=True)
+st.write(f"renderer: {shown.renderer}")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_a_frame_whose_server_was_stopped_for_another_map_says_so_and_reopens(tv, tmp_path):
+    """Two browser tabs (two sessions) on two tables with room for one server: opening the second stops the first's
+    server; the first tab's frame then says so and offers to reopen, and reopening brings its atlas back."""
+    from scripts.screenshot import wait_healthy
+    from ui.embedding_atlas import free_port
+
+    playwright = _chromium()
+    script = tmp_path / "two_tables.py"
+    script.write_text(TWO_TABLES)
+    port = free_port()
+    env = {**os.environ, "ATLAS_TABLE_1": str(atlas_table(tv, 1)), "ATLAS_TABLE_2": str(atlas_table(tv, 0)),
+           "LAYERLENS_ATLAS_SERVERS": "1", "LAYERLENS_HOME": str(tmp_path / "home"), "PYTHONPATH": str(ROOT),
+           "HF_HUB_OFFLINE": "1"}
+    app = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(script), "--server.port", str(port),
+                            "--server.address", "127.0.0.1", "--server.headless", "true"], cwd=ROOT, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    points = f"{tv.rows:,} / {tv.rows:,} points"
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(url, 90)
+        with playwright.sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            context = browser.new_context(viewport={"width": 1300, "height": 900})
+            first, second = context.new_page(), context.new_page()
+            for page in (first, second):
+                page.set_default_timeout(90_000)
+            first.goto(url + "/?t=1")
+            first.frame_locator(".ll-atlas iframe").get_by_text(points).first.wait_for()
+            second.goto(url + "/?t=2")  # a second session, another table: the first's server is stopped
+            second.frame_locator(".ll-atlas iframe").get_by_text(points).first.wait_for()
+            note = first.locator(".ll-atlas-stopped")
+            note.wait_for()
+            assert "This map's server has stopped" in note.inner_text() and "at most 1" in note.inner_text()
+            assert first.locator(".ll-atlas iframe").count() == 0
+            first.screenshot(path=str(tmp_path / "stopped.png"))
+            shutil.copy(tmp_path / "stopped.png", "/tmp/layerlens-embedding-atlas-stopped.png")
+            first.locator(".ll-atlas-reopen").click()
+            first.frame_locator(".ll-atlas iframe").get_by_text(points).first.wait_for()
+            assert first.locator(".ll-atlas-stopped").count() == 0
+            second.locator(".ll-atlas-stopped").wait_for()  # and now the second tab's server made way
+            browser.close()
+    finally:
+        app.terminate()
+        app.wait(20)

@@ -231,31 +231,47 @@ atexit.register(stop_all)
 
 PROBE_JS = """
 export default function (component) {
-  const { data, parentElement, setStateValue } = component;
+  const { data, parentElement, setStateValue, setTriggerValue } = component;
   const d = data || {};
   let box = parentElement.querySelector(".ll-atlas");
   if (!box) { box = document.createElement("div"); box.className = "ll-atlas"; parentElement.appendChild(box); }
+  const note = (text, extra) => {
+    const p = document.createElement("p"); p.className = "ll-atlas-note" + (extra ? " " + extra : "");
+    p.textContent = text; box.appendChild(p);
+  };
+  const unwatch = () => { if (box._llWatch) clearInterval(box._llWatch); box._llWatch = null; box._llWatchUrl = null; };
+  const stopped = () => {  // the frame's server is gone (stopped for another map, or ended): say so, offer to reopen
+    unwatch(); box.innerHTML = ""; note(d.stopped, "ll-atlas-stopped");
+    const b = document.createElement("button"); b.className = "ll-atlas-reopen"; b.textContent = "Reopen the map";
+    b.onclick = () => { b.disabled = true; b.textContent = "Reopening…"; setTriggerValue("reopen", Date.now()); };
+    box.appendChild(b);
+  };
+  const watch = (url) => {  // a HEAD to the frame's server every few seconds; it answered once, so a failure = gone
+    unwatch();
+    let answered = false;
+    box._llWatchUrl = url;
+    box._llWatch = setInterval(() => {
+      fetch(url, { method: "HEAD", mode: "no-cors", cache: "no-store" }).then(
+        () => { answered = true; }, () => { if (answered && box._llWatchUrl === url) stopped(); });
+    }, d.ping_ms);
+  };
   const show = (gpu) => {
     const ok = gpu.webgpu && gpu.shader_f16;
     if (d.url && (ok || d.anyway)) {
       let frame = box.querySelector("iframe");
       if (!frame || frame.getAttribute("src") !== d.url) {
         box.innerHTML = "";
-        if (!ok) {
-          const p = document.createElement("p"); p.className = "ll-atlas-note";
-          p.textContent = d.partial.replace("{reason}", gpu.reason); box.appendChild(p);
-        }
+        if (!ok) note(d.partial.replace("{reason}", gpu.reason));
         frame = document.createElement("iframe");
         frame.setAttribute("src", d.url); frame.setAttribute("title", "Embedding Atlas");
         frame.style.width = "100%"; frame.style.height = d.height + "px"; frame.style.border = "0";
         box.appendChild(frame);
       }
+      if (box._llWatchUrl !== d.url) watch(d.url);
     } else if (!ok) {
-      box.innerHTML = "";
-      const p = document.createElement("p"); p.className = "ll-atlas-note";
-      p.textContent = d.message.replace("{reason}", gpu.reason); box.appendChild(p);
+      unwatch(); box.innerHTML = ""; note(d.message.replace("{reason}", gpu.reason));
     } else {
-      box.textContent = "";
+      unwatch(); box.textContent = "";
     }
   };
   const probe = async () => {
@@ -274,11 +290,18 @@ export default function (component) {
     if (JSON.stringify(gpu) !== JSON.stringify(d.known || null)) setStateValue("gpu", gpu);
     show(gpu);
   });
+  return unwatch;
 }
 """
-CSS = ".ll-atlas-note { margin: 0.25rem 0 0.5rem 0; color: var(--st-text-color); }"
+CSS = (".ll-atlas-note { margin: 0.25rem 0 0.5rem 0; color: var(--st-text-color); } "
+       ".ll-atlas-reopen { padding: 0.25rem 0.75rem; border-radius: 0.5rem; border: 1px solid var(--st-border-color); "
+       "background: var(--st-secondary-background-color); color: var(--st-text-color); cursor: pointer; }")
 PARTIAL = ("Embedding Atlas's map needs WebGPU with the shader-f16 feature, which this browser lacks ({reason}): "
            "its table, histograms and search work, its map does not.")
+STOPPED = ("This map's server has stopped: at most {servers} Embedding Atlas server(s) run at once on this machine, "
+           "and a map opened since (in this or another browser tab) took its place, or the server ended. Reopen the "
+           "map to start it again.")
+PING_MS = 3000  # how often the frame asks its server whether it still runs (a HEAD of the app's page)
 
 _component = None
 
@@ -302,6 +325,14 @@ def webgpu_support(key: str) -> dict | None:
     return dict(gpu) if isinstance(gpu, dict) else None
 
 
+def lacks_webgpu(gpu: dict | None) -> str | None:
+    """Why the browser that answered ``gpu`` (:func:`webgpu_support`) cannot draw the atlas's map, or None: it can,
+    or it has not answered yet."""
+    if gpu is None or (gpu.get("webgpu") and gpu.get("shader_f16")):
+        return None
+    return gpu.get("reason") or "no WebGPU"
+
+
 @dataclasses.dataclass
 class Shown:
     """What :func:`show_embedding_atlas` put on the page: ``renderer`` is ``"embedding-atlas"`` (the map can
@@ -321,20 +352,21 @@ def show_embedding_atlas(table: Path | str, key: str, height: int = 700, text: s
     import streamlit as st
 
     gpu = webgpu_support(key)
-    ok = bool(gpu and gpu.get("webgpu") and gpu.get("shader_f16"))
+    ok = gpu is not None and lacks_webgpu(gpu) is None
     url = None
     if gpu is not None and (ok or anyway):
         with st.spinner("Starting Embedding Atlas's server…", show_time=True):
             url = server_for(table, text=text).url
-    data = {"url": url, "height": int(height), "anyway": bool(anyway), "known": gpu,
-            "message": NO_WEBGPU, "partial": PARTIAL}
+    data = {"url": url, "height": int(height), "anyway": bool(anyway), "known": gpu, "message": NO_WEBGPU,
+            "partial": PARTIAL, "stopped": STOPPED.format(servers=max(MAX_SERVERS, 1)), "ping_ms": PING_MS}
 
-    _mount()(data=data, key=key, on_gpu_change=lambda: None)
+    # "reopen" (the frame's button once its server stopped) only reruns the page: server_for starts it again
+    _mount()(data=data, key=key, on_gpu_change=lambda: None, on_reopen_change=lambda: None)
     if gpu is None:
         return Shown("probing", None)
     if ok:
         return Shown("embedding-atlas", gpu, url)
-    message = NO_WEBGPU.format(reason=gpu.get("reason") or "no WebGPU")
+    message = NO_WEBGPU.format(reason=lacks_webgpu(gpu))
     return Shown("embedding-atlas-table" if anyway else "none", gpu, url, message)
 
 
