@@ -50,7 +50,11 @@ def add_compare_arguments(p: argparse.ArgumentParser) -> None:
                    "and of the rows the CKA interval uses above 1,000")
     g.add_argument("--bootstrap", type=positive_int, help=argparse.SUPPRESS)  # before the CKA jackknife: ignored
     g.add_argument("--debiased", action="store_true", help="debiased CKA (Nguyen et al. 2021) instead of linear CKA "
-                   "in layer_summary.csv (it matters for few rows)")
+                   "in layer_summary.csv's cka columns only (cka_cross.csv stays linear CKA; it matters for few rows)")
+    g.add_argument("--pair-layers", choices=("index", "relative"), default="index", help="models of different depth: "
+                   "pair layers by index (0 .. the shallower model's last; default) or by relative depth (layer / L: "
+                   "every layer of the shallower model with the deeper one's nearest); run.json lists the pairs and "
+                   "the layers left out (cka_cross.csv has every pair)")
     g.add_argument("--out", type=Path, help="directory for cka_cross.csv, layer_summary.csv, movers.csv, "
                    "coords_aligned.csv, run.json")
 
@@ -107,6 +111,7 @@ def load(spec, args: argparse.Namespace):
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Compare checkpoints layer by layer."""
+    from analysis.compare.checks import check_rows
     from analysis.compare.run import CompareConfig, compare
     from models.spec import ModelSpec
 
@@ -125,7 +130,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
               "resamples)", file=sys.stderr)
     config = CompareConfig(pooling=args.pooling, max_length=args.max_length, batch_size=args.batch_size,
                            folds=args.folds, seed=args.seed, debiased=args.debiased,
-                           reconstruction=args.reconstruction)
+                           reconstruction=args.reconstruction, pairing=args.pair_layers)
     extra: dict = {}
     if args.job is not None:
         return write(*compare_job(args, config), args)
@@ -147,6 +152,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 specs.append(spec)
                 names.append(label)
             data = read_rows(args)
+        check_rows(data, config.folds, config.debiased)  # before any model is loaded
         models = [load(spec, args) for spec in specs]
         out = prepare_out(args.out)
         with StageBars() as progress:
@@ -226,12 +232,21 @@ def write(result, out: Path, args: argparse.Namespace) -> int:
     to_csv(result.coords, out / "coords_aligned.csv")
     write_json(out, "run.json", {**result.info, "versions": versions()})
     s = result.layer_summary
-    shown = [c for c in ("layer", "cka", "cka_ci_low", "cka_ci_high", "mean_movement", "neighbours_mostly_changed",
-                         "probe_accuracy_a", "probe_accuracy_b", "mcnemar_p", "recon_accuracy_a", "recon_accuracy_b",
-                         "recon_change", "recon_mcnemar_p") if c in s.columns]
+    shown = [c for c in ("layer", "layer_b", "cka", "cka_ci_low", "cka_ci_high", "mean_movement",
+                         "neighbours_mostly_changed", "probe_accuracy_a", "probe_accuracy_b", "mcnemar_p",
+                         "recon_accuracy_a", "recon_accuracy_b", "recon_change", "recon_mcnemar_p") if c in s.columns]
     for name, part in s.groupby("model_b", sort=False):
         print(f"{part['model_a'].iloc[0]} vs {name}")
         print(part[shown].to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    for pairing in result.info.get("layer_pairs", []):
+        if pairing["left_out_a"] or pairing["left_out_b"]:
+            print(f"note: {pairing['model_b']}: layers paired by {pairing['pairing']} (depths "
+                  f"{pairing['depths'][0]} and {pairing['depths'][1]}); left out: "
+                  + "; ".join(f"{side}'s {', '.join(map(str, pairing[f'left_out_{side.lower()}']))}" for side in "AB"
+                              if pairing[f"left_out_{side.lower()}"]) + " (cka_cross.csv has every pair)",
+                  file=sys.stderr)
+    if result.info.get("few_rows"):
+        print(f"note: {result.info['few_rows']}", file=sys.stderr)
     print(f"wrote {args.out}/cka_cross.csv, layer_summary.csv, movers.csv, coords_aligned.csv, run.json",
           file=sys.stderr)
     return 0

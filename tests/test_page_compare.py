@@ -1,7 +1,9 @@
 """AppTests of the Compare checkpoints page: the tables it shows are the engine's; a bad B is a message; the jobs
 page opens it on a job's epochs and on a sweep group."""
 
+import numpy as np
 import pandas as pd
+import pytest
 
 from analysis.compare.run import CompareConfig, compare
 from analysis.inputs import read_file
@@ -112,3 +114,137 @@ def test_the_atlas_and_probe_second_model_fields_open_the_compare_page():
     at.button(key="probe_to_compare").click().run()
     at.switch_page(PAGE).run()
     assert not at.exception and at.text_input(key="compare_model").value == "random"
+
+
+# --- issue 34 ------------------------------------------------------------------------------------------------------
+
+def figures(at) -> list:
+    """Every Plotly chart the page shows, as figures (typed arrays decoded)."""
+    import plotly.io
+
+    return [plotly.io.from_json(c.proto.spec, skip_invalid=True) for c in at.get("plotly_chart")]
+
+
+def open_pair(monkeypatch, model: str | None = None):
+    """The page on 40 of the demo sentiment set's rows (its sample of the row limit), A the sidebar's ``model``."""
+    monkeypatch.setenv("LAYERLENS_ATLAS_MAX_ROWS", "40")
+    at = run_page(PAGE, model=model)
+    at.checkbox(key="compare_sample").check().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    return at
+
+
+def compare_with(at, other: str):
+    at.text_input(key="compare_model").set_value(other).run()
+    at.button(key="compare_run").click().run()
+    return at
+
+
+def forty_rows():
+    from analysis.inputs import parse
+
+    return parse(DEMO_LABELLED.read_bytes(), DEMO_LABELLED.name, "text", None, label_column="label").sample(40, seed=0)
+
+
+@pytest.mark.slow
+def test_a_model_against_itself_on_the_page_gives_cka_1_no_movement_and_b_on_a(monkeypatch):
+    at = compare_with(open_pair(monkeypatch), "demo")
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    s = shown_summary(at)
+    defined = s["cka"].notna()
+    assert defined.sum() == len(s) - 1  # layer 0's [CLS]: undefined
+    np.testing.assert_allclose(s.loc[defined, "cka"], 1, atol=1e-5)
+    np.testing.assert_allclose(s.loc[defined, "mean_movement"], 0, atol=1e-6)
+    (shared,) = [f for f in figures(at) if "PC 1" in (f.layout.xaxis.title.text or "")]
+    a, b = shared.data[0], shared.data[1]
+    assert len(a.x) == len(b.x) == 40
+    np.testing.assert_allclose(np.c_[a.x, a.y], np.c_[b.x, b.y], atol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_tokenizer_that_differs_only_in_normalisation_is_refused_on_the_page(monkeypatch, tmp_path):
+    from transformers import AutoTokenizer
+
+    from models.spec import DEMO_DIR
+    from tests.test_compare_checks import cased_demo
+
+    cased = cased_demo(tmp_path / "cased")
+    rows = forty_rows()
+    tok_a, tok_b = AutoTokenizer.from_pretrained(DEMO_DIR), AutoTokenizer.from_pretrained(cased)
+    first = next(i for i, t in zip(rows.ids, rows.texts, strict=True)
+                 if tok_a(t)["input_ids"] != tok_b(t)["input_ids"])
+    at = compare_with(open_pair(monkeypatch), str(cased))
+    assert not at.exception and len(at.error) == 1
+    message = at.error[0].value
+    assert f"row {first}" in message and "\n" not in message
+    assert not at.dataframe  # nothing shown as if the two were comparable
+
+
+@pytest.mark.slow
+def test_another_depth_shows_each_models_layers_says_how_they_are_paired_and_offers_relative_depth(
+        monkeypatch, tmp_path):
+    from tests.test_compare_checks import deep_demo
+
+    deep = deep_demo(tmp_path / "deep")
+    deep_names = load_model(ModelSpec(str(deep), device="cpu")).anatomy.layer_names()
+    at = compare_with(open_pair(monkeypatch), str(deep))
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert at.tabs[0].label.startswith("Every layer")  # the cross matrix is the first view when depths differ
+    said = " ".join(c.value for c in at.caption)
+    assert "paired by index" in said and "left out" in said and "5, 6, 7" in said
+    (heat,) = [f for f in figures(at) if f.data and f.data[0].type == "heatmap"]
+    assert list(heat.data[0].x) == deep_names and len(heat.data[0].y) == 5
+    assert shown_summary(at)["layer_b"].tolist() == [0, 1, 2, 3, 4]
+    at.radio(key="compare_pairing").set_value("relative").run()
+    at.button(key="compare_run").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert shown_summary(at)["layer_b"].tolist() == [0, 2, 4, 5, 7]
+    said = " ".join(c.value for c in at.caption)
+    assert "relative depth" in said and "1, 3, 6" in said
+
+
+@pytest.mark.slow
+def test_the_page_says_what_the_map_layer_0_and_few_rows_mean_and_draws_the_probes_baseline(monkeypatch):
+    at = compare_with(open_pair(monkeypatch), "random")
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    said = " ".join(c.value for c in [*at.caption, *at.warning, *at.info])
+    assert "rotated onto A" in said  # the map is drawn as movement is measured
+    assert "same vector for every text" in said  # why layer 0's cells are empty
+    assert "40 rows" in said and "256" in said  # Procrustes with fewer rows than dimensions
+    s = shown_summary(at)
+    assert s.loc[s["layer"] == 0, ["cka", "mean_movement", "neighbours_mostly_changed"]].isna().all(axis=None)
+    (probe,) = [f for f in figures(at) if "Linear-probe" in (f.layout.title.text or "")]
+    labels = np.asarray(forty_rows().labels)
+    majority = max(np.mean(labels == c) for c in set(labels))
+    (baseline,) = [t for t in probe.data if t.name == "majority class"]
+    np.testing.assert_allclose(baseline.y, majority)
+
+
+@pytest.mark.slow
+def test_a_sentence_encoder_defaults_to_its_own_pooling_and_a_headless_pair_skips_reconstruction(
+        monkeypatch, tmp_path):
+    from tests.test_compare_checks import headless_demo
+
+    st_dir = headless_demo(tmp_path / "st", pooling="mean")
+    at = open_pair(monkeypatch, str(st_dir))
+    assert at.radio(key="compare_pool").value == "model"
+    compare_with(at, "random")
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    s = shown_summary(at)
+    assert s["recon_accuracy_a"].isna().all() and s["recon_accuracy_b"].isna().all()
+    said = " ".join(c.value for c in at.caption)
+    assert "skipped" in said and "mean" in said
+
+
+@pytest.mark.slow
+def test_a_jobs_recorded_base_outside_the_model_roots_is_refused(home, bert4, tmp_path, monkeypatch):  # noqa: F811
+    job = run_job(home, bert4, tmp_path)
+    monkeypatch.setenv("LAYERLENS_MODEL_DIRS", str(tmp_path / "no-models"))
+    at = run_page(PAGE)
+    at.radio(key="compare_what").set_value("epochs").run()
+    assert not at.exception and at.error and "not a model folder under" in at.error[0].value
+    assert not at.dataframe
+    at = run_page(PAGE)
+    compare_with(at, f"job:{job.id}")
+    assert not at.exception and at.error and "not a model folder under" in at.error[0].value
+    assert not at.dataframe

@@ -140,7 +140,9 @@ def compared_model(compare: str, base: str) -> tuple[str, str | None, str]:
     """(what to load, whose MLM head reads it, how to label it) for a comparison field next to the sidebar's
     model ``base``: ``job:N`` is job N's fine-tuned encoder read by the pre-trained MLM head of the model it
     started from, labelled ``job #N (head, model)``; ``random`` is ``random:<base>`` (its architecture with
-    seeded random weights, head included); anything else is a model name labelled as itself, with its own head."""
+    seeded random weights, head included); anything else is a model name labelled as itself, with its own head.
+    Every model it names passes :func:`analysis.dataroots.browser_model`, a job's recorded base (its lent head,
+    which a job submitted from the CLI may have named anywhere) and its checkpoint included."""
     if compare.strip().lower() == "random":
         return f"{RANDOM_PREFIX}{base.removeprefix(RANDOM_PREFIX)}", None, f"{base} with random weights"
     if not compare.startswith("job:"):
@@ -149,7 +151,11 @@ def compared_model(compare: str, base: str) -> tuple[str, str | None, str]:
     if job is None or not (job.metrics or {}).get("mlm_head_from"):
         raise InputError(f"'{compare}': no finished job whose fine-tuned layers an MLM head can read (see the "
                          "jobs page)")
-    return str(job.artifacts / "checkpoint" / "encoder"), job.metrics["mlm_head_from"], job.label
+    encoder, head = str(job.artifacts / "checkpoint" / "encoder"), job.metrics["mlm_head_from"]
+    try:
+        return browser_model(encoder), browser_model(head), job.label
+    except InputError as exc:
+        raise InputError(f"{compare} ({job.label}): {exc}") from None
 
 
 COMPARE_PAGE = "pages/7_Compare_checkpoints.py"

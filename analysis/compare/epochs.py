@@ -6,9 +6,10 @@ rows, ``(L + 1, n, hidden)`` float16, in the order of ``val_ids.json`` (:func:`a
 are compared with the base model's [CLS] vectors of the same rows, tokenised as the job tokenised them (its length
 limit and truncation), extracted once and cached (:func:`analysis.projection.representations`). Per epoch and layer:
 the CKA, the probe accuracies with McNemar, movers and neighbours, as :func:`analysis.compare.run.compare_pair`
-computes them for any pair; the aligned map is one PCA per layer of the base and every epoch pooled, so the epoch
-slider moves only what changed. A job keeps one checkpoint (the last epoch's weights, or the best epoch's under early
-stopping): the reconstruction change and the classifier's own predictions are for that epoch only.
+computes them for any pair; the aligned map is one PCA per layer of the base and every epoch (each rotated onto the
+base, as its movement is measured) pooled, so the epoch slider moves only what changed. A job keeps one
+checkpoint (the last epoch's weights, or the best epoch's under early stopping): the reconstruction change and the
+classifier's own predictions are for that epoch only.
 
 Nothing here reads the job store (:mod:`analysis` does not import :mod:`jobs`): the caller passes what a job left,
 :class:`JobRun`.
@@ -25,6 +26,7 @@ import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
+from analysis.compare.checks import check_rows
 from analysis.compare.predictions import own_predictions
 from analysis.compare.run import (
     CompareConfig,
@@ -138,6 +140,7 @@ def compare_epochs(base: LoadedModel, run: JobRun, config: CompareConfig | None 
         raise InputError("a job's epochs kept the [CLS] vectors only: compare them with pooling cls")
     start = time.perf_counter()
     rows = validation_rows(run)
+    check_rows(rows, config.folds, config.debiased)
     epochs = run.epochs()
     max_length = run.metrics.get("max_length_used") or run.options.training().max_length
     config = dataclasses.replace(config, max_length=max_length)
@@ -178,12 +181,13 @@ def compare_epochs(base: LoadedModel, run: JobRun, config: CompareConfig | None 
     info = {**run_info(config), "models": [base.spec.name], "names": [base.spec.name, *names.values()],
             "job": None, "job_label": run.label, "epochs": epochs, "rows": len(rows),
             "rows_are": f"the job's {len(rows):,} validation rows (the rows its per-epoch vectors were saved for)",
-            "fingerprints": [base.fingerprint],
+            "fingerprints": [base.fingerprint], "layer_names": [base.anatomy.layer_names()],
             "epoch_vectors": "epochs/<e>/val_cls.npy as the job saved them (float16), not recomputed",
             "checkpoint_epoch": at,
             "head_predictions": {base.spec.name: own_base[1], **({names[at]: own[1]} if at is not None else {})},
-            "aligned_map": "per layer one exact PCA of the base's and every epoch's vectors pooled, each layer's "
-                           "map rotated onto the previous layer's",
+            "aligned_map": "per layer one exact PCA of the base's and every epoch's vectors (each rotated onto the "
+                           "base's, as its movement is measured) pooled, each layer's map rotated onto the previous "
+                           "layer's",
             "seconds": round(time.perf_counter() - start, 3)}
     if config.reconstruction:
         info["mlm_heads"] = {base.spec.name: base.mlm_head,

@@ -29,13 +29,14 @@ def cosine_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.clip(1 - cos, 0, 2)
 
 
-def movement(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def movement(a: np.ndarray, b: np.ndarray, rotation: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``(aligned, raw)``: per example the cosine distance between ``a`` and ``b`` after rotating ``b`` onto ``a``
-    (:func:`procrustes_rotation`; needs the same width) and without it (NaN where the widths differ)."""
+    (``rotation``, default :func:`procrustes_rotation` of the two; needs the same width) and without it."""
     if a.shape[1] != b.shape[1]:
         raise ValueError(f"the two models' vectors differ in width ({a.shape[1]} vs {b.shape[1]}): no Procrustes")
     raw = cosine_distance(a, b)
-    return cosine_distance(a, np.asarray(b, np.float64) @ procrustes_rotation(a, b)), raw
+    rotation = procrustes_rotation(a, b) if rotation is None else rotation
+    return cosine_distance(a, np.asarray(b, np.float64) @ rotation), raw
 
 
 def nearest(x: np.ndarray, k: int, block: int = 2048) -> np.ndarray:

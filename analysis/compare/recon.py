@@ -65,16 +65,19 @@ def paired_change_interval(counted: np.ndarray, right_a: np.ndarray, right_b: np
     return low, high
 
 
-def reconstruction_rows(tokens_a, tokens_b, n_texts: int, seed: int = 0, resamples: int = RESAMPLES) -> list[dict]:
-    """Per layer ``0 .. min(L_A, L_B)``: the :data:`COLUMNS` of two probes' per-token tables of the same texts
-    (``n_texts`` of them). Raises ``ValueError`` when the two did not count the same tokens (a different length
-    limit)."""
+def reconstruction_rows(tokens_a, tokens_b, n_texts: int, seed: int = 0, resamples: int = RESAMPLES,
+                        pairs: list[tuple[int, int]] | None = None) -> list[dict]:
+    """Per pair of layers ``(l_A, l_B)`` of ``pairs`` (default ``(l, l)``, ``l = 0 .. min(L_A, L_B)``): the
+    :data:`COLUMNS` of two probes' per-token tables of the same texts (``n_texts`` of them), ``layer`` being A's.
+    Raises ``ValueError`` when the two did not count the same tokens (a different length limit)."""
     keys_a, right_a, text_a = token_correct(tokens_a)
     keys_b, right_b, _ = token_correct(tokens_b)
     if keys_a.shape != keys_b.shape or not np.array_equal(keys_a, keys_b):
         raise ValueError("the two models did not read the same tokens (different length limits?): no paired "
                          "reconstruction comparison")
-    layers = min(len(right_a), len(right_b))
+    pairs = pairs if pairs is not None else [(i, i) for i in range(min(len(right_a), len(right_b)))]
+    right_a, right_b = right_a[[i for i, _ in pairs]], right_b[[j for _, j in pairs]]  # (pairs, tokens) each
+    layers = len(pairs)
     counted = np.bincount(text_a, minlength=n_texts)
 
     def per_text(right):  # (texts, layers): correct tokens per text
@@ -90,27 +93,10 @@ def reconstruction_rows(tokens_a, tokens_b, n_texts: int, seed: int = 0, resampl
         low_a, high_a = wilson_interval(ca, n)
         low_b, high_b = wilson_interval(cb, n)
         test = mcnemar(ra, rb)
-        out.append({"layer": layer, "recon_tokens": n,
+        out.append({"layer": pairs[layer][0], "recon_tokens": n,
                     "recon_accuracy_a": ca / n if n else np.nan, "recon_ci_low_a": low_a, "recon_ci_high_a": high_a,
                     "recon_accuracy_b": cb / n if n else np.nan, "recon_ci_low_b": low_b, "recon_ci_high_b": high_b,
                     "recon_change": (cb - ca) / n if n else np.nan, "recon_change_ci_low": float(low[layer]),
                     "recon_change_ci_high": float(high[layer]), "recon_mcnemar_a_only": test["a_only"],
                     "recon_mcnemar_b_only": test["b_only"], "recon_mcnemar_p": test["p_value"]})
-    return out
-
-
-def one_sided_rows(tokens, n_texts: int, side: str, layers: int) -> list[dict]:
-    """The :data:`COLUMNS` when only one model (``side`` "a" or "b") could be read: its accuracy and interval, the
-    other side, the change and the test blank."""
-    keys, right, _ = token_correct(tokens) if tokens is not None else (np.zeros((0, 2)), np.zeros((0, 0)), None)
-    n = len(keys)
-    out = []
-    for layer in range(layers):
-        row = dict.fromkeys(COLUMNS, np.nan) | {"layer": layer}
-        if tokens is not None and layer < len(right):
-            c = int(right[layer].sum())
-            low, high = wilson_interval(c, n)
-            row |= {"recon_tokens": n, f"recon_accuracy_{side}": c / n if n else np.nan,
-                    f"recon_ci_low_{side}": low, f"recon_ci_high_{side}": high}
-        out.append(row)
     return out

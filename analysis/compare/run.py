@@ -2,14 +2,19 @@
 embeddings during fine-tuning?"; Kao et al. 2020 Fig. 2): the first model is the reference A, each other model B is
 compared with it.
 
-Per pair and per layer (paired by index, ``0 .. min(L_A, L_B)``; the cross matrix has every pair of layers):
+Per pair and per pair of layers (:func:`analysis.compare.checks.layer_pairs`: by index, ``0 .. min(L_A, L_B)``, or
+by relative depth; the cross matrix has every pair of layers):
 - linear CKA of A's and B's layer-l sentence vectors with a bootstrap interval (debiased CKA as an option),
   :mod:`analysis.compare.cka`;
 - with labels: each model's linear-probe accuracy (the atlas's probe, the same folds for both, Wilson interval)
   and an exact McNemar test on the paired out-of-fold predictions;
 - movers: each example's cosine distance after Procrustes alignment, raw, and its 10-nearest-neighbour overlap
   (:mod:`analysis.compare.movers`);
-- one aligned map: PCA of A's and B's vectors pooled, each layer's map rotated onto the previous one.
+- one aligned map: PCA of A's vectors and B's rotated onto them (the rotation the movement is measured after),
+  pooled, each layer's map rotated onto the previous one.
+A layer whose vectors are the same for every row (layer 0's [CLS]) has no CKA, movement or neighbour overlap.
+Before anything is read: the same tokenizer and the same input ids on every row, and enough rows
+(:mod:`analysis.compare.checks`).
 Vectors come from the atlas's cache (:func:`analysis.projection.representations`): a model already extracted on
 these rows is not extracted again.
 """
@@ -24,12 +29,13 @@ import pandas as pd
 from scipy.linalg import orthogonal_procrustes
 from threadpoolctl import threadpool_limits
 
-from analysis.compare.cka import cross_cka, paired_cka
-from analysis.compare.movers import mcnemar, movement, neighbour_overlap
+from analysis.compare.checks import check_rows, layer_pairs, pairing_info, same_tokenizer, same_tokens
+from analysis.compare.cka import constant_layer, cross_cka, paired_cka
+from analysis.compare.movers import mcnemar, movement, neighbour_overlap, procrustes_rotation
 from analysis.compare.predictions import own_predictions
-from analysis.compare.recon import COLUMNS, RESAMPLES, one_sided_rows, reconstruction_rows
+from analysis.compare.recon import COLUMNS, RESAMPLES, reconstruction_rows
 from analysis.inputs import InputError, TextInputs
-from analysis.scores import wilson_interval
+from analysis.scores import majority_baseline, wilson_interval
 from models.loading import LoadedModel
 
 NEIGHBOURS = 10
@@ -46,6 +52,7 @@ class CompareConfig:
     debiased: bool = False
     neighbours: int = NEIGHBOURS
     reconstruction: bool = True  # each model read by its MLM head (own or lent): analysis.compare.recon
+    pairing: str = "index"  # how layers pair when depths differ: analysis.compare.checks.layer_pairs
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -54,7 +61,9 @@ class CompareConfig:
 @dataclasses.dataclass
 class CompareResult:
     """``cka_cross``: model_b, layer_a, layer_b, cka; ``layer_summary``: one row per (model_b, layer);
-    ``movers``: one row per (model_b, layer, example); ``coords``: model, layer, example_id, x, y; ``info``."""
+    ``movers``: one row per (model_b, layer, example); ``coords``: model, layer, example_id, x, y (per pair and
+    layer A's rows, then B's, in the same order: :func:`pair_coords`); ``info``. ``layer`` is A's layer; when the
+    depths differ a ``layer_b`` column (B's layer paired with it) follows it."""
 
     cka_cross: pd.DataFrame
     layer_summary: pd.DataFrame
@@ -63,39 +72,56 @@ class CompareResult:
     info: dict
 
 
-def same_tokenizer(a: LoadedModel, b: LoadedModel) -> None:
-    """Refuse a pair whose tokenizers differ (vocabulary or class): their token positions do not correspond."""
-    ta, tb = a.tokenizer, b.tokenizer
-    if type(ta).__name__ != type(tb).__name__ or ta.get_vocab() != tb.get_vocab():
-        raise InputError(f"'{a.spec.name}' and '{b.spec.name}' use different tokenizers: a layer-by-layer comparison "
-                         "needs the same tokens; only sentence-level comparisons would be possible between them")
-
-
 def aligned_maps(a: np.ndarray, b: np.ndarray, layers: list[int]) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per layer, 2-D coordinates of A's and B's rows in one space: exact PCA of the two pooled, then rotated (or
+    """Per layer, 2-D coordinates of A's and B's rows in one space: exact PCA of A's vectors and B's rotated onto
+    them (:func:`analysis.compare.movers.procrustes_rotation`, as the movement is measured), pooled, then rotated (or
     reflected) onto the previous layer's map by 2-D orthogonal Procrustes, so a point whose vectors do not change
     keeps its place from layer to layer."""
     return [(c[0], c[1]) for c in aligned_maps_many(a, [b], layers)]
 
 
-def aligned_maps_many(a, others: list, layers: list[int]) -> list[list[np.ndarray]]:
+def aligned_maps_many(a, others: list, layers: list[int], layers_b: list[int] | None = None) -> list[list[np.ndarray]]:
     """:func:`aligned_maps` for A and several states of B at once (a job's epochs): per layer one exact PCA of A's
-    and every other state's rows pooled, so moving between the states (an epoch slider) moves only what changed;
-    each layer's map rotated onto the previous one. Returns per layer ``[A's coords, each other's coords]``.
-    ``a`` and each of ``others`` are indexed by layer (arrays, or anything read one layer at a time)."""
+    and every other state's rows (each rotated onto A's) pooled, so moving between the states (an epoch slider)
+    moves only what changed; each layer's map rotated onto the previous one. Returns per layer ``[A's coords, each
+    other's coords]``. ``a`` and each of ``others`` are indexed by layer (arrays, or anything read one layer at a
+    time); ``layers_b``: the others' layer paired with each of ``layers`` (default the same)."""
+    out, previous = [], None
+    for layer, other_layer in zip(layers, layers_b or layers, strict=True):
+        x = np.asarray(a[layer], np.float64)
+        ys = [np.asarray(o[other_layer], np.float64) for o in others]
+        coords = map_layer(x, ys, [procrustes_rotation(x, y) for y in ys], previous)
+        previous = np.concatenate(coords)
+        out.append(coords)
+    return out
+
+
+def map_layer(x: np.ndarray, ys: list[np.ndarray], rotations: list[np.ndarray], previous: np.ndarray | None,
+              ) -> list[np.ndarray]:
+    """One layer of the shared map: ``[A's coords, each other's]`` from A's vectors ``x`` and the others' ``ys``
+    rotated by ``rotations`` (each onto ``x``): exact PCA of them pooled, rotated onto ``previous`` (the layer
+    before's pooled coords) by 2-D Procrustes. All zeros where a side's vectors are the same for every row (no
+    direction to draw)."""
     from analysis.projection import exact_pca
 
-    out, previous = [], None
-    for layer in layers:
-        parts = [np.asarray(a[layer], np.float64), *(np.asarray(o[layer], np.float64) for o in others)]
-        n = len(parts[0])
-        pooled = np.concatenate(parts)
-        coords = exact_pca(pooled) if np.ptp(pooled, axis=0).max() > 0 else np.zeros((len(pooled), 2))
-        if previous is not None:
-            coords = coords @ orthogonal_procrustes(coords, previous)[0]
-        previous = coords
-        out.append([coords[i * n:(i + 1) * n] for i in range(len(parts))])
-    return out
+    parts = [x, *(np.asarray(y, np.float64) @ r for y, r in zip(ys, rotations, strict=True))]
+    pooled = np.concatenate(parts)
+    flat = constant_layer(x) or any(constant_layer(y) for y in ys) or not np.ptp(pooled, axis=0).max() > 0
+    coords = np.zeros((len(pooled), 2)) if flat else exact_pca(pooled)
+    if previous is not None:
+        coords = coords @ orthogonal_procrustes(coords, previous)[0]
+    n = len(x)
+    return [coords[i * n:(i + 1) * n] for i in range(len(parts))]
+
+
+def pair_coords(coords: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One pair's and layer's rows of ``CompareResult.coords`` split into A's and B's by position (A's first, then
+    B's, in the same row order), never by model name: a model compared with itself has the same name twice."""
+    n = len(coords) // 2
+    a, b = coords.iloc[:n], coords.iloc[n:]
+    if len(coords) % 2 or not np.array_equal(a["example_id"].to_numpy(), b["example_id"].to_numpy()):
+        raise ValueError("the shared map's rows are not one pair's A rows then B rows")
+    return a, b
 
 
 def compare_pair(a: np.ndarray, b: np.ndarray, names: tuple[str, str], inputs: TextInputs,
@@ -103,9 +129,12 @@ def compare_pair(a: np.ndarray, b: np.ndarray, names: tuple[str, str], inputs: T
                  maps: bool = True) -> tuple[list, list, list, list]:
     """One pair's tables from the vectors ``a`` ``(L_A + 1, n, d)`` and ``b`` of the same rows of ``inputs`` (arrays
     or memory-mapped files: read two layers at a time, one of each, so memory stays bounded by two layers' vectors):
-    ``(cross, summary, movers, coords)`` as lists of rows / frames (:class:`CompareResult`). ``oof_a`` caches A's
-    out-of-fold probe predictions per layer across pairs. ``maps=False``: no aligned map (a job's epochs share one,
-    :func:`aligned_maps_many`).
+    ``(cross, summary, movers, coords)`` as lists of rows / frames (:class:`CompareResult`), per pair of layers
+    (:func:`analysis.compare.checks.layer_pairs` under ``config.pairing``; ``layer_b`` columns when the depths
+    differ). ``oof_a`` caches A's out-of-fold probe predictions per layer across pairs. ``maps=False``: no aligned
+    map (a job's epochs share one, :func:`aligned_maps_many`). Where either side's vectors are the same for every
+    row (:func:`analysis.compare.cka.constant_layer`: layer 0's [CLS]) movement and neighbour overlap are NaN, as
+    CKA is: nothing can move or have neighbours there (``movement_raw`` is kept: the two constants' distance).
 
     Its linear algebra is on ``hidden x hidden`` matrices (Procrustes' SVD, PCA's eigendecomposition): run it under
     ``threadpoolctl.threadpool_limits(1, "blas")`` (as :func:`compare` does). Measured on the 2-core machine with
@@ -115,25 +144,34 @@ def compare_pair(a: np.ndarray, b: np.ndarray, names: tuple[str, str], inputs: T
 
     name_a, name_b = names
     labels = np.asarray(inputs.labels) if inputs.labels else None
+    baseline = majority_baseline(labels, labels)["accuracy"] if labels is not None else None
     ids = np.asarray(inputs.ids)
     oof_a = {} if oof_a is None else oof_a
     same_width = a.shape[2] == b.shape[2]
-    layers = list(range(min(len(a), len(b))))
+    pairs = layer_pairs(len(a), len(b), config.pairing)
+    depths_differ = len(a) != len(b)
     matrix = cross_cka(a, b)
     cross = [{"model_b": name_b, "layer_a": i, "layer_b": j, "cka": float(matrix[i, j])}
              for i in range(len(a)) for j in range(len(b))]
-    cka = paired_cka(a, b, layers, config.seed, debiased=config.debiased)
-    maps = aligned_maps(a, b, layers) if same_width and maps else []
-    summary, movers, coords = [], [], []
-    for layer, row in zip(layers, cka, strict=True):
+    cka = paired_cka(a, b, [i for i, _ in pairs], config.seed, debiased=config.debiased,
+                     layers_b=[j for _, j in pairs])
+    maps = maps and same_width
+    summary, movers, coords, previous = [], [], [], None
+    for (layer, layer_b), row in zip(pairs, cka, strict=True):
+        where = {"layer": layer, **({"layer_b": layer_b} if depths_differ else {})}
         nan = np.full(len(ids), np.nan)
-        x, y = np.array(a[layer], np.float32), np.array(b[layer], np.float32)  # one layer each, read once
-        aligned, raw = movement(x, y) if same_width else (nan, nan)
+        x, y = np.array(a[layer], np.float32), np.array(b[layer_b], np.float32)  # one layer each, read once
+        rotation = procrustes_rotation(x, y) if same_width else None
+        aligned, raw = movement(x, y, rotation) if same_width else (nan, nan)
         overlap = neighbour_overlap(x, y, config.neighbours)
-        entry = {"model_a": name_a, "model_b": name_b, "layer": layer, "cka": row["cka"],
+        if constant_layer(x) or constant_layer(y):  # no direction: undefined, as CKA is
+            aligned, overlap = nan, nan
+        with np.errstate(invalid="ignore"):
+            changed = float(np.mean(overlap < CHANGED)) if np.isfinite(overlap).all() else np.nan
+        entry = {"model_a": name_a, "model_b": name_b, **where, "cka": row["cka"],
                  "cka_ci_low": row["ci_low"], "cka_ci_high": row["ci_high"],
                  "mean_movement": float(np.mean(aligned)), "median_movement": float(np.median(aligned)),
-                 "neighbours_mostly_changed": float(np.mean(overlap < CHANGED))}
+                 "neighbours_mostly_changed": changed}
         if labels is not None:
             if layer not in oof_a:
                 oof_a[layer] = out_of_fold(x, labels, config.folds, config.seed)[0]
@@ -145,16 +183,19 @@ def compare_pair(a: np.ndarray, b: np.ndarray, names: tuple[str, str], inputs: T
             entry |= {"probe_accuracy_a": float(right_a.mean()), "probe_ci_low_a": low_a, "probe_ci_high_a": high_a,
                       "probe_accuracy_b": float(right_b.mean()), "probe_ci_low_b": low_b, "probe_ci_high_b": high_b,
                       "probe_change": float(right_b.mean() - right_a.mean()), "mcnemar_a_only": test["a_only"],
-                      "mcnemar_b_only": test["b_only"], "mcnemar_p": test["p_value"]}
+                      "mcnemar_b_only": test["b_only"], "mcnemar_p": test["p_value"],
+                      "probe_majority_baseline": baseline}
         summary.append(entry)
-        movers.append(pd.DataFrame({"model_b": name_b, "layer": layer, "example_id": ids, "text": inputs.texts,
+        movers.append(pd.DataFrame({"model_b": name_b, **where, "example_id": ids, "text": inputs.texts,
                                     **({"label": labels} if labels is not None else {}),
                                     "movement": aligned, "movement_raw": raw, "neighbour_overlap": overlap,
                                     **({"probe_prediction_a": predicted_a, "probe_prediction_b": predicted_b}
                                        if labels is not None else {})}))
         if maps:
-            for name, c in ((name_a, maps[layer][0]), (name_b, maps[layer][1])):
-                coords.append(pd.DataFrame({"model_b": name_b, "model": name, "layer": layer, "example_id": ids,
+            xy = map_layer(x.astype(np.float64), [y.astype(np.float64)], [rotation], previous)
+            previous = np.concatenate(xy)
+            for name, c in zip((name_a, name_b), xy, strict=True):
+                coords.append(pd.DataFrame({"model_b": name_b, "model": name, **where, "example_id": ids,
                                             "x": c[:, 0], "y": c[:, 1]}))
     return cross, summary, movers, coords
 
@@ -162,26 +203,53 @@ def compare_pair(a: np.ndarray, b: np.ndarray, names: tuple[str, str], inputs: T
 def run_info(config: CompareConfig) -> dict:
     """What run.json says of every comparison: the options and what each number is."""
     info = {**config.to_dict(),
-            "layers": "paired by index, 0 .. min(L_A, L_B); cka_cross.csv has every pair",
-            "cka_interval": "delete-one jackknife over the rows (of at most 1,000 of them, seeded), 95%, clipped to "
-                            "CKA's range",
+            "layers": "paired by index, 0 .. min(L_A, L_B); cka_cross.csv has every pair" if config.pairing == "index"
+            else "paired by relative depth (layer / L): every hidden state of the shallower model with the deeper "
+                 "one's nearest; cka_cross.csv has every pair",
+            "cka_interval": "delete-one jackknife over the rows (of at most 1,000 of them, seeded), 95%, centred on "
+                            "the CKA of all rows, clipped to CKA's range",
             "movement": "cosine distance after orthogonal Procrustes of B onto A, fitted on all rows",
             "neighbours_mostly_changed": f"share of rows keeping fewer than {CHANGED:.0%} of their "
-                                         f"{config.neighbours} nearest neighbours (cosine)"}
+                                         f"{config.neighbours} nearest neighbours (cosine)",
+            "undefined_layers": "a layer whose vectors are the same for every row (constant: layer 0's [CLS] is the "
+                                "[CLS] embedding plus position 0 whatever the text) has no CKA, interval, movement "
+                                "or neighbour overlap: blank",
+            "aligned_map": "per layer, exact PCA of A's vectors and B's rotated onto them (the rotation movement is "
+                           "measured after), pooled; each layer's map rotated onto the previous layer's"}
     if config.reconstruction:
         info["reconstruction_scores"] = (
             f"token accuracy, unmasked, special tokens not counted; Wilson 95% per model; the change B - A with a "
             f"paired {RESAMPLES}-resample percentile bootstrap over sentences (seed = --seed) and an exact McNemar "
-            "test on the same tokens")
+            "test on the same tokens; a pair is read only when both models have an MLM head (own or lent)")
     return info
 
 
-def reconstructions(models: list[LoadedModel], inputs: TextInputs, config: CompareConfig,
-                    progress=None) -> tuple[dict[int, object], dict[int, str]]:
+def few_rows(n: int, models: list[LoadedModel]) -> dict:
+    """``{"few_rows": why}`` when there are fewer rows than a model's hidden size (else nothing): the Procrustes
+    rotation of B onto A is then fitted in more dimensions than the rows pin down."""
+    width = max(m.anatomy.hidden_size for m in models)
+    if n >= width:
+        return {}
+    return {"few_rows": f"{n:,} rows, fewer than the hidden size ({width:,}): the rotation of B onto A is fitted in "
+                        "more dimensions than these rows pin down, so it fits more of the difference than it would "
+                        "on more rows and movement comes out smaller (docs/compare.md); plain CKA is biased upward "
+                        "too (debiased CKA is not)"}
+
+
+def reconstructions(models: list[LoadedModel], inputs: TextInputs, config: CompareConfig, progress=None,
+                    pairs: list[tuple[int, int]] | None = None,
+                    names: list[str] | None = None) -> tuple[dict[int, object], dict[int, str]]:
     """Each model's reconstruction probe on ``inputs`` (:mod:`analysis.compare.recon`): ``({model index: per-token
-    table}, {model index: which head read it, or why it was not read})``. A model listed twice is probed once."""
+    table}, {model index: which head read it, or why it was not read})``. A model listed twice is probed once.
+    ``pairs`` (default: the first model with each other): a model is read only when it is in a pair whose two
+    models both have an MLM head (own or lent): the change needs both, and a checkpoint without a head against its
+    ``random:`` twin (whose random head it lacks) would otherwise spend the probe's time on one side only."""
     from analysis.reconstruction import ProbeConfig, probe, require_mlm_head
 
+    names = names or [m.spec.name for m in models]
+    pairs = pairs or [(0, i) for i in range(1, len(models))]
+    headed = [m.mlm_head is not None for m in models]
+    needed = {k for pair in pairs if all(headed[k] for k in pair) for k in pair}
     probe_config = ProbeConfig(top_k=1, batch_size=config.batch_size, max_length=config.max_length)
     tokens, why, done = {}, {}, {}
     for i, m in enumerate(models):
@@ -189,6 +257,11 @@ def reconstructions(models: list[LoadedModel], inputs: TextInputs, config: Compa
             require_mlm_head(m)
         except InputError as exc:
             why[i] = f"not read: {exc}"
+            continue
+        if i not in needed:
+            lacking = list(dict.fromkeys(names[k] for pair in pairs if i in pair for k in pair if not headed[k]))
+            why[i] = (f"not read (skipped): '{', '.join(lacking)}' has no MLM head (its own or a lent one), and the "
+                      "reconstruction change needs both models of a pair read by a head")
             continue
         key = m.spec.resolved()
         if key not in done:
@@ -200,15 +273,13 @@ def reconstructions(models: list[LoadedModel], inputs: TextInputs, config: Compa
 
 
 def add_reconstruction(summary: list[dict], tokens_a, tokens_b, n_texts: int, seed: int) -> None:
-    """Add :data:`analysis.compare.recon.COLUMNS` to a pair's per-layer rows (blank on a side not read)."""
-    layers = len(summary)
+    """Add :data:`analysis.compare.recon.COLUMNS` to a pair's per-layer rows, at each row's pair of layers
+    (``layer``, ``layer_b``); blank unless both sides were read."""
     if tokens_a is not None and tokens_b is not None:
-        rows = reconstruction_rows(tokens_a, tokens_b, n_texts, seed)
-    elif tokens_a is not None or tokens_b is not None:
-        rows = one_sided_rows(tokens_a if tokens_a is not None else tokens_b, n_texts,
-                              "a" if tokens_a is not None else "b", layers)
+        pairs = [(e["layer"], e.get("layer_b", e["layer"])) for e in summary]
+        rows = reconstruction_rows(tokens_a, tokens_b, n_texts, seed, pairs=pairs)
     else:
-        rows = [dict.fromkeys(COLUMNS, np.nan) for _ in range(layers)]
+        rows = []
     for entry, row in zip(summary, rows, strict=False):
         entry |= {c: row.get(c, np.nan) for c in COLUMNS}
     for entry in summary[len(rows):]:
@@ -235,13 +306,18 @@ def compare(models: list[LoadedModel], inputs: TextInputs, config: CompareConfig
     names = list(names) if names is not None else [m.spec.name for m in models]
     if len(models) < 2:
         raise InputError("comparing needs at least two models")
+    twice = [n for n in dict.fromkeys(names[1:]) if names[1:].count(n) > 1]
+    if twice:
+        raise InputError(f"'{twice[0]}' is given twice as a model to compare with the first: give each once")
+    check_rows(inputs, config.folds, config.debiased)
     for other in models[1:]:
         same_tokenizer(models[0], other)
+    same_tokens(models, inputs, config.max_length, names)
     start = time.perf_counter()
     # memory-mapped from the cache: the comparison reads two layers at a time (compare_pair)
     reps = [representations(m, inputs, config.pooling, config.max_length, config.batch_size, progress,
                             mmap=True)[0] for m in models]
-    tokens, why = reconstructions(models, inputs, config, progress) if config.reconstruction else ({}, {})
+    tokens, why = reconstructions(models, inputs, config, progress, names=names) if config.reconstruction else ({}, {})
     own = [own_predictions(m, inputs, config.max_length, config.batch_size) for m in models]
     cross, summary, movers, coords = [], [], [], []
     oof_a: dict = {}
@@ -253,8 +329,14 @@ def compare(models: list[LoadedModel], inputs: TextInputs, config: CompareConfig
         add_head_predictions(parts[2], own[0][0], own[i][0])
         for whole, part in zip((cross, summary, movers, coords), parts, strict=True):
             whole += part
+    states = [len(r) for r in reps]
     info = {**run_info(config), "models": [m.spec.name for m in models], "names": names,
             "fingerprints": [m.fingerprint for m in models], "rows": len(inputs),
+            "layer_names": [m.anatomy.layer_names() for m in models],
+            "layer_pairs": [pairing_info(states[0], states[i], layer_pairs(states[0], states[i], config.pairing),
+                                         config.pairing, names[i]) for i in range(1, len(models))],
+            **few_rows(len(inputs), models),
+            **({"poolings": [m.pooling for m in models]} if config.pooling == "model" else {}),
             "head_predictions": {name: o[1] for name, o in zip(names, own, strict=True)},
             "seconds": round(time.perf_counter() - start, 3)}
     if config.reconstruction:
