@@ -79,9 +79,10 @@ def cmd_structure(args: argparse.Namespace) -> int:
         dropped = info["dropped_too_long"] + info["dropped_no_subword"]
         if dropped:
             print(f"note: {name}: dropped {info['dropped_too_long']} sentence(s) longer than the model's "
-                  f"{result.info['max_tokens']} tokens and {info['dropped_no_subword']} with a word that has no "
-                  f"subword, of {info['sentences']} (listed in run.json)", file=sys.stderr)
+                  f"{result.info['max_tokens']} tokens (special tokens included) and {info['dropped_no_subword']} "
+                  f"with a word that has no subword, of {info['sentences']} (ids in run.json)", file=sys.stderr)
     print(f"word vector: {result.info['word_vector_text']}", file=sys.stderr)
+    print(f"summary intervals: {result.info['summary_interval']}", file=sys.stderr)
     print(result.summary.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
     print(f"wrote {args.out}: {OUTPUTS}", file=sys.stderr)
     return 0

@@ -142,7 +142,7 @@ def run_structure_job(store: JobStore, job, out: Path) -> dict:
         name = next((p for p in phases if stage.startswith(p)), stage)
         phase = phases.index(name) if name in phases else len(phases) - 1
         fraction = (phase + done / max(total, 1)) / len(phases)
-        line = (f"probes: {done} of {total} (layer, task) results" if stage == "probes" else
+        line = (f"probes: {done} of {total} steps (fits, MDL blocks, structural epochs)" if stage == "probes" else
                 f"{stage}: {done} of {total} {'texts' if name == 'labelled texts' else 'sentences'}")
         report(line, {"stage": stage, "step": done, "total_steps": total, "fraction": fraction}, force=done == total)
 
@@ -153,8 +153,8 @@ def run_structure_job(store: JobStore, job, out: Path) -> dict:
         info = result.info[name]
         if info["dropped_too_long"] + info["dropped_no_subword"]:
             say(f"{name}: dropped {info['dropped_too_long']} sentence(s) longer than the model's "
-                f"{result.info['max_tokens']} tokens and {info['dropped_no_subword']} with a word that has no "
-                f"subword, of {info['sentences']} (listed in run.json)")
+                f"{result.info['max_tokens']} tokens (special tokens included) and {info['dropped_no_subword']} "
+                f"with a word that has no subword, of {info['sentences']} (ids in run.json)")
     say(f"word vector: {result.info['word_vector_text']}")
     for row in result.summary.to_dict("records"):
         say(f"{row['task']}: best layer {row['best_layer']} ({row['metric']} {row['best_score']:.4f}), center of "

@@ -64,18 +64,31 @@ def test_trees_hold_gold_and_predicted_arcs_for_the_chosen_layers(run):
         assert correct / total == pytest.approx(uuas.item())
 
 
+def _sentence(sent_id: str, words: list[str]) -> str:
+    return f"# sent_id = {sent_id}\n" + "\n".join(
+        f"{i}\t{w}\t{w}\tADJ\t_\t_\t{0 if i == 1 else 1}\t{'root' if i == 1 else 'conj'}\t_\t_"
+        for i, w in enumerate(words, 1)) + "\n\n"
+
+
 def test_long_sentences_are_dropped_counted_and_said(tiny_dirs, tmp_path, capsys):
-    long = "\n".join(f"{i}\tgood\tgood\tADJ\t_\t_\t{0 if i == 1 else 1}\t{'root' if i == 1 else 'conj'}\t_\t_"
-                     for i in range(1, 70))
+    """The limit counts the special tokens ([CLS] and [SEP]: 62 one-subword words fit 64 positions, 63 do not);
+    run.json keeps the two reasons apart and lists at most the first 100 ids of each, saying so."""
+    extra = [_sentence("fits", ["good"] * 62), _sentence("over", ["good"] * 63)]
+    extra += [_sentence(f"long{i}", ["good"] * 69) for i in range(100)]
+    extra.append(_sentence("empty", ["good", "\u200b", "good"]))  # a word the tokenizer turns into nothing
     path = tmp_path / "test.conllu"
-    path.write_text(TEST.read_text() + "\n# sent_id = long\n" + long + "\n\n")
+    path.write_text(TEST.read_text() + "\n" + "".join(extra))
     out = tmp_path / "out"
     assert main(["structure", "--model", str(tiny_dirs["bert"]), "--train", str(TRAIN), "--test", str(path),
                  "--out", str(out), "--tasks", "upos", "--layers", "-1", "--no-mdl"]) == 0
-    info = json.loads((out / "run.json").read_text())
-    assert info["test"]["dropped_too_long"] == 1 and info["test"]["dropped_ids"] == ["long"]
-    assert info["test_sentences_scored"] == 18
-    assert "dropped 1 sentence(s) longer than the model's 64 tokens" in capsys.readouterr().err
+    info = json.loads((out / "run.json").read_text())["test"]
+    assert (info["dropped_too_long"], info["dropped_no_subword"]) == (101, 1)
+    assert info["dropped_too_long_ids"] == ["over"] + [f"long{i}" for i in range(99)]
+    assert info["dropped_no_subword_ids"] == ["empty"] and "first 100 of each reason" in info["dropped_ids_listed"]
+    assert json.loads((out / "run.json").read_text())["test_sentences_scored"] == 19  # the 18 and "fits"
+    err = capsys.readouterr().err
+    assert ("dropped 101 sentence(s) longer than the model's 64 tokens (special tokens included) and 1 with a "
+            "word") in err
 
 
 @pytest.mark.parametrize("extra, words", [

@@ -163,7 +163,7 @@ def test_a_local_job_writes_what_the_cli_writes(home, tmp_path):
     log = job.log_path.read_text()
     assert "model: demo (4 layers) on cpu" in log and "upos: best layer" in log
     assert re.search(r"train word vectors: (\d+) of \1 sentences", log)
-    assert "probes: 20 of 20 (layer, task) results" in log
+    assert re.search(r"probes: (\d+) of \1 steps \(fits, MDL blocks, structural epochs\)", log)
     assert "Traceback" not in log
 
 
@@ -202,4 +202,4 @@ def test_the_jobs_table_shows_a_structure_jobs_progress_over_its_stages(home):
     store.update_progress(job_id, {"stage": "probes", "step": 5, "total_steps": 20, "fraction": 0.8125})
     row = job_table(store.list()).iloc[0]
     assert row["progress"] == 0.8125 and row["epoch"] == "" and row["name"].startswith("linguistic structure")
-    assert structure_stage(store.get(job_id)) == "probes: 5 of 20 (layer, task) results · 81% of the job"
+    assert structure_stage(store.get(job_id)) == "probes: 5 of 20 steps · 81% of the job"

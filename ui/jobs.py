@@ -184,12 +184,12 @@ def unfinished_structure_jobs() -> list:
 
 
 def structure_stage(job) -> str:
-    """``probes 3/20 · 72%``: where a running structure job is."""
+    """``probes: 3 of 20 steps · 72% of the job``: where a running structure job is."""
     p = job.progress or {}
     if not p:
         return job.status
     stage = p.get("stage", "")
-    unit = "(layer, task) results" if stage == "probes" else "texts" if stage.startswith("labelled") else "sentences"
+    unit = "steps" if stage == "probes" else "texts" if stage.startswith("labelled") else "sentences"
     return f"{stage}: {p.get('step', 0)} of {p.get('total_steps', '?')} {unit} · {p.get('fraction', 0):.0%} of the job"
 
 

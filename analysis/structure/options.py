@@ -38,6 +38,9 @@ class StructureOptions(Options):
     batch_size: int = Field(32, ge=1, le=4096, title="batch size", description="sentences per forward pass when "
                             "extracting the word vectors")
     seed: int = Field(0, ge=0, le=MAX_SEED, title="seed")
+    seeds: int = Field(1, ge=1, le=20, title="seeds", description="train the probes with this many seeds (seed, "
+                       "seed + 1, ...): summary.csv's intervals then cover the spread over training seeds as well as "
+                       "the test sentences; every other number is the first seed's")
     max_sentences: int | None = Field(None, ge=1, title="max sentences", description="read at most this many "
                                       "sentences of each file (the first)")
     max_epochs: int = Field(30, ge=1, le=1000, title="structural probe epochs", description="at most this many "

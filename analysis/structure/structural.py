@@ -31,6 +31,8 @@
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -121,9 +123,10 @@ class Trained:
 
 
 def train(kind: str, layer: np.ndarray, offsets: np.ndarray, sentences: list[Sentence], rank: int, seed: int = 0,
-          max_epochs: int = 30, patience: int = 4, lr: float = 1e-3, dev_fraction: float = 0.1) -> Trained:
+          max_epochs: int = 30, patience: int = 4, lr: float = 1e-3, dev_fraction: float = 0.1,
+          on_epoch: Callable[[], None] | None = None) -> Trained:
     """A structural probe of ``kind`` on one layer's word vectors ``(words, hidden)`` of ``sentences`` (whose
-    words start at ``offsets``)."""
+    words start at ``offsets``). ``on_epoch`` is called after each epoch (progress; it may raise to stop)."""
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(sentences))
     n_dev = max(1, int(round(len(sentences) * dev_fraction))) if len(sentences) > 1 else 0
@@ -154,6 +157,8 @@ def train(kind: str, layer: np.ndarray, offsets: np.ndarray, sentences: list[Sen
             batches = dev_batches or fit_batches
             dev_loss = float(np.mean([loss_of(kind, probe(b[0]), *b[1:]).item() for b in batches]))
         sched.step(dev_loss)
+        if on_epoch is not None:
+            on_epoch()
         if dev_loss < best - 1e-7:
             best, best_state, stale = dev_loss, {k: v.clone() for k, v in probe.state_dict().items()}, 0
         else:
@@ -260,6 +265,29 @@ def distance_scores(preds: list[np.ndarray], sentences: list[Sentence]) -> dict:
         edges.append((sorted(pred_edges), sorted(gold_edges)))
     return {"uuas": correct.sum() / max(total.sum(), 1), "spearman": by_length(rows, [len(s) for s in sentences]),
             "correct": correct, "total": total, "rows": rows, "edges": edges}
+
+
+def position_baselines(train: list[Sentence], test: list[Sentence]) -> dict:
+    """What positions alone give, scored as the probes are, on the test sentences: ``uuas`` of the right-branching
+    chain (each non-punctuation word linked to the next one: the minimum spanning tree of ``|i - j|``, through
+    :func:`uuas_counts`), and ``root_acc`` of the training file's most frequent root position (the k-th
+    non-punctuation word, the last one where a sentence has fewer), ``root_position`` that k (0-based). Hewitt &
+    Manning 2019 report the chain as the LINEAR baseline of their Table 1."""
+    correct = total = 0
+    for s in test:
+        pos = np.arange(len(s), dtype=float)
+        c, t, _, _ = uuas_counts(np.abs(pos[:, None] - pos[None, :]), s)
+        correct, total = correct + c, total + t
+    places = Counter(int(np.flatnonzero(keep == s.root)[0]) for s in train
+                     if (keep := np.flatnonzero(non_punct(s))).size and s.root in keep)
+    k = min(places, key=lambda p: (-places[p], p)) if places else 0
+    hits = counted = 0
+    for s in test:
+        keep = np.flatnonzero(non_punct(s))
+        if len(keep):
+            counted += 1
+            hits += int(keep[min(k, len(keep) - 1)] == s.root)
+    return {"uuas": correct / max(total, 1), "root_acc": hits / max(counted, 1), "root_position": k}
 
 
 def depth_scores(preds: list[np.ndarray], sentences: list[Sentence]) -> dict:
