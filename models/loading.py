@@ -19,6 +19,7 @@ import torch
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
 from models.anatomy import FAMILIES, HEAD_PARTS, Anatomy, UnsupportedArchitectureError, anatomy_of, family_of
+from models.hub import hub_offline
 from models.spec import (  # noqa: F401  (re-exported: the names every caller imports from here)
     DEMO_DIR,
     DEMO_NAME,
@@ -219,9 +220,16 @@ def _head_prefixes(family: str) -> tuple[str, ...]:
     return tuple(p + "." for p in HEAD_PARTS[family])
 
 
+def _from_hub(source: str) -> bool:
+    """Whether ``source`` names a hub model (read from the hub or its cache), not a local path."""
+    return not (source.startswith((".", "/", "~")) or Path(source).expanduser().exists())
+
+
 def _hub_kwargs(spec: ModelSpec) -> dict:
-    """What every from_pretrained call gets: the revision, and never the checkpoint's own code."""
-    return {"revision": spec.revision, "trust_remote_code": False}
+    """What every from_pretrained call gets: the revision, never the checkpoint's own code, and the local cache
+    only when the hub is out of reach (:func:`hub_offline`): a name that is not there is refused at once."""
+    offline = _from_hub(spec.source) and hub_offline()
+    return {"revision": spec.revision, "trust_remote_code": False, **({"local_files_only": True} if offline else {})}
 
 
 def _config_and_family(spec: ModelSpec):
@@ -375,11 +383,12 @@ def sentence_transformers_files(spec: ModelSpec) -> tuple[Path, list[str]] | Non
         try:
             from huggingface_hub import hf_hub_download, snapshot_download
 
-            modules = json.loads(Path(hf_hub_download(spec.source, "modules.json", revision=spec.revision))
-                                 .read_text())
+            local = hub_offline()
+            modules = json.loads(Path(hf_hub_download(spec.source, "modules.json", revision=spec.revision,
+                                                      local_files_only=local)).read_text())
             folders = [m["path"] for m in modules if m.get("path")]
-            root = Path(snapshot_download(spec.source, revision=spec.revision, allow_patterns=[
-                *SENTENCE_FILES, *(f"{f}/*" for f in folders)]))
+            root = Path(snapshot_download(spec.source, revision=spec.revision, local_files_only=local,
+                                          allow_patterns=[*SENTENCE_FILES, *(f"{f}/*" for f in folders)]))
         except Exception:  # not a sentence-transformers repository, or offline
             return None
     if not (root / "modules.json").is_file():
@@ -446,7 +455,8 @@ def sentence_pooling(spec: ModelSpec) -> str | None:
         try:
             from huggingface_hub import hf_hub_download
 
-            return json.loads(Path(hf_hub_download(spec.source, filename, revision=spec.revision)).read_text())
+            return json.loads(Path(hf_hub_download(spec.source, filename, revision=spec.revision,
+                                                   local_files_only=hub_offline())).read_text())
         except Exception:  # not a sentence-transformers repository, or offline
             return None
 

@@ -186,3 +186,84 @@ def test_random_weights_are_the_architecture_seeded_as_transformers_initialises_
 def test_random_needs_a_model_name():
     with pytest.raises(ModelLoadError, match="random:demo"):
         ModelSpec("random:")
+
+
+HUB_ATTEMPTS = """
+import json, socket, sys
+from huggingface_hub.utils import get_session
+requests, connects = [], []
+hooks = get_session().event_hooks  # every request huggingface_hub (and transformers through it) sends, retries too
+get_session().event_hooks = {**hooks, "request": [*hooks["request"], lambda r: requests.append(f"{r.method} {r.url}")]}
+real = socket.socket.connect
+def connect(self, address):  # every TCP connection the process attempts, whoever makes it
+    connects.append(list(address[:2]) if isinstance(address, tuple) else str(address))
+    return real(self, address)
+socket.socket.connect = connect
+from models.loading import ModelLoadError, ModelSpec, load_model
+try:
+    loaded = load_model(ModelSpec(sys.argv[1], device="cpu"))
+    message = "loaded " + loaded.anatomy.family
+except ModelLoadError as exc:
+    message = str(exc)
+print(json.dumps({"message": message, "requests": requests, "connects": connects}))
+"""
+OFFLINE_MESSAGE = "is not in the local Hugging Face cache and the hub cannot be reached"
+
+
+def load_in_a_process(name: str, tmp_path, **env) -> dict:
+    """Load ``name`` in a fresh Python process with an empty Hugging Face cache and ``env`` (HF_HUB_OFFLINE is not
+    inherited from the tests' own setting); what it said, the hub requests and the TCP connections it attempted."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    base = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
+    base.update(HF_HOME=str(tmp_path / "hf_home"), PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    done = subprocess.run([sys.executable, "-c", HUB_ATTEMPTS, name], env={**base, **env}, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on once this closes
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow  # a fresh Python process importing torch and transformers
+def test_an_uncached_hub_name_is_refused_without_retries_when_the_hub_is_unreachable(tmp_path):
+    """The hub out of reach but offline mode not set (HF_ENDPOINT at a closed port): huggingface_hub would try each
+    file 6 times, backing off 23 s in all; the name is refused after one probe of the endpoint."""
+    endpoint = f"http://127.0.0.1:{closed_port()}"
+    said = load_in_a_process("some-org/mistyped-model-xyz", tmp_path, HF_ENDPOINT=endpoint)
+    assert OFFLINE_MESSAGE in said["message"]
+    assert not [r for r in said["requests"] if "mistyped-model-xyz" in r], said["requests"]  # no file asked for
+    assert [r.rstrip("/") for r in said["requests"]].count(f"HEAD {endpoint}") <= 1  # the endpoint probed once
+
+
+@pytest.mark.slow  # a fresh Python process importing torch and transformers
+def test_an_uncached_hub_name_is_refused_without_a_connection_in_offline_mode(tmp_path):
+    said = load_in_a_process("some-org/mistyped-model-xyz", tmp_path, HF_HUB_OFFLINE="1")
+    assert OFFLINE_MESSAGE in said["message"] and said["requests"] == [] and said["connects"] == []
+
+
+@pytest.mark.slow  # a fresh Python process importing torch and transformers
+def test_a_cached_hub_model_loads_without_retries_when_the_hub_is_unreachable(tmp_path):
+    """A hub model already in the local cache still loads with the hub out of reach, from the cache alone."""
+    from tests.conftest import save_tiny
+
+    repo = tmp_path / "hf_home" / "hub" / "models--layerlens-test--cached-bert"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    save_tiny("bert", repo / "snapshots" / commit, copy_steps=0)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    endpoint = f"http://127.0.0.1:{closed_port()}"
+    said = load_in_a_process("layerlens-test/cached-bert", tmp_path, HF_ENDPOINT=endpoint)
+    assert said["message"] == "loaded bert"
+    assert not [r for r in said["requests"] if "cached-bert" in r], said["requests"]
+    assert [r.rstrip("/") for r in said["requests"]].count(f"HEAD {endpoint}") <= 1
