@@ -119,10 +119,19 @@ def test_the_atlas_and_probe_second_model_fields_open_the_compare_page():
 # --- issue 34 ------------------------------------------------------------------------------------------------------
 
 def figures(at) -> list:
-    """Every Plotly chart the page shows, as figures (typed arrays decoded)."""
+    """Every Plotly chart the page shows, as figures."""
     import plotly.io
 
     return [plotly.io.from_json(c.proto.spec, skip_invalid=True) for c in at.get("plotly_chart")]
+
+
+def values(v) -> np.ndarray:
+    """A trace's array as numpy, whether Plotly wrote it as a list or as a typed array (``dtype`` + base64)."""
+    import base64
+
+    if isinstance(v, dict) and "bdata" in v:
+        return np.frombuffer(base64.b64decode(v["bdata"]), dtype=v["dtype"])
+    return np.asarray(v)
 
 
 def open_pair(monkeypatch, model: str | None = None):
@@ -156,9 +165,9 @@ def test_a_model_against_itself_on_the_page_gives_cka_1_no_movement_and_b_on_a(m
     np.testing.assert_allclose(s.loc[defined, "cka"], 1, atol=1e-5)
     np.testing.assert_allclose(s.loc[defined, "mean_movement"], 0, atol=1e-6)
     (shared,) = [f for f in figures(at) if "PC 1" in (f.layout.xaxis.title.text or "")]
-    a, b = shared.data[0], shared.data[1]
-    assert len(a.x) == len(b.x) == 40
-    np.testing.assert_allclose(np.c_[a.x, a.y], np.c_[b.x, b.y], atol=1e-6)
+    (ax, ay), (bx, by) = ((values(t.x), values(t.y)) for t in shared.data[:2])
+    assert len(ax) == len(bx) == 40
+    np.testing.assert_allclose(np.c_[ax, ay], np.c_[bx, by], atol=1e-6)
 
 
 @pytest.mark.slow
@@ -193,7 +202,7 @@ def test_another_depth_shows_each_models_layers_says_how_they_are_paired_and_off
     said = " ".join(c.value for c in at.caption)
     assert "paired by index" in said and "left out" in said and "5, 6, 7" in said
     (heat,) = [f for f in figures(at) if f.data and f.data[0].type == "heatmap"]
-    assert list(heat.data[0].x) == deep_names and len(heat.data[0].y) == 5
+    assert list(heat.data[0].x) == deep_names and len(heat.data[0].y) == 5  # each model's own layer names
     assert shown_summary(at)["layer_b"].tolist() == [0, 1, 2, 3, 4]
     at.radio(key="compare_pairing").set_value("relative").run()
     at.button(key="compare_run").click().run()
@@ -217,7 +226,7 @@ def test_the_page_says_what_the_map_layer_0_and_few_rows_mean_and_draws_the_prob
     labels = np.asarray(forty_rows().labels)
     majority = max(np.mean(labels == c) for c in set(labels))
     (baseline,) = [t for t in probe.data if t.name == "majority class"]
-    np.testing.assert_allclose(baseline.y, majority)
+    np.testing.assert_allclose(values(baseline.y), majority)
 
 
 @pytest.mark.slow
