@@ -158,3 +158,57 @@ def test_a_labelled_set_without_labels_is_one_line(tiny_dirs, tmp_path, capsys):
     assert code != 0 and not (tmp_path / "out").exists()
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "label" in err[0]
+
+
+def _edge_counts(out) -> tuple[np.ndarray, np.ndarray]:
+    """Per layer and test sentence, from trees.jsonl: the distance probe's gold edges recovered, and gold edges."""
+    records = [json.loads(line) for line in (out / "trees.jsonl").read_text().splitlines()]
+    layers = sorted(records[0]["layers"], key=int)
+    correct = np.array([[len({tuple(e) for e in r["layers"][la]["predicted_edges"]}
+                             & {tuple(e) for e in r["layers"][la]["gold_edges"]}) for r in records] for la in layers])
+    total = np.array([[len(r["layers"][la]["gold_edges"]) for r in records] for la in layers])
+    return correct.astype(float), total.astype(float)
+
+
+@pytest.mark.slow  # four runs
+def test_seeds_retrain_the_probes_and_the_summary_pools_them(tiny_dirs, tmp_path, capsys):
+    """--seeds 3 is --seed 0, 1 and 2 pooled: its point estimates are --seed 0's; its distance intervals are the
+    percentiles of 1,000 sentence resamples, resample b rescoring seed b mod 3's counts (taken here from the
+    separate runs' trees.jsonl); the linear UPOS probe has no seed, so its interval is one seed's."""
+    common = ["structure", "--model", str(tiny_dirs["bert"]), "--train", str(TRAIN), "--test", str(TEST),
+              "--tasks", "upos,distance", "--no-mdl", "--max-epochs", "3", "--rank", "4"]
+    runs = {}
+    for name, extra in (("pooled", ["--seeds", "3"]), (0, ["--seed", "0"]), (1, ["--seed", "1"]),
+                        (2, ["--seed", "2"])):
+        assert main([*common, *extra, "--out", str(tmp_path / str(name))]) == 0, capsys.readouterr().err
+        runs[name] = tmp_path / str(name)
+    assert "pooled over 3 training seeds" in capsys.readouterr().err
+    pooled = pd.read_csv(runs["pooled"] / "summary.csv").set_index("task")
+    single = pd.read_csv(runs[0] / "summary.csv").set_index("task")
+    pd.testing.assert_frame_equal(pd.read_csv(runs["pooled"] / "probes.csv"), pd.read_csv(runs[0] / "probes.csv"))
+    assert (pooled.seeds == 3).all() and (single.seeds == 1).all()
+    assert json.loads((runs["pooled"] / "run.json").read_text())["seeds"] == [0, 1, 2]
+    upos = ["best_layer", "best_layer_ci_low", "best_layer_ci_high", "center_of_gravity_ci_low",
+            "center_of_gravity_ci_high"]
+    np.testing.assert_equal(pooled.loc["upos", upos].to_numpy(float), single.loc["upos", upos].to_numpy(float))
+
+    counts = [_edge_counts(runs[k]) for k in (0, 1, 2)]
+    n = counts[0][0].shape[1]
+    weights = np.random.default_rng(0).multinomial(n, np.full(n, 1 / n), size=1000).astype(float)
+    scores = np.array([(w @ counts[b % 3][0].T) / (w @ counts[b % 3][1].T) for b, w in enumerate(weights)])
+    best = scores.argmax(1)
+    row = pooled.loc["distance"]
+    assert (row.best_layer_ci_low, row.best_layer_ci_high) == (np.percentile(best, 2.5), np.percentile(best, 97.5))
+    running = np.maximum.accumulate(scores, axis=1)
+    gain = np.diff(running, axis=1)
+    defined = gain.sum(1) > 0
+    cog = (gain[defined] * np.arange(1, scores.shape[1])).sum(1) / gain[defined].sum(1)
+    assert row.center_of_gravity_undefined == pytest.approx(1 - defined.mean())
+    if np.isfinite(row.center_of_gravity):
+        assert row.center_of_gravity_ci_low == pytest.approx(np.percentile(cog, 2.5))
+        assert row.center_of_gravity_ci_high == pytest.approx(np.percentile(cog, 97.5))
+    else:
+        assert np.isnan(row.center_of_gravity_ci_low) and np.isnan(row.center_of_gravity_ci_high)
+    for k in (0, 1, 2):  # each seed's own best layer lies inside the pooled interval
+        own = pd.read_csv(runs[k] / "summary.csv").set_index("task").loc["distance", "best_layer"]
+        assert row.best_layer_ci_low <= own <= row.best_layer_ci_high
