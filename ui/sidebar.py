@@ -84,7 +84,7 @@ ANALYSES = [
          "Fine-tune with layer-pooling heads (LSTM/attention pooling, GRUBERT, layer selection, layer-wise "
          "learning-rate decay) as background jobs: live progress, cancel, comparison, ensembles.",
          "Sun et al. 2019; Song et al. 2020"),
-    Page("pages/6_Linguistic_structure.py", "Linguistic structure", ":material/account_tree:",
+    Page("pages/6_Linguistic_structure.py", "Linguistic structure", ":material/spellcheck:",
          "What each layer knows about syntax on UD treebanks: UPOS and relation probes with control tasks, MDL, "
          "structural probes (distance, depth), and where each task peaks.",
          "Tenney et al. 2019; Hewitt & Manning 2019; Hewitt & Liang 2019; Voita & Titov 2020"),
