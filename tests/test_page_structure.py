@@ -185,3 +185,11 @@ def test_a_labelled_set_adds_the_label_task_as_the_engine_computes_it(tiny_dirs,
     summary = at.dataframe[0].value.reset_index(drop=True)
     assert summary.task.tolist() == ["upos", "label"]
     pd.testing.assert_frame_equal(summary, expected.summary)
+
+
+def test_every_page_has_its_own_icon():
+    """Model anatomy and Linguistic structure shared one (issue 34, Low)."""
+    from ui.sidebar import ANALYSES, HOME
+
+    icons = [p.icon for p in [HOME, *ANALYSES]]
+    assert len(icons) == len(set(icons)), icons
