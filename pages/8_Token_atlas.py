@@ -227,9 +227,15 @@ has = {c for c in ("label", "upos", "deprel") if c in tokens.columns}
 # --- map -----------------------------------------------------------------------------------------------------------
 def show_map() -> None:
     from analysis.tokens.maps import UMAP_SAMPLE, layer_map
+    from ui.embedding_atlas import lacks_webgpu, webgpu_support
 
-    renderers = [ATLAS, DENSITY]
-    renderer = st.radio("Map renderer", renderers, horizontal=True, key="tokens_renderer",
+    gpu = webgpu_support("tokens_atlas")  # None until the browser has answered (its answer reruns the page)
+    lacking = lacks_webgpu(gpu)  # why this browser cannot draw the atlas, once it said so
+    if lacking:  # the radio shows what is shown: the density view
+        st.session_state["tokens_renderer"] = DENSITY
+    renderer = st.radio("Map renderer", [ATLAS, DENSITY], horizontal=True, key="tokens_renderer",
+                        disabled=bool(lacking),
+                        format_func=lambda r: f"{r}: not in this browser ({lacking})" if lacking and r == ATLAS else r,
                         help="Embedding Atlas (Apple's WebGPU map, served from this machine, no request leaves it): "
                         "every token, zoom, search and SQL filters, where the browser has WebGPU (a GPU machine); "
                         "elsewhere the density view is shown instead. Density: rasterised on the server, works in "
@@ -259,13 +265,12 @@ def show_map() -> None:
                                 "Rasterising", lambda report: rasterise(coords, how=how))
     except Exception as exc:  # noqa: BLE001
         fail(exc, "The map")
-    if renderer == ATLAS:
+    if renderer == ATLAS or lacking:  # without WebGPU its frame says why (and keeps the browser's answer)
         from analysis.tokens.atlas_table import atlas_table
-        from ui.embedding_atlas import show_embedding_atlas, webgpu_support
+        from ui.embedding_atlas import show_embedding_atlas
 
-        gpu = webgpu_support("tokens_atlas")  # None until the browser has answered (its answer reruns the page)
         try:  # the table (coordinates + token metadata) only for a browser that can draw it
-            table = atlas_table(tv, layer, method) if gpu and gpu.get("webgpu") and gpu.get("shader_f16") else ""
+            table = atlas_table(tv, layer, method) if gpu is not None and not lacking else ""
             shown = show_embedding_atlas(table, key="tokens_atlas")
         except Exception as exc:  # noqa: BLE001
             fail(exc, "Embedding Atlas")
