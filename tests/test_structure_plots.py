@@ -34,3 +34,15 @@ def test_curves_show_band_baseline_control_and_the_reference_run():
 
 def test_no_reference_no_reference_line():
     assert all(t.name != "random weights" for t in task_curves(_probes()).data)
+
+
+def test_the_uuas_and_root_panels_draw_their_position_baselines():
+    """probes.csv's position_baseline (the right-branching chain for UUAS, the commonest root position for root
+    accuracy) is a line in those panels; panels without one (UPOS) draw none."""
+    frame = _probes()
+    frame["position_baseline"] = [float("nan") if t == "upos" else 0.47 for t in frame.task]
+    fig = task_curves(frame)
+    lines = [t for t in fig.data if t.name == "position baseline"]
+    assert len(lines) == 1 and list(lines[0].y) == [0.47] * 3 and list(lines[0].x) == [0, 1, 2]
+    assert lines[0].xaxis == "x2"  # the UUAS panel, the second
+    assert all(t.name != "position baseline" for t in task_curves(_probes()).data)  # an older probes.csv

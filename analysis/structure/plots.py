@@ -1,5 +1,5 @@
 """Plotly figures of a linguistic-structure run: per-task curves over layers (interval band, majority baseline,
-control task) and a sentence's gold tree above the distance probe's predicted tree."""
+position baseline, control task) and a sentence's gold tree above the distance probe's predicted tree."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ TITLES = {("upos", "accuracy"): "UPOS accuracy", ("deprel", "accuracy"): "DEPREL
 
 def task_curves(probes: pd.DataFrame, metrics=("accuracy", "uuas", "root_acc"), reference: pd.DataFrame | None = None,
                 reference_name: str = "random weights") -> go.Figure:
-    """One panel per task: the score per layer with its 95% band, the majority baseline and the control task;
+    """One panel per task: the score per layer with its 95% band, the majority baseline, the position baseline
+    (UUAS: the right-branching chain; root accuracy: the commonest root position) and the control task;
     with ``reference`` (another run's ``probes.csv``, e.g. the same architecture with random weights), its scores
     as a grey line."""
     panels = [(t, m) for t in dict.fromkeys(probes.task) for m in metrics
@@ -37,6 +38,10 @@ def task_curves(probes: pd.DataFrame, metrics=("accuracy", "uuas", "root_acc"), 
         if rows.majority_baseline.notna().any():
             fig.add_trace(go.Scatter(x=rows.layer, y=rows.majority_baseline, mode="lines", name="majority baseline",
                                      line=dict(color="grey", dash="dot"), legendgroup="base", showlegend=first), 1, c)
+        if "position_baseline" in rows and rows.position_baseline.notna().any():
+            fig.add_trace(go.Scatter(x=rows.layer, y=rows.position_baseline, mode="lines", name="position baseline",
+                                     line=dict(color="#8c564b", dash="dashdot"), legendgroup="position",
+                                     showlegend=not any(t.name == "position baseline" for t in fig.data)), 1, c)
         if rows.control.notna().any():
             fig.add_trace(go.Scatter(x=rows.layer, y=rows.control, mode="lines+markers", name="control task",
                                      line=dict(color="#d62728", dash="dash"), legendgroup="control",
