@@ -2,7 +2,8 @@
 started as the page starts it, on a small atlas table): nothing is served without the per-server token in the path,
 nor to another Host name (DNS rebinding); SQL that would write, attach, load, copy or reconfigure is refused and the
 table stays as it was, while every kind of statement the atlas's own frontend sends still answers; DuckDB's memory
-is bounded; cache writes are capped per request and in total. Slow: each module starts one server (about 4 s)."""
+is bounded; cache writes are capped per request and in total. The server tests are slow (the module starts one
+server, about 4 s); the same checks on the connection alone, and the Host parsing, are fast."""
 
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ import pytest
 from analysis.tokens.atlas_table import atlas_table
 from tests.test_tokens_search import planted
 
-pytestmark = pytest.mark.slow
 CACHE_MB = 1  # this module's server: a 1 MB cache in total, so the total cap is reached with small writes
 
 
@@ -78,6 +78,7 @@ def folder_bytes(folder) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.exists() else 0
 
 
+@pytest.mark.slow
 def test_without_the_token_nothing_is_served(served, tv):
     sql = urllib.parse.quote(json.dumps({"sql": "SELECT count(*) AS n FROM dataset", "type": "json"}))
     for path in ["", "index.html", "data/metadata.json", f"data/query?query={sql}", "data/dataset.parquet",
@@ -93,9 +94,12 @@ def test_without_the_token_nothing_is_served(served, tv):
     status, html = fetch(served.local)
     assert status == 200 and b"Embedding Atlas" in html
     assert rows(served, "SELECT count(*) AS n FROM dataset") == [{"n": tv.rows}]
+    status, html = fetch(bare(served, served.token))  # without the trailing slash: redirected into it
+    assert status == 200 and b"Embedding Atlas" in html
     assert re.fullmatch(rf"http://127\.0\.0\.1:{served.port}/[A-Za-z0-9_-]{{32,}}/", served.local)
 
 
+@pytest.mark.slow
 def test_another_host_name_is_refused(served):
     for host in [f"attacker.example:{served.port}", "attacker.example", f"127.0.0.1.attacker.example:{served.port}"]:
         status, _ = fetch(served.local + "data/metadata.json", host=host)
@@ -136,6 +140,7 @@ WRITES = [
 ]
 
 
+@pytest.mark.slow
 def test_sql_that_writes_is_refused_and_the_table_is_unchanged(served, tv):
     table = pd.read_parquet(atlas_table(tv, 1))
     before = rows(served, "SELECT count(*) AS n, sum(row) AS s, count(*) FILTER (token = 'pwned') AS pwned "
@@ -160,6 +165,7 @@ def test_sql_that_writes_is_refused_and_the_table_is_unchanged(served, tv):
     assert status >= 400 and b"disabled by configuration" in body
 
 
+@pytest.mark.slow
 def test_the_statements_the_atlas_sends_still_answer(served, tv):
     """Reads of every shape the atlas's frontend sends (recorded in Chromium: SELECT, DESCRIBE, DESC SELECT,
     SELECT over a subquery) and Mosaic's pre-aggregation (a table in its own 'mosaic' schema, then dropped)."""
@@ -189,6 +195,7 @@ def mebibytes(text: str) -> float:
     return float(number) * {"KiB": 2**-10, "MiB": 1, "GiB": 2**10, "TiB": 2**20}[unit]
 
 
+@pytest.mark.slow
 def test_duckdb_memory_is_bounded(served):
     limit = rows(served, "SELECT current_setting('memory_limit') AS m")[0]["m"]
     assert mebibytes(limit) <= 512 + 64, limit  # the small table's few MB plus the queries' share
@@ -201,6 +208,7 @@ def test_duckdb_memory_is_bounded(served):
     assert rows(served, "SELECT current_setting('temp_directory') AS t") == [{"t": ""}]
 
 
+@pytest.mark.slow
 def test_cache_writes_are_capped(served):
     folder = served.cache_folder
     before = folder_bytes(folder)
@@ -216,3 +224,38 @@ def test_cache_writes_are_capped(served):
     statuses = [fetch(served.local + f"data/cache/n{i}", data=small, method="POST")[0] for i in range(6)]
     assert 413 in statuses and statuses[:statuses.index(413)] == [200] * statuses.index(413), statuses
     assert folder_bytes(folder) <= CACHE_MB * 2**20
+
+
+# --- fast: the connection and the Host parsing alone ---------------------------------------------------------------
+
+def test_the_connection_runs_reads_only_with_its_limits_set(tv):
+    import duckdb
+
+    from ui.atlas_guard import QUERY_MEMORY_MB, RefusedSQL, connect
+
+    table = pd.read_parquet(atlas_table(tv, 1))
+    con = connect(table)
+    with con.cursor() as cur:
+        for sql in WRITES:
+            with pytest.raises(RefusedSQL, match="this server answers reads only"):
+                cur.sql(sql)
+        assert cur.sql("SELECT count(*), sum(row) FROM dataset").fetchall() == [(len(table), int(table["row"].sum()))]
+        settings = dict(cur.sql("SELECT name, value FROM duckdb_settings() WHERE name IN ('memory_limit', "
+                                "'enable_external_access', 'lock_configuration', 'temp_directory')").fetchall())
+    assert settings["enable_external_access"] == "false" and settings["lock_configuration"] == "true"
+    assert settings["temp_directory"] == "" and mebibytes(settings["memory_limit"]) <= QUERY_MEMORY_MB + 64
+    with con.cursor() as cur:  # a pre-aggregation whose SELECT hides a second statement is refused whole
+        with pytest.raises(RefusedSQL):
+            cur.sql('CREATE TABLE IF NOT EXISTS mosaic.preagg_ab AS SELECT 1; DROP TABLE dataset')
+        with pytest.raises((RefusedSQL, duckdb.Error)):  # DuckDB's parser refuses this one first
+            cur.sql('CREATE TABLE IF NOT EXISTS mosaic.preagg_ab AS DELETE FROM dataset')
+        assert cur.sql("SELECT count(*) FROM dataset").fetchall() == [(len(table),)]
+
+
+def test_host_names():
+    from ui.atlas_guard import allowed_hosts, host_name
+
+    assert host_name("127.0.0.1:5055") == "127.0.0.1" and host_name("LOCALHOST") == "localhost"
+    assert host_name("[::1]:80") == "::1" and host_name("evil.example:5055") == "evil.example"
+    assert allowed_hosts("") == {"127.0.0.1", "localhost"}
+    assert allowed_hosts("http://gpu-box:{port}/") == {"127.0.0.1", "localhost", "gpu-box"}
