@@ -1,7 +1,9 @@
 """Read and validate texts (and text pairs) from what a user pastes or uploads.
 
 Formats: ``.txt`` (one text per line, blank lines skipped), ``.csv``, ``.tsv`` (read with quoting off: the
-shared datasets contain bare quotes), ``.jsonl`` (one JSON object per line). Every problem raises
+shared datasets contain bare quotes), ``.jsonl`` (one JSON object per line), each plain or gzipped (``.txt.gz``).
+Every file is streamed (:mod:`analysis.textfiles`) and a reader with a row limit stops there: a file is never held
+whole, and a compressed one yields at most ``LAYERLENS_MAX_DECOMPRESSED_MB``. Every problem raises
 :class:`InputError` with a message for the user; nothing in a file is ever executed.
 """
 
@@ -10,23 +12,22 @@ from __future__ import annotations
 import csv
 import dataclasses
 import hashlib
-import io
 import json
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
+from itertools import islice, repeat
 from pathlib import Path
 
+from analysis.textfiles import InputError, Lines, is_empty, open_blocks
+
 FORMATS = ("txt", "csv", "tsv", "jsonl")
+CONLLU_SUFFIXES = (".conllu", ".conllu.gz")  # CoNLL-U treebanks (analysis.structure.treebank reads them)
 DEMO_LABELLED = Path(__file__).resolve().parent / "data" / "demo_sentiment.csv"  # the bundled labelled set
 # the bundled set on which layers differ: Conneau et al. 2018's bigram shift on UD English-EWT sentences (CC BY-SA
 # 4.0), written by scripts/make_demo_wordorder.py
 DEMO_WORDORDER = Path(__file__).resolve().parent / "data" / "demo_wordorder.csv"
-
-
-class InputError(ValueError):
-    """The input cannot be used; the message says why and what to do."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +37,7 @@ class TextInputs:
     texts: tuple[str, ...]
     pairs: tuple[str, ...] | None = None
     skipped_empty: int = 0  # rows whose text (or pair, or label, when asked for) was empty
-    dropped_over_limit: int = 0  # rows beyond ``limit``
+    dropped_over_limit: int = 0  # 1 when rows follow ``limit`` (a reader stops there: the rest is not counted)
     labels: tuple[str, ...] | None = None  # class labels as text ("1" and 1 are the same label)
     row_ids: tuple[int, ...] | None = None  # each text's 0-based data row in the source (default: 0..n-1)
 
@@ -80,64 +81,79 @@ class TextInputs:
         if self.skipped_empty:
             out.append(f"{self.skipped_empty} empty row(s) skipped")
         if self.dropped_over_limit:
-            out.append(f"only the first {len(self.texts)} rows used; {self.dropped_over_limit} more left out "
-                       "(row limit)")
+            out.append(f"only the first {len(self.texts):,} rows used; the file goes on past them, left out and "
+                       "not read (row limit)")
         return out
 
 
-def decode(data: bytes, name: str = "input") -> str:
-    """UTF-8 text from bytes, with a clear error for binary or other encodings."""
-    if b"\x00" in data[:8192]:
-        raise InputError(f"{name} looks like a binary file, not text")
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{name} is not UTF-8 text (bad byte at position {exc.start}); save it as UTF-8") from None
-
-
 def safe_suffix(name: str) -> str:
-    """The file type of an uploaded ``name`` as a suffix (``.csv``), for storing it under a name of our own:
-    a user's file name (``../../x.csv``) never becomes part of a path."""
-    return "." + format_of(Path(name.replace("\\", "/")).name)
+    """The file type of an uploaded ``name`` as a suffix (``.csv``, ``.txt.gz``), for storing it under a name of our
+    own: a user's file name (``../../x.csv``) never becomes part of a path."""
+    base = Path(name.replace("\\", "/")).name
+    return "." + format_of(base) + (".gz" if base.lower().endswith(".gz") else "")
 
 
 def format_of(name: str) -> str:
-    suffix = Path(name).suffix.lower().lstrip(".")
+    """``txt``, ``csv``, ``tsv`` or ``jsonl`` from ``name``'s suffix (before a ``.gz``)."""
+    suffix = Path(name[:-3] if name.lower().endswith(".gz") else name).suffix.lower().lstrip(".")
     if suffix not in FORMATS:
-        raise InputError(f"cannot read '{name}': use one of .{', .'.join(FORMATS)}")
+        raise InputError(f"cannot read '{name}': use one of .{', .'.join(FORMATS)} (or one of them gzipped, such as "
+                         ".txt.gz)")
     return suffix
 
 
-def _rows(text: str, fmt: str, name: str) -> tuple[list[dict], list[str], list[int]]:
-    """Records, column names and each record's first line in a tabular text. A column named twice, a key
-    repeated in a JSON object and a CSV quote that is never closed are errors naming the line and column."""
-    if fmt == "jsonl":
-        rows, lines = [], []
-        for n, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line, object_pairs_hook=_unique_keys)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{name}, line {n}: not valid JSON ({exc.msg})") from None
-            except _RepeatedKey as exc:
-                raise InputError(f"{name}, line {n}, column {exc.args[0]}: the object names this key twice") from None
-            if not isinstance(row, dict):
-                raise InputError(f"{name}, line {n}: expected a JSON object per line")
-            rows.append(row)
-            lines.append(n)
-        columns = list(dict.fromkeys(k for row in rows for k in row))
-        return rows, columns, lines
+class _Texts:
+    """The rows of a .txt file: one text per line (``str.splitlines``: \\v, \\f, \\x1c-\\x1e, \\x85, \\u2028 and
+    \\u2029 end a text too), blank lines skipped a block at a time (millions of them cost seconds, not minutes)."""
+
+    def __init__(self, source: Path | bytes | str, name: str):
+        self._blocks = open_blocks(source, name)
+        self.rows = self._rows()
+
+    def _rows(self) -> Iterator[tuple[dict, None]]:
+        for block in self._blocks:
+            for text in filter(None, map(str.strip, block.splitlines())):
+                yield {"text": text}, None
+
+    def goes_on(self) -> bool:
+        try:
+            return next(self.rows, None) is not None
+        except InputError:  # a file that cannot be read further (the cap) goes on
+            return True
+
+    def close(self) -> None:
+        self.rows.close()
+        self._blocks.close()
+
+
+def _jsonl_rows(lines: Lines, name: str) -> Iterator[tuple[dict, int]]:
+    for line in lines:
+        if not line.strip():
+            continue
+        n = lines.number
+        try:
+            row = json.loads(line, object_pairs_hook=_unique_keys)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{name}, line {n}: not valid JSON ({exc.msg})") from None
+        except _RepeatedKey as exc:
+            raise InputError(f"{name}, line {n}, column {exc.args[0]}: the object names this key twice") from None
+        if not isinstance(row, dict):
+            raise InputError(f"{name}, line {n}: expected a JSON object per line")
+        yield row, n
+
+
+def _csv_rows(lines: Lines, fmt: str, name: str) -> Iterator:
+    """The header (None for a file without one), then each record with its first line. A column named twice and a
+    CSV quote that is never closed are errors naming the line and column."""
     delimiter = "\t" if fmt == "tsv" else ","
     quoting = csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL
-    physical = list(io.StringIO(text, newline=""))  # the lines the csv module counts (\n, \r\n or \r)
-    reader = csv.reader(physical, delimiter=delimiter, quoting=quoting)
-    header, rows, lines = None, [], []
+    reader = csv.reader(lines, delimiter=delimiter, quoting=quoting)
+    header, start = None, 1
     try:
-        start = 1
+        lines.record = []
         for r in reader:
-            if fmt == "csv" and reader.line_num == len(physical):
-                _check_quotes_closed(physical, start, name)  # an open quote reads every later line as one field
+            if fmt == "csv" and lines.at_end:
+                _check_quotes_closed(lines.record, start, name)  # an open quote reads every later line as one field
             if not r:
                 pass
             elif header is None:
@@ -146,18 +162,33 @@ def _rows(text: str, fmt: str, name: str) -> tuple[list[dict], list[str], list[i
                     if h and h in header[:i]:  # unnamed columns (a spreadsheet's trailing commas) are unused
                         raise InputError(f"{name}, line {reader.line_num}, column {i + 1}: the header repeats the "
                                          f"name of column {header.index(h) + 1} (each column needs its own name)")
+                yield header
             elif len(r) != len(header):  # a field too many shifts the others: text would become label
                 inside = ("quote texts that hold a comma" if fmt == "csv" else
                           "TSV is read with quoting off, so a text cannot hold a tab")
                 raise InputError(f"{name}, line {reader.line_num}: {len(r)} fields, but the header has {len(header)} "
                                  f"({inside})")
             else:
-                rows.append(dict(zip(header, r, strict=True)))
-                lines.append(start)
+                yield dict(zip(header, r, strict=True)), start
+            lines.record = []
             start = reader.line_num + 1
     except csv.Error as exc:
         raise InputError(f"{name}: not a valid {fmt.upper()} file ({exc})") from None
-    return rows, header or [], lines
+    if header is None:
+        yield None
+
+
+def _table(source: Path | bytes | str, fmt: str, name: str) -> tuple[list[str] | None, Iterator, Lines | _Texts]:
+    """Column names (None for JSON lines: each object has its own keys), the records with their first line (None
+    for .txt) and what they are read from (``goes_on`` after a limit, ``close``)."""
+    if fmt == "txt":
+        texts = _Texts(source, name)
+        return ["text"], texts.rows, texts
+    lines = Lines(source, name, csv_lines=fmt in ("csv", "tsv"))
+    if fmt == "jsonl":
+        return None, _jsonl_rows(lines, name), lines
+    records = _csv_rows(lines, fmt, name)
+    return next(records) or [], records, lines
 
 
 class _RepeatedKey(Exception):
@@ -172,11 +203,12 @@ def _unique_keys(pairs: list[tuple]) -> dict:
     return dict(pairs)
 
 
-def _check_quotes_closed(lines: list[str], start: int, name: str) -> None:
-    """An :class:`InputError` at the quote that opens a field of the CSV record beginning at line ``start`` (the
-    file's last) and is never closed; the csv module (non-strict) would read the rest of the file into it."""
+def _check_quotes_closed(record: list[str], start: int, name: str) -> None:
+    """An :class:`InputError` at the quote that opens a field of the CSV record (its ``record`` lines, from line
+    ``start``, the file's last) and is never closed; the csv module (non-strict) would read the rest of the file
+    into it."""
     opened, state = None, "start"  # start of a field, in a plain field, in a quoted field, after a quote in one
-    for n, line in enumerate(lines[start - 1:], start=start):
+    for n, line in enumerate(record, start=start):
         for col, ch in enumerate(line, start=1):
             if state == "start" and ch == '"':
                 opened, state = (n, col), "quoted"
@@ -193,12 +225,22 @@ def _check_quotes_closed(lines: list[str], start: int, name: str) -> None:
                          "(a text that starts with a quote must end with one; double quotes inside it)")
 
 
-def columns_of(data: bytes, name: str) -> list[str]:
-    """Column names of a tabular file (empty for .txt), so a page can offer them."""
+def columns_of(data: Path | bytes, name: str) -> list[str]:
+    """Column names of a tabular file (empty for .txt), so a page can offer them: a CSV or TSV file's header, the
+    keys of every JSON line (read through, holding none)."""
     fmt = format_of(name)
     if fmt == "txt":
         return []
-    return _rows(decode(data, name), fmt, name)[1]
+    columns, records, lines = _table(data, fmt, name)
+    try:
+        if columns is None:
+            keys: dict = {}
+            for row, _ in records:
+                keys.update(dict.fromkeys(row))
+            columns = list(keys)
+        return columns
+    finally:
+        lines.close()
 
 
 def _clean(value) -> str:
@@ -238,13 +280,19 @@ TEXT_HINTS = ("text", "sentence", "sentence1", "review", "content", "tweet", "qu
 LABEL_HINTS = ("label", "labels", "class", "polarity", "sentiment", "category")
 
 
-def guess_text_column(data: bytes, name: str, exclude: tuple[str, ...] = ()) -> str | None:
+def guess_text_column(data: Path | bytes, name: str, exclude: tuple[str, ...] = ()) -> str | None:
     """The column most likely to hold the texts: the first whose name is a usual one (:data:`TEXT_HINTS`),
     else the one with the most letters per row over the first 200 rows (so ``id,sentence,source`` gives
     ``sentence`` and never the ids). None for a .txt file."""
-    if format_of(name) == "txt":
+    fmt = format_of(name)
+    if fmt == "txt":
         return None
-    rows, columns, _ = _rows(decode(data, name), format_of(name), name)
+    columns = columns_of(data, name)
+    _, records, lines = _table(data, fmt, name)
+    try:
+        rows = [row for row, _ in islice(records, 200)]
+    finally:
+        lines.close()
     candidates = [c for c in columns if c not in exclude] or columns
     for hint in TEXT_HINTS:
         for column in candidates:
@@ -254,53 +302,75 @@ def guess_text_column(data: bytes, name: str, exclude: tuple[str, ...] = ()) -> 
     return max(candidates, key=lambda c: (letters[c], -candidates.index(c))) if candidates else None
 
 
-def parse(data: bytes | str, name: str = "input.txt", column: str = "text", pair_column: str | None = None,
+def parse(data: Path | bytes | str, name: str = "input.txt", column: str = "text", pair_column: str | None = None,
           limit: int | None = None, label_column: str | None = None) -> TextInputs:
-    """Texts from file contents. ``name`` gives the format by its suffix; ``limit`` caps the number of rows.
+    """Texts from a file (``Path``), an upload's bytes or typed text, streamed: ``name`` gives the format by its
+    suffix (``.gz``: gzipped); ``limit`` caps the number of rows, and reading stops there.
 
     With ``label_column``, each row's label is kept too; rows with an empty text, pair or label are skipped
     (and counted in ``skipped_empty``)."""
     fmt = format_of(name)
-    text = data if isinstance(data, str) else decode(data, name)
-    if not text.strip():
+    if is_empty(data, name):
         raise InputError(f"{name} is empty")
-    if fmt == "txt":
-        if pair_column or label_column:
-            raise InputError("text pairs and labels need a .csv, .tsv or .jsonl file with named columns")
-        rows = [{"text": line.strip()} for line in text.splitlines() if line.strip()]  # blank lines separate
-        return from_records(rows, ["text"], name, "text", limit=limit)
-    rows, columns, lines = _rows(text, fmt, name)
-    return from_records(rows, columns, name, column, pair_column, label_column, limit, lines,
-                        numbered=fmt != "jsonl")
+    if fmt == "txt" and (pair_column or label_column):
+        raise InputError("text pairs and labels need a .csv, .tsv or .jsonl file with named columns")
+    columns, records, lines = _table(data, fmt, name)
+    try:
+        return _collect(records, columns, name, "text" if fmt == "txt" else column, pair_column, label_column, limit,
+                        numbered=fmt in ("csv", "tsv"), goes_on=lines.goes_on)
+    finally:
+        lines.close()
 
 
-def from_records(rows: list[dict], columns: list[str], name: str, column: str = "text", pair_column: str | None = None,
-                 label_column: str | None = None, limit: int | None = None, lines: list[int] | None = None,
-                 numbered: bool = False) -> TextInputs:
+def from_records(rows: Iterable[dict], columns: list[str], name: str, column: str = "text",
+                 pair_column: str | None = None, label_column: str | None = None, limit: int | None = None,
+                 lines: Iterable[int] | None = None, numbered: bool = False) -> TextInputs:
     """Texts (pairs, labels) from records; ``name`` is the source and ``lines`` each record's line in it, for
     messages (``numbered``: columns are named by their position too, as in a CSV file)."""
-    for wanted in filter(None, (column, pair_column, label_column)):
-        if wanted not in columns:
-            found = ", ".join(columns[:12]) or "none"
-            raise InputError(f"{name} has no column '{wanted}' (columns found: {found})")
+    records = iter(zip(rows, repeat(None) if lines is None else lines, strict=False))  # lines: as many as rows
+    return _collect(records, columns, name, column, pair_column, label_column, limit, numbered,
+                    lambda: next(records, None) is not None)
 
-    def at(i: int, col: str) -> str:
-        row = f"line {lines[i]}" if lines is not None else f"row {i + 1}"
+
+def _collect(records: Iterator[tuple[dict, int | None]], columns: list[str] | None, name: str, column: str,
+             pair_column: str | None, label_column: str | None, limit: int | None, numbered: bool,
+             goes_on: Callable[[], bool]) -> TextInputs:
+    """The usable rows of ``records``, up to ``limit`` (then ``goes_on`` says whether more follow; nothing further
+    is read). ``columns`` None: the records' own keys (JSON lines), checked once they are read."""
+    wanted = [c for c in (column, pair_column, label_column) if c]
+
+    def check(found: list[str]) -> None:
+        for want in wanted:
+            if want not in found:
+                raise InputError(f"{name} has no column '{want}' (columns found: {', '.join(found[:12]) or 'none'})")
+
+    def at(i: int, line: int | None, col: str) -> str:
+        row = f"line {line}" if line is not None else f"row {i + 1}"
         return f"{name}, {row}, column " + (f"{columns.index(col) + 1} ({col})" if numbered else str(col))
 
-    kept = [(i, _text(r.get(column), partial(at, i, column)),
-             _text(r.get(pair_column), partial(at, i, pair_column)) if pair_column else "",
-             _label(r.get(label_column), partial(at, i, label_column)) if label_column else "")
-            for i, r in enumerate(rows)]
-    usable = [row for row in kept if row[1] and (row[2] or not pair_column) and (row[3] or not label_column)]
+    if columns is not None:
+        check(columns)
+    keys: dict = {}
+    usable, read, more = [], 0, False
+    for i, (r, line) in enumerate(records):
+        if columns is None:
+            keys.update(dict.fromkeys(r))
+        read += 1
+        row = (i, _text(r.get(column), partial(at, i, line, column)),
+               _text(r.get(pair_column), partial(at, i, line, pair_column)) if pair_column else "",
+               _label(r.get(label_column), partial(at, i, line, label_column)) if label_column else "")
+        if row[1] and (row[2] or not pair_column) and (row[3] or not label_column):
+            usable.append(row)
+            if limit is not None and len(usable) >= limit:
+                more = goes_on()
+                break
+    if columns is None:
+        check(list(keys))
     if not usable:
         raise InputError(f"{name} has no usable rows: every text{', pair' if pair_column else ''}"
                          f"{' or label' if label_column else ''} is empty")
-    dropped = max(0, len(usable) - limit) if limit is not None else 0
-    if dropped:
-        usable = usable[:limit]
     ids, texts, pairs, labels = (tuple(col) for col in zip(*usable, strict=True))
-    return TextInputs(texts, pairs if pair_column else None, len(kept) - len(usable) - dropped, dropped,
+    return TextInputs(texts, pairs if pair_column else None, read - len(usable), int(more),
                       labels if label_column else None, ids)
 
 
@@ -348,11 +418,11 @@ def check_row_limit(inputs: TextInputs, limit: int, what: str, sample: bool = Fa
 
 def read_file(path: Path | str, column: str = "text", pair_column: str | None = None,
               limit: int | None = None, label_column: str | None = None) -> TextInputs:
-    """:func:`parse` for a file on disk."""
+    """:func:`parse` for a file on disk (``.gz``: gzipped), streamed from it."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"no such file: {path}")
-    return parse(path.read_bytes(), path.name, column, pair_column, limit, label_column)
+    return parse(path, path.name, column, pair_column, limit, label_column)
 
 
 def from_text_area(text: str, limit: int | None = None) -> TextInputs:

@@ -40,9 +40,11 @@ def test_csv_and_jsonl():
 
 
 def test_limit_and_empty_rows_are_reported():
-    got = parse(b"text\na\n\nb\n \nc\n", "x.csv", limit=2)
-    assert got.texts == ("a", "b") and got.dropped_over_limit == 1 and got.skipped_empty == 1
+    got = parse(b"text\na\n\nb\n \nc\nd\n", "x.csv", limit=3)
+    assert got.texts == ("a", "b", "c") and got.dropped_over_limit == 1 and got.skipped_empty == 1
     assert any("row limit" in n for n in got.notes())
+    got = parse(b"text\na\n\nb\n \nc\n\n \n", "x.csv", limit=3)  # only empty rows after the limit
+    assert got.texts == ("a", "b", "c") and got.dropped_over_limit == 0 and got.skipped_empty == 1
 
 
 @pytest.mark.parametrize("data, name, kwargs, message", [

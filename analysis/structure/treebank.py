@@ -1,26 +1,35 @@
-"""Universal Dependencies treebanks in CoNLL-U (plain or gzipped), read with the ``conllu`` parser.
+"""Universal Dependencies treebanks in CoNLL-U (plain or gzipped).
 
 Following the UD guidelines (https://universaldependencies.org/format.html): a sentence's *words* are the lines
 with an integer ID; multiword-token ranges (``1-2``, the surface token "don't" above its words "do" "n't") and
 empty nodes (``8.1``, enhanced dependencies only) are not words and are skipped (counted). For each word we keep
-FORM, UPOS, HEAD (0 = the root) and DEPREL. Malformed input is an :class:`InputError` naming the file and line.
+FORM, UPOS, HEAD (0 = the root) and DEPREL, from the line's ten tab-separated fields; a sentence's ``sent_id`` is
+its ``# sent_id = ...`` comment. Malformed input is an :class:`InputError` naming the file and line.
+
+A file is streamed line by line (:func:`analysis.textfiles.open_lines`: a gzipped one yields at most
+``LAYERLENS_MAX_DECOMPRESSED_MB``), reading stops at the sentence limit, and a sentence may have at most
+``LAYERLENS_MAX_SENTENCE_WORDS`` words (default 1,000): reading a sentence is linear in its length.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import re
+from itertools import chain
 from pathlib import Path
 
-import conllu
 import numpy as np
 
-from analysis.inputs import InputError
+from analysis.textfiles import InputError, open_lines, setting
 
 WORD_ID = re.compile(r"^[1-9][0-9]*$")
 RANGE_ID = re.compile(r"^[1-9][0-9]*-[1-9][0-9]*$")
 EMPTY_ID = re.compile(r"^[0-9]+\.[1-9][0-9]*$")
+# The words one sentence may have. Every model family here reads at most 512 tokens and every word is at least one
+# of them, so a sentence over ~510 words is always left out as too long (analysis.activations.encode_words); UD
+# English-EWT's longest dev/test sentence has 81 words. 1,000 reads every sentence a model could take, and bounds
+# a sentence's (n, n) tree distances at 8 MB.
+MAX_SENTENCE_WORDS = 1000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,28 +107,17 @@ class Treebank:
                 "multiword_tokens_skipped": self.multiword_tokens, "empty_nodes_skipped": self.empty_nodes}
 
 
-def _lines(path: Path) -> list[str]:
-    opener = gzip.open if path.name.endswith(".gz") else open
-    try:
-        with opener(path, "rt", encoding="utf-8", newline="") as f:
-            return f.read().replace("\r\n", "\n").split("\n")
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a directory, not a CoNLL-U file") from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-    except (OSError, EOFError) as exc:  # a damaged .gz
-        raise InputError(f"{path}: cannot be read ({exc.__class__.__name__})") from None
+def max_sentence_words() -> int:
+    """``LAYERLENS_MAX_SENTENCE_WORDS`` (default :data:`MAX_SENTENCE_WORDS`)."""
+    return setting("LAYERLENS_MAX_SENTENCE_WORDS", MAX_SENTENCE_WORDS)
 
 
-def _check_line(path: Path, number: int, line: str) -> str:
-    """The kind of a token line (``word``, ``range``, ``empty``), or an error naming ``path:number``."""
-    cols = line.split("\t")
+def _check_line(path: Path, number: int, cols: list[str]) -> str:
+    """The kind of a token line's fields (``word``, ``range``, ``empty``), or an error naming ``path:number``."""
     if len(cols) != 10:
         raise InputError(f"{path}:{number}: expected 10 tab-separated CoNLL-U columns, found {len(cols)}")
     if WORD_ID.match(cols[0]):
-        if not cols[6].isdigit():
+        if not (cols[6].isascii() and cols[6].isdigit()):
             raise InputError(f"{path}:{number}: HEAD '{cols[6][:20]}' of word {cols[0]} is not a word number")
         if not cols[7] or cols[7] == "_":
             raise InputError(f"{path}:{number}: word {cols[0]} has no DEPREL")
@@ -132,62 +130,84 @@ def _check_line(path: Path, number: int, line: str) -> str:
                      "node 8.1)")
 
 
-def _sentence(path: Path, start: int, block: list[str], kinds: list[str], index: int) -> Sentence:
-    try:
-        tokens = conllu.parse("\n".join(block) + "\n\n")[0]
-    except conllu.exceptions.ParseException as exc:
-        raise InputError(f"{path}:{start}: the sentence starting here cannot be parsed ({exc})") from None
-    numbers = [n for n, k in zip(range(start, start + len(block)), kinds, strict=True) if k == "word"]
-    words = [t for t in tokens if isinstance(t["id"], int)]
+def _sentence(path: Path, start: int, words: list[tuple[int, list[str]]], sent_id: str | None,
+              index: int) -> Sentence:
+    """A sentence from its word lines (line number, fields), checked: ids 1..n, each HEAD another word or 0, one
+    root, no cycle. Linear in its length: each word is walked towards the root once."""
     if not words:
         raise InputError(f"{path}:{start}: a sentence without words")
     n = len(words)
-    for k, (t, number) in enumerate(zip(words, numbers, strict=True), 1):
-        if t["id"] != k:
-            raise InputError(f"{path}:{number}: word ids must run 1, 2, 3, ...; found {t['id']} where {k} belongs")
-        if not 0 <= t["head"] <= n or t["head"] == k:
-            raise InputError(f"{path}:{number}: HEAD {t['head']} of word {k} is not another word of the sentence "
+    heads = []
+    for k, (number, cols) in enumerate(words, 1):
+        if int(cols[0]) != k:
+            raise InputError(f"{path}:{number}: word ids must run 1, 2, 3, ...; found {int(cols[0])} where {k} "
+                             "belongs")
+        head = int(cols[6])
+        if not 0 <= head <= n or head == k:
+            raise InputError(f"{path}:{number}: HEAD {head} of word {k} is not another word of the sentence "
                              f"(1..{n}) or 0")
-    heads = tuple(t["head"] for t in words)
+        heads.append(head)
     if heads.count(0) != 1:
         raise InputError(f"{path}:{start}: the sentence starting here has {heads.count(0)} roots (HEAD 0); UD "
                          "trees have exactly one")
+    state = [0] * n  # 0 not seen, 1 on the walk from the current word, 2 reaches the root
     for k in range(n):  # every word reaches the root: no cycle
-        seen, j = set(), k
-        while heads[j] != 0:
-            if j in seen:
-                raise InputError(f"{path}:{numbers[k]}: the HEADs of the sentence starting at line {start} form a "
-                                 "cycle")
-            seen.add(j)
+        walk, j = [], k
+        while state[j] == 0 and heads[j] != 0:
+            state[j] = 1
+            walk.append(j)
             j = heads[j] - 1
-    sent_id = tokens.metadata.get("sent_id") or str(index + 1)
-    return Sentence(sent_id, start, tuple(t["form"] for t in words), tuple(t["upos"] or "_" for t in words),
-                    heads, tuple(t["deprel"] for t in words))
+        if state[j] == 1:
+            raise InputError(f"{path}:{words[k][0]}: the HEADs of the sentence starting at line {start} form a "
+                             "cycle")
+        for node in walk:
+            state[node] = 2
+        state[j] = 2
+    return Sentence(sent_id or str(index + 1), start, tuple(c[1] for _, c in words),
+                    tuple(c[3] or "_" for _, c in words), tuple(heads), tuple(c[7] for _, c in words))
 
 
 def read_conllu(path: str | Path, limit: int | None = None) -> Treebank:
-    """The sentences of ``path`` (``.conllu`` or ``.conllu.gz``), at most ``limit`` of them (the first)."""
+    """The sentences of ``path`` (``.conllu`` or ``.conllu.gz``), at most ``limit`` of them (the first), read one
+    line at a time; a sentence of more than :func:`max_sentence_words` words is an error naming it."""
     path = Path(path)
-    lines = _lines(path)
+    cap = max_sentence_words()
     sentences: list[Sentence] = []
     ranges = empties = 0
-    block: list[str] = []
-    kinds: list[str] = []
+    words: list[tuple[int, list[str]]] = []
+    tokens = block_ranges = block_empties = 0  # token lines of the sentence being read, and of which kinds
+    sent_id: str | None = None
     start = 0
-    for number, line in enumerate(lines + [""], 1):
+    for number, line in enumerate(chain(open_lines(path, str(path)), [""]), 1):
         if not line.strip():
-            if any(k != "comment" for k in kinds):
-                sentences.append(_sentence(path, start, block, kinds, len(sentences)))
-                ranges += kinds.count("range")
-                empties += kinds.count("empty")
+            if tokens:
+                sentences.append(_sentence(path, start, words, sent_id, len(sentences)))
+                ranges += block_ranges
+                empties += block_empties
                 if limit is not None and len(sentences) >= limit:
                     break
-            block, kinds = [], []
+            words, tokens, block_ranges, block_empties, sent_id, start = [], 0, 0, 0, None, 0
             continue
-        if not block:
+        if not start:
             start = number
-        block.append(line)
-        kinds.append("comment" if line.startswith("#") else _check_line(path, number, line))
+        if line.startswith("#"):  # a comment: only sent_id is kept (the last one with a value, as conllu does)
+            key, _, value = line[1:].partition("=")
+            if key.strip() == "sent_id" and value.strip():
+                sent_id = value.strip()
+            continue
+        cols = line.split("\t")
+        kind = _check_line(path, number, cols)
+        tokens += 1
+        if kind == "word":
+            if len(words) >= cap:
+                named = f"sentence {len(sentences) + 1}" + (f" (sent_id {sent_id})" if sent_id else "")
+                raise InputError(f"{path}:{start}: {named} has more than {cap:,} words, the most one sentence may "
+                                 "have (LAYERLENS_MAX_SENTENCE_WORDS; the models read at most 512 tokens)")
+            words.append((number, cols))
+        elif kind == "range":
+            block_ranges += 1
+        else:
+            block_empties += 1
     if not sentences:
         raise InputError(f"{path}: no CoNLL-U sentences found")
     return Treebank(str(path), sentences, ranges, empties)

@@ -22,9 +22,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.activations import Encoded, bare_backend, encode, encode_words
-from analysis.inputs import InputError, TextInputs
-
-CONLLU_SUFFIXES = (".conllu", ".conllu.gz")
+from analysis.inputs import CONLLU_SUFFIXES, InputError, TextInputs
 
 
 @dataclasses.dataclass
@@ -193,22 +191,14 @@ def read_corpus(tokenizer, path: Path, max_length: int, column: str = "text", la
 
 
 def read_source(path: Path, column: str = "text", label_column: str | None = None, limit: int | None = None):
-    """:func:`read_corpus`'s file before tokenisation: a treebank (``read_conllu``) or texts (``TextInputs``);
+    """:func:`read_corpus`'s file before tokenisation: a treebank (``read_conllu``) or texts (``TextInputs``, through
+    :func:`analysis.inputs.read_file`: any of its formats, gzipped too), streamed and read up to ``limit`` only;
     bad input is an :class:`InputError` naming it (a job checks its corpus with this at submit)."""
     path = Path(path)
     if is_conllu(path):
         from analysis.structure.treebank import read_conllu
 
         return read_conllu(path, limit)
-    if path.name.endswith(".txt.gz"):
-        import gzip
-
-        from analysis.inputs import parse
-
-        if not path.is_file():
-            raise InputError(f"no such file: {path}")
-        with gzip.open(path, "rb") as f:
-            return parse(f.read(), path.name[:-3], limit=limit)
     from analysis.inputs import read_file
 
     return read_file(path, column, limit=limit, label_column=label_column)
