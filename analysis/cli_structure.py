@@ -30,6 +30,7 @@ def add_structure_arguments(p: argparse.ArgumentParser) -> None:
                    "reads): its task label becomes one more task, 'label', probed per layer as the atlas does, so "
                    "the summary says where it peaks beside POS and syntax")
     g.add_argument("--text-column", default="text", help="--label-data's text column (default: text)")
+    g.add_argument("--pair-column", help="--label-data's second text column, if any (text pairs)")
     g.add_argument("--label-column", default="label", help="--label-data's label column (default: label)")
     g.add_argument("--label-pooling", choices=("cls", "mean"), default="cls", help="--label-data's sentence "
                    "vector (default cls, the atlas's)")
@@ -64,7 +65,7 @@ def cmd_structure(args: argparse.Namespace) -> int:
     if args.label_data is not None:
         from analysis.inputs import read_file
 
-        labelled = read_file(args.label_data, args.text_column, label_column=args.label_column)
+        labelled = read_file(args.label_data, args.text_column, args.pair_column, label_column=args.label_column)
     ranks, spec = launched(args)
     loaded = load_model(spec)
     extra = {"labelled": labelled, "label_pooling": args.label_pooling}

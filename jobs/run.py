@@ -127,8 +127,8 @@ def run_structure_job(store: JobStore, job, out: Path) -> dict:
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
     train = read_conllu(options.train, options.max_sentences)
     test = read_conllu(options.test, options.max_sentences)
-    labelled = (read_file(Path(options.label_data), options.text_column, label_column=options.label_column)
-                if options.label_data else None)
+    labelled = (read_file(Path(options.label_data), options.text_column, options.pair_column,
+                          label_column=options.label_column) if options.label_data else None)
     loaded = load_model(options.spec())
     say(f"model: {loaded.spec.name} ({loaded.num_layers} layers) on {loaded.spec.device}; train {train.path} "
         f"({len(train.sentences):,} sentences), test {test.path} ({len(test.sentences):,} sentences); tasks "

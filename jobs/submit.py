@@ -103,7 +103,8 @@ def validate_structure(config: dict, browser: bool = False) -> tuple[dict, str]:
             from analysis.inputs import read_file
             from analysis.projection import check_labels
 
-            labelled = read_file(Path(options.label_data), options.text_column, label_column=options.label_column)
+            labelled = read_file(Path(options.label_data), options.text_column, options.pair_column,
+                                 label_column=options.label_column)
             check_labels(labelled.labels, 5)
         spec = options.spec().resolved()
         model_config, _ = _config_and_family(spec)

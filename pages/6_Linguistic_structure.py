@@ -43,18 +43,26 @@ def show(result, about: str, key: str = "structure", sample_note: bool = False, 
     dropped = info["test"]["dropped_too_long"] + info["train"]["dropped_too_long"]
     st.caption(f"{about} · word vector: **{info['word_vector_text']}** · {info['test_sentences_scored']:,} test "
                f"sentences scored · {dropped} sentence(s) longer than the model's {info['max_tokens']} tokens "
-               "dropped (not cut)")
+               "([CLS] and [SEP] or the model's own special tokens included) dropped (not cut)")
     if sample_note and SAMPLE.resolve() in {Path(info[n]["path"]).resolve().parent for n in ("train", "test")}:
         st.caption(SAMPLE_NOTE.replace("**A small sample**", "Scored on **the bundled small sample**"))
     chart(task_curves(result.probes, reference=reference), f"{key}_curves")
+    if "position_baseline" in result.probes and result.probes.position_baseline.notna().any():
+        st.caption("Brown dash-dot: what positions alone give on the same test sentences: for UUAS the "
+                   "right-branching chain (each word linked to the next), for root accuracy the training file's "
+                   "most frequent root position (punctuation excluded in both, as in the probes' scores).")
     if reference is not None:
         st.caption("Grey crosses: the same architecture and tokenizer with seeded random weights (seed 0), probed "
                    "with the same options on the same words: what a probe reads from the input alone.")
     st.subheader("Where each task lives")
     st.dataframe(result.summary, hide_index=True, key=f"{key}_summary")
-    st.caption("Best layer and the center of gravity (Tenney et al.'s expected layer under cumulative gains), with "
-               "95% bootstrap intervals over test sentences. The center of gravity is empty (None) when no layer "
-               "scores above the first one.")
+    interval = info.get("summary_interval") or ("95% percentile bootstrap over the test sentences with the probes "
+                                                "trained once: the test set's sampling error only, not the spread "
+                                                "over training seeds")
+    st.caption(f"Best layer and the center of gravity (Tenney et al.'s expected layer under cumulative gains). "
+               f"**What the intervals cover**: {interval}. The center of gravity is undefined when no layer scores "
+               "above the first one: then its interval is empty too; a resample where a statistic is undefined is "
+               "left out of its interval, and the share of such resamples is in the *_undefined* columns.")
 
     if result.trees and any(r["layers"] for r in result.trees):
         st.subheader("One sentence")
@@ -156,7 +164,7 @@ test = c2.selectbox("Score on", files, index=default("en_ewt-ud-test"), key="str
                     format_func=server_file_picker_label)
 if SAMPLE.resolve() in (Path(train).parent, Path(test).parent):
     st.caption(SAMPLE_NOTE + SAMPLE_TIME)
-c1, c2, c3, c4, c5, c6 = st.columns([2.2, 1.2, 1.2, 1, 1, 0.7])
+c1, c2, c3, c4, c5, c6, c7 = st.columns([2.2, 1.2, 1.2, 1, 1, 0.8, 0.7])
 tasks = c1.multiselect("Tasks", TASKS, default=list(TASKS), key="structure_tasks")
 word_vector = c2.radio("Word vector", ["first", "mean"], horizontal=True, key="structure_vector",
                        help="a word's vector: its first subword's, or the mean of its subwords'")
@@ -164,7 +172,11 @@ probe = c3.radio("Label probe", ["linear", "mlp"], horizontal=True, key="structu
                  help="multinomial logistic regression, or one hidden layer of 256 units")
 layers = c4.text_input("Layers", "all", key="structure_layers", help="all, a slice (-6:) or a list 0,4,8")
 limit = c5.number_input("Max sentences", 0, 100_000, 0, key="structure_max", help="0: every sentence of each file")
-with_mdl = c6.checkbox("MDL", True, key="structure_mdl", help="the online codelength of the label tasks (Voita & "
+seeds = c6.number_input("Seeds", 1, 20, 1, key="structure_seeds", help="train the probes whose training depends "
+                        "on the seed (structural, MLP, the labelled set's folds) with this many seeds: the summary's "
+                        "intervals then cover the spread over seeds too (every other number is the first seed's); "
+                        "multiplies their time")
+with_mdl = c7.checkbox("MDL", True, key="structure_mdl", help="the online codelength of the label tasks (Voita & "
                        "Titov): 10 more fits per task and layer")
 with_random = (not loaded.spec.random_init) and st.checkbox(
     "Also probe the same architecture with random weights (grey crosses: what the probe reads without a trained "
@@ -183,15 +195,27 @@ with st.expander("The task label beside syntax (optional): a labelled set's labe
             st.stop()
 try:
     options = StructureOptions(tasks=",".join(tasks) or "none", word_vector=word_vector, probe=probe, layers=layers,
-                               max_sentences=int(limit) or None, mdl=with_mdl)
+                               max_sentences=int(limit) or None, mdl=with_mdl, seeds=int(seeds))
     parse_layers(layers, loaded.num_layers + 1)
 except InputError as exc:
     st.error(str(exc))
     st.stop()
 
 
+def label_job_config() -> dict:
+    """The job's fields for the page's labelled set: its rows (a sample as drawn) saved whole under the uploads
+    folder as JSON lines (text, label, pair), which the job reads with the same columns."""
+    rows = zip(labelled.texts, labelled.labels, labelled.pairs or [None] * len(labelled), strict=True)
+    data = "".join(json.dumps({"text": t, "label": y, **({"pair": p} if p is not None else {})}, ensure_ascii=False)
+                   + "\n" for t, y, p in rows)
+    saved = save_upload(data.encode("utf-8"), "labelled.jsonl")
+    return {"label_data": str(saved), "text_column": "text", "label_column": "label",
+            "pair_column": "pair" if labelled.pairs else None, "label_pooling": label_pooling}
+
+
 def computer(model):
     def compute(report):
+        report(0.0, "reading the treebanks")
         train_bank = read_conllu(train, options.max_sentences)
         test_bank = read_conllu(test, options.max_sentences)
         return run_structure(model, train_bank, test_bank, options,
@@ -202,7 +226,11 @@ def computer(model):
 
 with st.expander("Run it as a background job (bert-base on a GPU or on Slurm; progress, Cancel and log on the "
                  "Fine-tuning jobs page)"):
-    structure_job_form(loaded.spec, train, test, options)
+    if labelled is not None:
+        st.caption(f"The labelled set above goes with the job: its {len(labelled):,} texts and labels"
+                   f"{' and second texts' if labelled.pairs else ''} are saved as a JSON-lines file under the uploads "
+                   "folder, which the job reads.")
+    structure_job_form(loaded.spec, train, test, options, None if labelled is None else label_job_config)
 
 request = (str(train), str(test), options.to_dict(),
            None if labelled is None else (labelled.content_hash(), list(labelled.ids), label_pooling))

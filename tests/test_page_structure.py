@@ -22,9 +22,18 @@ def roots(tmp_path, monkeypatch):
     monkeypatch.setenv("LAYERLENS_DATA_DIRS", str(tmp_path))
 
 
+def open_page(tiny_dirs, tmp_path):
+    """The page on the tiny BERT with the copies :func:`roots` made chosen (the page's default is the bundled
+    sample, a data root whatever LAYERLENS_DATA_DIRS adds)."""
+    at = run_page(PAGE, model=str(tiny_dirs["bert"]))
+    at.selectbox(key="structure_train").set_value((tmp_path / "en_ewt-ud-dev.conllu").resolve())
+    at.selectbox(key="structure_test").set_value((tmp_path / "en_ewt-ud-test.conllu").resolve()).run()
+    return at
+
+
 def test_structure_page_shows_the_engine_numbers(tiny_dirs, tmp_path, monkeypatch):
     roots(tmp_path, monkeypatch)
-    at = run_page(PAGE, model=str(tiny_dirs["bert"]))
+    at = open_page(tiny_dirs, tmp_path)
     assert not at.exception and not at.error
     at.multiselect(key="structure_tasks").set_value(["upos", "distance"]).run()
     at.text_input(key="structure_layers").set_value("0,3").run()
@@ -46,7 +55,7 @@ def test_structure_page_shows_the_engine_numbers(tiny_dirs, tmp_path, monkeypatc
 
 def test_bad_layers_are_a_message(tiny_dirs, tmp_path, monkeypatch):
     roots(tmp_path, monkeypatch)
-    at = run_page(PAGE, model=str(tiny_dirs["bert"]))
+    at = open_page(tiny_dirs, tmp_path)
     at.text_input(key="structure_layers").set_value("9").run()
     assert not at.exception and "does not exist" in at.error[0].value
 
@@ -86,7 +95,7 @@ def test_the_page_submits_a_structure_job_and_opens_its_results(tiny_dirs, tmp_p
 
     roots(tmp_path, monkeypatch)
     monkeypatch.setenv("LAYERLENS_JOBS_NO_WORKER", "1")
-    at = run_page(PAGE, model=str(tiny_dirs["bert"]))
+    at = open_page(tiny_dirs, tmp_path)
     at.multiselect(key="structure_tasks").set_value(["upos", "distance"]).run()
     at.text_input(key="structure_layers").set_value("0,3").run()
     at.button(key="structure_submit").click().run()
@@ -122,7 +131,7 @@ def test_a_job_whose_artifacts_are_gone_is_a_message(tiny_dirs, tmp_path, monkey
     store.finish(job_id, "succeeded", metrics={"kind": "structure"})
     failed = store.submit({"kind": "structure", "model": "demo", "tasks": "upos"}, "cpu", "linguistic structure")
     store.finish(failed, "failed", "exit status 1; the log ends:\nerror: out of memory")
-    at = run_page(PAGE, model=str(tiny_dirs["bert"]))
+    at = open_page(tiny_dirs, tmp_path)
     at.radio(key="structure_mode").set_value("Open a finished job").run()
     assert not at.exception and "missing" in at.error[0].value
     assert any(f"#{failed}" in c.value and "failed" in c.value and "out of memory" in c.value for c in at.caption)
@@ -137,7 +146,7 @@ def test_the_random_weights_twin_is_drawn_from_its_own_run(tiny_dirs, tmp_path, 
     import numpy as np
 
     roots(tmp_path, monkeypatch)
-    at = run_page(PAGE, model=str(tiny_dirs["bert"]))
+    at = open_page(tiny_dirs, tmp_path)
     at.multiselect(key="structure_tasks").set_value(["upos", "distance"]).run()
     at.text_input(key="structure_layers").set_value("0,3").run()
     at.checkbox(key="structure_mdl").uncheck().run()
@@ -169,7 +178,7 @@ def test_a_labelled_set_adds_the_label_task_as_the_engine_computes_it(tiny_dirs,
     from ui.inputs import DEMO_WORDORDER
 
     roots(tmp_path, monkeypatch)
-    at = run_page(PAGE, model=str(tiny_dirs["bert"]))
+    at = open_page(tiny_dirs, tmp_path)
     at.multiselect(key="structure_tasks").set_value(["upos"]).run()
     at.text_input(key="structure_layers").set_value("0,3").run()
     at.checkbox(key="structure_mdl").uncheck().run()
@@ -193,3 +202,42 @@ def test_every_page_has_its_own_icon():
 
     icons = [p.icon for p in [HOME, *ANALYSES]]
     assert len(icons) == len(set(icons)), icons
+
+
+def test_submit_as_a_job_passes_the_labelled_set(tiny_dirs, tmp_path, monkeypatch):
+    """The page's labelled set goes with the job (it was silently dropped): saved under the uploads folder, read
+    back by the job's reader as the very rows the page probes."""
+    from analysis.inputs import parse, read_file
+    from jobs.store import JobStore
+    from ui.inputs import DEMO_WORDORDER
+
+    roots(tmp_path, monkeypatch)
+    monkeypatch.setenv("LAYERLENS_JOBS_NO_WORKER", "1")
+    at = open_page(tiny_dirs, tmp_path)
+    at.multiselect(key="structure_tasks").set_value(["upos"]).run()
+    at.checkbox(key="structure_with_label").check().run()
+    at.radio(key="structure_label_source").set_value("Demo word-order set").run()
+    at.radio(key="structure_label_pool").set_value("mean").run()
+    assert any("goes with the job" in c.value for c in at.caption)
+    at.button(key="structure_submit").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    config = JobStore().list()[0].config
+    assert config["label_pooling"] == "mean" and config["pair_column"] is None
+    sent = read_file(config["label_data"], config["text_column"], config["pair_column"],
+                     label_column=config["label_column"])
+    shown = parse(DEMO_WORDORDER.read_bytes(), DEMO_WORDORDER.name, "text", None, label_column="label")
+    assert sent.content_hash() == shown.content_hash() and len(sent) == len(shown)
+
+
+def test_the_summary_says_what_its_intervals_cover_and_seeds_widen_them(tiny_dirs, tmp_path, monkeypatch):
+    roots(tmp_path, monkeypatch)
+    at = open_page(tiny_dirs, tmp_path)
+    at.multiselect(key="structure_tasks").set_value(["distance"]).run()
+    at.text_input(key="structure_layers").set_value("0,3").run()
+    at.number_input(key="structure_seeds").set_value(2).run()
+    at.button(key="structure_run").click().run()
+    assert not at.exception and not at.error
+    summary = next(d.value for d in at.dataframe if "best_layer" in d.value)
+    assert summary.seeds.tolist() == [2] and "center_of_gravity_undefined" in summary
+    assert any("What the intervals cover" in c.value and "pooled over 2 training seeds" in c.value
+               for c in at.caption)

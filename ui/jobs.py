@@ -124,14 +124,16 @@ def lens_job_form(model: str) -> None:
             st.error(f"Not queued: {exc}")
 
 
-def structure_job_form(spec, train, test, options) -> None:
+def structure_job_form(spec, train, test, options, label_data=None) -> None:
     """Queue the Linguistic structure page's analysis (the chosen treebanks and ``options``, the sidebar's
     model and precision) as a ``structure`` job: where it runs (this machine's worker or Slurm), Submit. Its
-    device is the job machine's own (a GPU when it has one)."""
+    device is the job machine's own (a GPU when it has one). ``label_data``: called at Submit, the job's fields
+    for the page's labelled set (``label_data``, its columns and pooling)."""
     import os
 
     import streamlit as st
 
+    from analysis.inputs import InputError
     from analysis.options import FinetuneOptions
     from jobs.submit import SubmitError, submit
     from ui.options import option_input
@@ -149,11 +151,12 @@ def structure_job_form(spec, train, test, options) -> None:
         config = {"kind": "structure", "model": spec.name, "revision": spec.revision, "dtype": spec.dtype,
                   "train": str(train), "test": str(test), **options.to_dict(), "backend": backend, **slurm}
         try:
+            config.update(label_data() if label_data else {})
             job_id = submit(config, start_worker=not os.environ.get("LAYERLENS_JOBS_NO_WORKER"), browser=True)
             st.success(f"Job {job_id} queued: its progress shows under **Open a finished job** at the top of this "
                        "page and on the Fine-tuning jobs page (Cancel, log). When it has finished, open its results "
                        "there.")
-        except SubmitError as exc:
+        except (SubmitError, InputError) as exc:
             st.error(f"Not queued: {exc}")
 
 

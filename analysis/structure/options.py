@@ -76,6 +76,7 @@ class StructureJobOptions(StructureOptions):
     label_data: str | None = Field(None, title="labelled set", description="a labelled set of texts (.csv, .tsv, "
                                    ".jsonl): its task label becomes one more task, 'label'")
     text_column: str = _same("text_column")
+    pair_column: str | None = _same("pair_column")
     label_column: str = _same("label_column")
     label_pooling: Literal["cls", "mean"] = Field("cls", title="label pooling", description="the labelled set's "
                                                   "sentence vector")
