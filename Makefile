@@ -1,5 +1,6 @@
 # LayerLens: two commands from a fresh clone.
 #   make run    create .venv if missing, install what is needed, start the dashboard on the demo model
+#   make dev    the same, watching the source files: an edit reloads the page (the file watcher is off otherwise)
 #   make test   the same environment plus the test tools, then the test suite without the slow tests
 #   make test-all  every test, the slow ones too (real processes, the browser, whole-file checks): what CI runs
 #   `make install` also puts the `layerlens` command in .venv/bin (an editable install of this clone)
@@ -19,10 +20,13 @@ PIP := $(BIN)/python -m pip
 PIN := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 TORCH_INDEX := $(if $(filter cpu,$(TORCH)),--index-url https://download.pytorch.org/whl/cpu)
 
-.PHONY: run test test-all install install-deps install-dev lock clean
+.PHONY: run dev test test-all install install-deps install-dev lock clean
 
 run: $(VENV)/.installed
 	$(BIN)/python -m streamlit run app.py --server.port $(PORT)
+
+dev: $(VENV)/.installed
+	$(BIN)/python -m streamlit run app.py --server.port $(PORT) --server.fileWatcherType auto --server.runOnSave true
 
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m ruff check .

@@ -127,3 +127,62 @@ def test_the_servers_file_watcher_skips_the_venv(monkeypatch):
     monkeypatch.chdir(ROOT)
     streamlit.config.get_config_options(force_reparse=True)
     assert ".venv" in streamlit.config.get_option("server.folderWatchBlacklist")
+
+
+def open_url(query: dict) -> AppTest:
+    """The app opened from a URL with ``query`` (a reload, or a link someone shared): a fresh session."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    for name, value in query.items():
+        at.query_params[name] = value
+    return at.run()
+
+
+def test_the_model_chosen_in_the_sidebar_is_kept_in_the_url_and_a_reload_keeps_it(tiny_dirs):
+    from ui.sidebar import KEY_DTYPE
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT).run()
+    assert "model" not in at.query_params  # the demo model: a clean URL
+    at.sidebar.selectbox(key=KEY_MODEL).set_value(OTHER).run()
+    at.sidebar.text_input(key=KEY_OTHER).set_value(str(tiny_dirs["distilbert"])).run()
+    at.sidebar.selectbox(key=KEY_DTYPE).set_value("bfloat16").run()
+    assert not at.exception and not at.sidebar.error
+    query = dict(at.query_params)
+    assert query["model"] == str(tiny_dirs["distilbert"]) and query["precision"] == "bfloat16"
+
+    reloaded = open_url(query)
+    assert not reloaded.exception and not reloaded.sidebar.error
+    assert reloaded.sidebar.text_input(key=KEY_OTHER).value == str(tiny_dirs["distilbert"])
+    assert "distilbert" in reloaded.sidebar.success[0].value and "bfloat16" in reloaded.sidebar.success[0].value
+
+    at.sidebar.selectbox(key=KEY_MODEL).set_value("demo").run()  # back to the demo: the parameter goes
+    assert "model" not in at.query_params
+
+
+def test_a_suggested_model_in_the_url_is_selected():
+    at = open_url({"model": "bert-base-uncased"})
+    assert not at.exception and at.sidebar.selectbox(key=KEY_MODEL).value == "bert-base-uncased"
+
+
+def test_a_model_in_the_url_passes_the_model_roots_check(tmp_path):
+    """The query parameter is user input: a folder outside the model roots is refused as a typed one is."""
+    outside = Path("/usr/share")  # a folder, not under the tests' model roots
+    at = open_url({"model": str(outside), "head_from": "../../etc", "device": "tpu", "precision": "int3"})
+    assert not at.exception and not at.sidebar.success
+    assert "is not a model folder under the dashboard's model folders" in at.sidebar.error[0].value
+    assert at.sidebar.selectbox(key="ll_device").value == "auto"  # values not offered are ignored
+    assert at.sidebar.selectbox(key="ll_dtype").value == "auto"
+
+
+def test_the_server_watches_no_files_unless_a_developer_asks(monkeypatch):
+    """The file watcher is off (it flooded the log with "Inotify queue overflowed" while tests wrote files in the
+    clone); `make dev` turns it on for development (read as the server reads its options)."""
+    import subprocess
+
+    import streamlit.config
+
+    monkeypatch.chdir(ROOT)
+    streamlit.config.get_config_options(force_reparse=True)
+    assert streamlit.config.get_option("server.fileWatcherType") == "none"
+    dev = subprocess.run(["make", "-n", "dev"], cwd=ROOT, capture_output=True, text=True)
+    assert dev.returncode == 0 and "streamlit run app.py" in dev.stdout
+    assert "--server.fileWatcherType auto" in dev.stdout

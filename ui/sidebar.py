@@ -105,9 +105,49 @@ def navigation() -> None:
     st.sidebar.divider()
 
 
+# The model's settings in the page's URL, so a reload or a shared link keeps them: query parameter -> widget key
+# (the model's name: the select box's for a suggested model, else the typed field's).
+URL_KEYS = {"model": KEY_MODEL, "revision": KEY_REVISION, "device": KEY_DEVICE, "precision": KEY_DTYPE,
+            "head_from": KEY_HEAD_FROM}
+DTYPE_CHOICES = ["auto", "float32", "bfloat16", "float16"]
+
+
+def from_url() -> None:
+    """At a session's first run (a reload, a shared link), the model's widgets as the URL's query parameters say.
+    They are user input: a name that is not a suggested model fills the typed field, so it goes through the same
+    checks as a typed name (:func:`model_picker`: a hub id or a folder under the model roots); a device or a
+    precision that is not offered is ignored."""
+    if KEY_MODEL in st.session_state:  # not the first run: the widgets hold the session's choice
+        return
+    query = st.query_params
+    if name := query.get("model", "").strip():
+        st.session_state[KEY_MODEL] = name if name in SUGGESTED_MODELS else OTHER
+        if name not in SUGGESTED_MODELS:
+            st.session_state[KEY_OTHER] = name
+    offered = {"device": available_devices(), "precision": DTYPE_CHOICES}
+    for param in ("revision", "device", "precision", "head_from"):
+        value = query.get(param, "").strip()
+        if value and value in offered.get(param, [value]):
+            st.session_state[URL_KEYS[param]] = value
+
+
+def to_url(spec: ModelSpec) -> None:
+    """The chosen model's settings into the URL's query parameters (defaults left out: the demo model's URL is
+    clean)."""
+    values = {"model": spec.name, "revision": spec.revision, "device": spec.device, "precision": spec.dtype,
+              "head_from": spec.head_from}
+    for param, value in values.items():
+        if value in (None, "", "auto", DEMO_NAME):
+            if param in st.query_params:
+                del st.query_params[param]
+        elif st.query_params.get(param) != value:
+            st.query_params[param] = value
+
+
 def model_picker() -> ModelSpec | None:
-    """Widgets for the model spec; their values persist across pages."""
+    """Widgets for the model spec; their values persist across pages and are kept in the URL (:func:`to_url`)."""
     st.sidebar.header("Model")
+    from_url()
     choice = st.sidebar.selectbox(
         "Model", [*SUGGESTED_MODELS, OTHER], key=KEY_MODEL, persist_state="session",
         format_func=lambda n: "demo (bundled, offline)" if n == DEMO_NAME else n,
@@ -128,7 +168,7 @@ def model_picker() -> ModelSpec | None:
                                  placeholder="main", help="Hub branch, tag or commit; empty for the default.")
         device = st.selectbox("Device", available_devices(), key=KEY_DEVICE, persist_state="session",
                               help="auto: CUDA GPU, then Apple MPS, then CPU")
-        dtype = st.selectbox("Precision", ["auto", "float32", "bfloat16", "float16"], key=KEY_DTYPE,
+        dtype = st.selectbox("Precision", DTYPE_CHOICES, key=KEY_DTYPE,
                              persist_state="session", help="auto and float32: the exact mode (float32 weights and "
                              "activations, on every device). bfloat16 and float16: the approximate mode, faster "
                              "on bf16/fp16 hardware; each probe and atlas states its agreement with float32, "
@@ -142,11 +182,13 @@ def model_picker() -> ModelSpec | None:
             browser_model(name)
         if head_from.strip():
             browser_model(head_from.strip())
-        return ModelSpec(name, revision=revision.strip() or None, device=device, dtype=dtype,
+        spec = ModelSpec(name, revision=revision.strip() or None, device=device, dtype=dtype,
                          head_from=head_from.strip() or None)
     except (ModelLoadError, InputError) as exc:
         st.sidebar.error(str(exc))
         return None
+    to_url(spec)
+    return spec
 
 
 def cache_panel(cache: ModelCache) -> None:
