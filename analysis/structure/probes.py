@@ -6,13 +6,16 @@
   are **excluded**: the root has no head word to concatenate and its label is always ``root`` (HEAD 0 alone
   decides it), so it would only add free accuracy.
 - **Probe**: multinomial logistic regression on standardised features (scikit-learn's ``LogisticRegression``
-  objective and lbfgs stopping rule, L2, ``C = 1``, at most 100 iterations: its defaults; computed in float32 on
-  every core by :mod:`analysis.structure.softmax`), or with
+  objective and lbfgs stopping rule, L2, ``C = 1``, at most 100 iterations: its defaults; computed in float32 by
+  :mod:`analysis.structure.softmax`, one thread per fit, a layer's fits side by side:
+  :func:`analysis.structure.run.parallel_fits`), or with
   ``mlp`` a one-hidden-layer MLP (ReLU, Adam, early stopping on 10% of the training rows), as Hewitt & Liang
   2019 §3.
 - **Control task** (Hewitt & Liang 2019 §2, Eq. 1-2): each word *type* (FORM, case kept) gets a label drawn from
   the task's empirical label distribution on the training file, once, seeded; every occurrence of the type has
-  that label, in both files. For relations the type is the dependent's. The same probe family is trained and
+  that label, in both files. Theirs is for part of speech (their dependency control task is about heads, not
+  labels); the DEPREL control here is this project's extension of it: the dependent's type gets a relation label
+  the same way. The same probe family is trained and
   scored on the control labels; **selectivity** = task score - control score (their Eq. 3, on accuracy; also
   given for macro-F1).
 - **Scores** on the test file: accuracy with its 95% Wilson interval; macro-F1 (the mean F1 over the classes that
