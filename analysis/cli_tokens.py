@@ -130,8 +130,8 @@ def _cmd_extract(args: argparse.Namespace) -> int:
     if src.get("dropped_too_long") or src.get("dropped_no_subword"):
         print(f"note: left out {src['dropped_too_long']} sentence(s) over the model's limit and "
               f"{src['dropped_no_subword']} with a word without subwords", file=sys.stderr)
-    print(f"{tv.rows} tokens x {len(tv.layers)} layers x {tv.hidden} (float16, {tv.disk_bytes() / 2**20:.1f} MiB) "
-          f"in {seconds:.1f} s", file=sys.stderr)
+    print(f"{tv.rows} tokens x {len(tv.layers)} layers x {tv.hidden} ({tv.storage}, {tv.disk_bytes() / 2**20:.1f} "
+          f"MiB) in {seconds:.1f} s", file=sys.stderr)
     print(tv.directory)
     return 0
 

@@ -8,21 +8,53 @@ it into place when everything is written.
 - An existing output folder is replaced only when LayerLens wrote it (it holds a ``run.json``, ``info.json``,
   ``duplication.json`` or ``metrics.json``) or it is empty: ``--out .`` or a folder of your own is refused, never
   overwritten.
+
+Single files are whole or absent the same way (:func:`write_atomic`: a temporary file named after its process,
+renamed into place; the temporaries of dead processes are removed by the next write in the same folder), and a
+file written through a memory map has its blocks reserved on disk before it is mapped (:func:`open_npy`): a full
+disk is then an :class:`NoSpace` error naming the folder and the size, where a write into an unreserved page of a
+sparse file would kill the process with SIGBUS (issue 34 item 1).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import math
 import os
 import secrets
 import shutil
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from analysis.inputs import InputError
 
 MARKERS = ("run.json", "info.json", "duplication.json", "metrics.json")  # files only a LayerLens output has
 STAGING = ".staging-"
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+ZEROS = 8 * 2**20  # the block written at a time where the file system cannot reserve (posix_fallocate unsupported)
+
+
+class NoSpace(InputError):
+    """The disk (or the user's quota) cannot hold a file LayerLens is writing."""
+
+
+def no_space(directory: Path, needed: int | None = None) -> NoSpace:
+    """The one-line error of a full disk under ``directory``: the megabytes the file needed and those free."""
+    message = f"no space left on device under {directory}"
+    if needed:
+        message += f"; {math.ceil(needed / 2**20):,} MB needed"
+    with contextlib.suppress(OSError):
+        message += f", {shutil.disk_usage(directory).free / 2**20:,.0f} MB free"
+    return NoSpace(message + " (free some space, or point LAYERLENS_HOME at a larger disk, and run again)")
+
+
+def is_no_space(exc: BaseException) -> bool:
+    """Whether ``exc`` is a full disk or quota (its errno, or the system's text in the message of a library that
+    wraps it: pyarrow, faiss)."""
+    return isinstance(exc, Exception) and (getattr(exc, "errno", None) in NO_SPACE or any(
+        text in str(exc) for text in ("No space left on device", "Disk quota exceeded")))
 
 
 def pid_alive(pid: int | None) -> bool:
@@ -87,3 +119,116 @@ def staged(out: Path) -> Iterator[Path]:
         out.rename(old)  # the previous result is moved aside only now, and removed after the new one is in place
     stage.rename(out)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def temporary(path: Path) -> Path:
+    """A new empty temporary file beside ``path``, named ``.NAME.PID.XXXX.tmp`` (:func:`clean_stale_files`)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
+    os.close(fd)
+    return Path(tmp)
+
+
+def clean_stale_files(directory: Path) -> int:
+    """Remove the temporary files (:func:`temporary`) of writers that are no longer running, e.g. a killed
+    extraction's half shard; returns how many."""
+    removed = 0
+    for tmp in Path(directory).glob(".*.tmp"):
+        pid = tmp.name.split(".")[-3] if tmp.name.count(".") >= 4 else ""
+        if pid.isdigit() and not pid_alive(int(pid)):
+            tmp.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
+    """``write(tmp)`` fills a temporary file beside ``path``, which is then renamed into place: ``path`` is whole
+    or absent. On any failure the temporary file is removed; a full disk is :class:`NoSpace`."""
+    path = Path(path)
+    clean_stale_files(path.parent)
+    tmp = None
+    try:
+        tmp = temporary(path)
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+        if is_no_space(exc):
+            raise no_space(path.parent) from None
+        raise
+
+
+def reserve(fd: int, size: int) -> None:
+    """Allocate the first ``size`` bytes of the file ``fd`` on disk (an ``OSError`` with ``ENOSPC`` when they do
+    not fit): ``os.posix_fallocate``, or where the platform or file system has none, zeros written over the part
+    beyond the file's end."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+        return
+    except AttributeError:  # pragma: no cover - no posix_fallocate (macOS)
+        pass
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+            raise
+    at = os.fstat(fd).st_size
+    zeros = bytes(min(ZEROS, max(size - at, 0)))
+    while at < size:
+        at += os.pwrite(fd, zeros[:size - at], at)
+    if os.fstat(fd).st_size < size:  # pragma: no cover - a write that claimed success
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def open_npy(path: Path, dtype, shape: tuple[int, ...]):
+    """A new ``.npy`` file at ``path`` (replacing what is there) holding a ``shape`` array of ``dtype``, returned
+    memory-mapped for writing (``numpy.memmap``, mode ``r+``) once every byte of it is reserved on disk
+    (:func:`reserve`). Every file LayerLens writes through a memory map is made here: a write through a mapping
+    into a block the file system cannot allocate is a SIGBUS that kills the process (the Streamlit server for
+    every session), so the space is claimed first, and a full disk is a :class:`NoSpace` error, the file
+    removed."""
+    import numpy as np
+
+    path = Path(path)
+    dtype = np.dtype(dtype)
+    shape = tuple(int(s) for s in shape)
+    header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
+    size = None
+    try:
+        with open(path, "wb") as f:
+            try:
+                np.lib.format.write_array_header_1_0(f, header)
+            except ValueError:  # a header over 64 KiB
+                f.seek(0)
+                np.lib.format.write_array_header_2_0(f, header)
+            size = f.tell() + dtype.itemsize * math.prod(shape)
+            reserve(f.fileno(), size)
+        return np.lib.format.open_memmap(path, mode="r+")
+    except BaseException as exc:
+        path.unlink(missing_ok=True)
+        if is_no_space(exc):
+            raise no_space(path.parent, size) from None
+        raise
+
+
+def npy_damage(path: Path, shape: tuple[int, ...] | None = None) -> str | None:
+    """Why the ``.npy`` file at ``path`` cannot be read whole (None when it can): absent, not an ``.npy`` file,
+    cut (shorter than its header says: a memory map of it fails with "mmap length is greater than file size"), or
+    of another shape than ``shape``. Reads the header only."""
+    import numpy as np
+
+    try:
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            found, _fortran, dtype = read(f)
+            expected = f.tell() + dtype.itemsize * math.prod(found)
+            size = os.fstat(f.fileno()).st_size
+    except FileNotFoundError:
+        return "missing"
+    except (OSError, ValueError, EOFError) as exc:
+        return f"not a whole .npy file ({exc})"
+    if size < expected:
+        return f"cut ({size:,} of {expected:,} bytes)"
+    if shape is not None and tuple(found) != tuple(shape):
+        return f"an array of shape {tuple(found)} where {tuple(shape)} was written"
+    return None

@@ -12,8 +12,8 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -54,28 +54,40 @@ class ArrayStore:
             return None
 
     def put(self, kind: str, key: str, array: np.ndarray) -> None:
+        from analysis.staging import NoSpace, write_atomic
+
         path = self.path(kind, key)
+
+        def save(tmp: Path) -> None:
+            with open(tmp, "wb") as f:  # a file object: np.save would add ".npy" to a temporary name
+                np.save(f, array, allow_pickle=False)
+
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as f:
-                np.save(f, array, allow_pickle=False)
-            os.replace(f.name, path)
-        except OSError as exc:  # a full or read-only disk costs a recomputation, never the result
+            write_atomic(path, save)
+        except (OSError, NoSpace) as exc:  # a full or read-only disk costs a recomputation, never the result
             log.warning("could not cache %s (%s)", path, exc)
 
     @contextlib.contextmanager
     def create(self, kind: str, key: str, shape: tuple[int, ...], dtype=np.float32) -> Iterator[np.ndarray]:
         """A new entry written in place: yields a writable array (memory-mapped on a temporary file beside the
-        entry) to fill, then flushes it and renames it into place; on an exception the temporary file is removed
-        and nothing is stored. A writer fills an array larger than memory a slice at a time. Where the disk
-        refuses (full, read-only), the array is an ordinary one in memory and is not stored."""
+        entry, its blocks reserved first: :func:`analysis.staging.open_npy`) to fill, then flushes it and renames
+        it into place; on an exception the temporary file is removed and nothing is stored. A writer fills an
+        array larger than memory a slice at a time. Where the disk refuses (full, read-only), the array is an
+        ordinary one in memory and is not stored, when it fits in half the available memory; otherwise the
+        disk's error is raised (a full disk: one line naming the folder and the size)."""
+        from analysis.staging import NoSpace, open_npy, temporary
+
         path = self.path(kind, key)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-            os.close(fd)
-            array = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
-        except OSError as exc:
+            tmp = temporary(path)
+            array = open_npy(tmp, dtype, shape)
+        except (OSError, NoSpace) as exc:
+            from models.cache import free_bytes
+
+            if np.dtype(dtype).itemsize * math.prod(shape) > free_bytes("cpu") // 2:
+                raise
             log.warning("could not cache %s (%s); keeping it in memory", path, exc)
             yield np.empty(shape, dtype)
             return
@@ -85,5 +97,5 @@ class ArrayStore:
             del array
             os.replace(tmp, path)
         except BaseException:
-            Path(tmp).unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
             raise

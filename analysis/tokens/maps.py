@@ -21,6 +21,7 @@ import warnings
 import numpy as np
 
 from analysis.inputs import InputError
+from analysis.staging import npy_damage, open_npy
 from analysis.tokens.vectors import TokenVectors, _save_npy, _write_atomic
 
 CHUNK = 65_536
@@ -41,6 +42,16 @@ UMAP_NEIGHBOURS = 15
 # exactly as one reducer.transform call of all the other rows places it, in bounded memory (tested).
 UMAP_EPOCHS = 200
 UMAP_CHUNK = 16_384
+
+
+def _cached(path, shape: tuple[int, int]) -> dict | None:
+    """The description of the whole cached map at ``path`` (None when it or its ``.json`` is absent, unreadable or
+    cut: the map, a cache derived from the vectors, is then computed again)."""
+    try:
+        meta = json.loads(path.with_suffix(".json").read_text())
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) and npy_damage(path, shape) is None else None
 
 
 def pca_axes(tv: TokenVectors, layer: int, components: int = 2) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -73,13 +84,14 @@ def pca_map(tv: TokenVectors, layer: int, components: int = 2, force: bool = Fal
     folder = tv.directory / "maps"
     path = folder / f"layer{layer:02d}.pca{components}.npy"
     meta_path = path.with_suffix(".json")
-    if path.is_file() and meta_path.is_file() and not force:
-        return np.load(path, mmap_mode="r"), json.loads(meta_path.read_text())
+    cached = None if force else _cached(path, (tv.rows, components))
+    if cached is not None:
+        return np.load(path, mmap_mode="r"), cached
     folder.mkdir(exist_ok=True)
     mean, axes, ratio = pca_axes(tv, layer, components)
 
     def fill(tmp) -> None:
-        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(tv.rows, components))
+        out = open_npy(tmp, np.float32, (tv.rows, components))
         for first, block in tv.layer_blocks(layer):
             for lo in range(0, len(block), CHUNK):
                 x = np.asarray(block[lo:lo + CHUNK], dtype=np.float64)
@@ -133,8 +145,9 @@ def umap_map(tv: TokenVectors, layer: int, sample: int = UMAP_SAMPLE, seed: int 
     folder = tv.directory / "maps"
     stem = f"layer{layer:02d}.umap-s{sample}-seed{seed}-k{n_neighbors}"
     path, meta_path, rows_path = (folder / f"{stem}.npy", folder / f"{stem}.json", folder / f"{stem}.sample.npy")
-    if path.is_file() and meta_path.is_file() and rows_path.is_file() and not force:
-        return np.load(path, mmap_mode="r"), json.loads(meta_path.read_text())
+    cached = None if force or npy_damage(rows_path, (sample,)) else _cached(path, (tv.rows, 2))
+    if cached is not None:
+        return np.load(path, mmap_mode="r"), cached
     folder.mkdir(exist_ok=True)
     import umap
 
@@ -159,7 +172,7 @@ def umap_map(tv: TokenVectors, layer: int, sample: int = UMAP_SAMPLE, seed: int 
 
     def fill(tmp) -> None:
         nonlocal transform_seconds
-        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(tv.rows, 2))
+        out = open_npy(tmp, np.float32, (tv.rows, 2))
         out[rows] = fitted
         began = time.perf_counter()
         for where, coords in transform_rest(reducer, chunks(), timings):

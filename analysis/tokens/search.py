@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.inputs import InputError
+from analysis.staging import npy_damage, open_npy
 from analysis.tokens.vectors import TokenVectors, _write_atomic
 
 KINDS = ("flat", "hnsw", "ivf")
@@ -148,8 +149,10 @@ class MappedFlat:
 
 
 def _write_flat(tv: TokenVectors, layer: int, path: Path, progress=None) -> None:
+    """The flat index file: its blocks reserved before it is mapped (:func:`analysis.staging.open_npy`: a full disk
+    is one line, not a SIGBUS), written whole or not at all."""
     def fill(tmp: Path) -> None:
-        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(tv.rows, tv.hidden))
+        out = open_npy(tmp, np.float32, (tv.rows, tv.hidden))
         for first, block in tv.layer_blocks(layer):
             for lo in range(0, len(block), 65_536):
                 part = normalise(block[lo:lo + 65_536])
@@ -194,8 +197,9 @@ def build_index(tv: TokenVectors, layer: int, kind: str = DEFAULT_KIND, threads:
     kind = resolve_kind(kind, tv.rows)
     path = index_path(tv, layer, kind)
     meta_path = path.with_suffix(".json")
-    if path.is_file() and meta_path.is_file() and not force:
-        return {**json.loads(meta_path.read_text()), "cached": True}
+    cached = None if force else _cached(path)
+    if cached is not None:
+        return {**cached, "cached": True}
     tv.layer_slot(layer)
     path.parent.mkdir(exist_ok=True)
     t0 = time.perf_counter()
@@ -224,16 +228,30 @@ def build_index(tv: TokenVectors, layer: int, kind: str = DEFAULT_KIND, threads:
     return {**meta, "cached": False}
 
 
+def _cached(path: Path) -> dict | None:
+    """The description of the whole index file at ``path`` (None when it or its ``.json`` is absent, unreadable or
+    cut: the index, a cache derived from the vectors, is then built again)."""
+    try:
+        meta = json.loads(path.with_suffix(".json").read_text())
+        whole = path.stat().st_size == meta["bytes"] and (path.suffix != ".npy" or npy_damage(path) is None)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return meta if whole else None
+
+
 def load_index(tv: TokenVectors, layer: int, kind: str = DEFAULT_KIND):
-    """The cached index (built now when absent)."""
+    """The cached index (built now when absent, cut or damaged)."""
     kind = resolve_kind(kind, tv.rows)
     path = index_path(tv, layer, kind)
-    if not path.is_file():
-        build_index(tv, layer, kind)
+    if _cached(path) is None:
+        build_index(tv, layer, kind, force=True)
     if kind == "flat":
         return MappedFlat(path)
     faiss = _faiss()
-    index = faiss.read_index(str(path))
+    try:
+        index = faiss.read_index(str(path))
+    except RuntimeError:
+        raise InputError(f"{path}: a damaged index file; run `tokens index --rebuild` (or delete it)") from None
     params = json.loads(path.with_suffix(".json").read_text()).get("params", {})
     if kind == "hnsw":
         index.hnsw.efSearch = params.get("efSearch", HNSW_EF_SEARCH)

@@ -5,7 +5,9 @@ Layout of an extraction directory (``LAYERLENS_HOME/cache/token_vectors/<key>/``
 shard size, as the atlas keys its vectors):
 
 - ``manifest.json``: model, fingerprint, ``layers`` (hidden-state indices, Hugging Face's numbering), ``hidden``,
-  ``rows``, ``dtype`` (``float16``), ``shards`` (``file``, ``rows``, ``first_row``), the source and what was left out;
+  ``rows``, ``dtype`` (``float16``), ``shards`` (``file``, ``rows``, ``first_row``, ``dtype``, and for a float32
+  shard ``float32_layers``), ``storage`` (the same in words), ``nonfinite`` (per hidden state: the count of NaN and
+  infinite values; 0 for an extraction, which refuses them), the source and what was left out;
 - ``tokens.parquet``: one row per token (:data:`analysis.tokens.corpus.TOKEN_COLUMNS`, + ``label``,
   ``upos``, ``deprel`` where known, + ``shard``); row ``r`` is row ``r`` of every layer;
 - ``texts.parquet``: one row per text (``text_id``, ``text``, ``source_row``, ``label`` or ``sent_id``);
@@ -13,8 +15,15 @@ shard size, as the atlas keys its vectors):
   shard holds all its layers, layer-major: a layer of a shard is one contiguous block (a per-layer read touches
   only that layer's bytes), and a shard is one file, so one rename makes it whole (whole or absent).
 
+Values (issue 34 item 4): a shard where a hidden state exceeds float16's range (65,504) is computed again in
+float32, named in the manifest; NaN or infinite values in the model's own output are refused (hidden states and
+counts named); the readers refuse a layer holding non-finite values. Whole (item 7): the parquet files are written
+before the manifest (the commit point), :meth:`TokenVectors.open` checks every part, a missing or damaged one is a
+line naming the file and saying to re-run the extraction, which rewrites what is missing or damaged.
+
 Shards hold whole texts, in order. Each is written in place through a memory map on a temporary file beside it
-and renamed when full: a run killed at any point leaves only whole shards (and a temporary file that the next run
+(its blocks reserved first: :func:`analysis.staging.open_npy`, so a full disk is one line, not a SIGBUS) and
+renamed when full: a run killed at any point leaves only whole shards (and a temporary file that the next run
 removes); the next run computes the missing shards only. Under ``accelerate launch`` (``ranks``) every process
 runs its share of each shard's batches and the main process writes them (:mod:`analysis.parallel`).
 """
@@ -24,8 +33,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -34,14 +41,20 @@ import pandas as pd
 
 from analysis.inputs import InputError
 from analysis.parallel import ONE, Ranks
+from analysis.staging import clean_stale_files as clean_stale  # noqa: F401  (the tokens job's name for it)
+from analysis.staging import npy_damage, open_npy
+from analysis.staging import write_atomic as _write_atomic
 from analysis.store import ArrayStore, key_of
 from analysis.tokens.corpus import TokenCorpus
 
 log = logging.getLogger(__name__)
 Progress = Callable[[str, int, int], None]
-VERSION = 1
+VERSION = 2  # 2: float32 shards where float16 overflows, non-finite values refused, every part checked on open
 SHARD_BYTES = 256 * 2**20  # a shard's size on disk when not given: ~256 MB (the resume granularity)
 KIND = "token_vectors"
+FLOAT16_MAX = float(np.finfo(np.float16).max)  # 65,504
+RERUN = ("re-run the same extraction (`tokens extract` with the same model and input, or Extract on the Token "
+         "atlas page): it rewrites what is missing or damaged")
 
 
 def shard_rows_for(layers: int, hidden: int, shard_bytes: int = SHARD_BYTES) -> int:
@@ -62,68 +75,92 @@ def plan_shards(counts: np.ndarray, shard_rows: int) -> list[tuple[int, int]]:
     return out
 
 
-def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _save_npy(path: Path, array: np.ndarray) -> None:
     with open(path, "wb") as f:  # a file object: np.save would add ".npy" to a temporary name
         np.save(f, array, allow_pickle=False)
 
 
-def _alive(pid: int) -> bool:
+def storage_dtype(block: np.ndarray) -> type:
+    """float16, or float32 where a finite value of ``block`` would become infinite in float16."""
+    with np.errstate(over="ignore"):
+        wide = np.isinf(np.asarray(block, np.float16)) & np.isfinite(block)
+    return np.float32 if wide.any() else np.float16
+
+
+def storage_text(manifest: dict) -> str:
+    """What the shards are stored in, in words (run.json, the CLI's and the page's lines)."""
+    wide = [s for s in manifest["shards"] if s.get("dtype") == "float32"]
+    if not wide:
+        return "float16"
+    layers = sorted({x for s in wide for x in s.get("float32_layers", [])})
+    return (f"float32 in {len(wide)} of {len(manifest['shards'])} shard(s), where hidden state "
+            f"{', '.join(map(str, layers))} exceeds float16's range (65,504); float16 elsewhere"
+            if len(wide) < len(manifest["shards"]) else
+            f"float32: hidden state {', '.join(map(str, layers))} exceeds float16's range (65,504)")
+
+
+def _read_manifest(path: Path) -> dict:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        manifest = json.loads(path.read_text())
+        for key in ("layers", "hidden", "rows", "texts", "shards"):
+            manifest[key]  # noqa: B018 - the parts every reader needs
+        for s in manifest["shards"]:
+            s["file"], s["rows"], s["first_row"]  # noqa: B018
+        return manifest
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        raise InputError(f"{path}: not a whole manifest (cut or damaged JSON); {RERUN}") from None
 
 
-def clean_stale(directory: Path) -> int:
-    """Remove the temporary files of writers that are no longer running (a killed extraction's half shard)."""
-    removed = 0
-    for tmp in directory.glob(".*.tmp"):
-        try:
-            pid = int(tmp.name.split(".")[-3])
-        except (ValueError, IndexError):
-            continue
-        if not _alive(pid):
-            tmp.unlink(missing_ok=True)
-            removed += 1
-    return removed
+def _parquet_damage(path: Path, rows: int) -> str | None:
+    """Why the parquet file at ``path`` is not whole with ``rows`` rows (None when it is)."""
+    import pyarrow.parquet as pq
+
+    if not path.is_file():
+        return "missing"
+    try:
+        found = pq.read_metadata(path).num_rows
+    except Exception:  # noqa: BLE001 - pyarrow's errors for a cut footer vary
+        return "cut or damaged (not a readable parquet file)"
+    return None if found == rows else f"{found:,} rows where the manifest says {rows:,}"
 
 
 @dataclasses.dataclass
 class TokenVectors:
     """An extraction directory, read memory-mapped: ``layer_blocks(l)`` yields each shard's ``(rows, hidden)``
-    float16 block of hidden state ``l`` without reading the other layers."""
+    block of hidden state ``l`` (float16, float32 where float16 could not hold it) without reading the other
+    layers."""
 
     directory: Path
     manifest: dict
+    _nonfinite: dict = dataclasses.field(default_factory=dict, repr=False)
 
     @classmethod
     def open(cls, directory: Path | str) -> TokenVectors:
+        """The extraction in ``directory`` (or the one an ``extract --out`` folder names), every part checked:
+        an :class:`InputError` naming the first part that is missing or damaged."""
         directory = Path(directory)
         if (directory / "run.json").is_file() and not (directory / "manifest.json").is_file():
-            directory = Path(json.loads((directory / "run.json").read_text())["vectors"])  # an extract --out
+            try:  # an extract --out
+                directory = Path(json.loads((directory / "run.json").read_text())["vectors"])
+            except (ValueError, KeyError, TypeError):
+                raise InputError(f"{directory / 'run.json'}: not a whole run.json of `tokens extract`") from None
         path = directory / "manifest.json"
         if not path.is_file():
             raise InputError(f"{directory}: not a token-vector extraction (no manifest.json); run `tokens extract`")
-        manifest = json.loads(path.read_text())
-        tv = cls(directory, manifest)
-        missing = tv.missing()
-        if missing:
-            raise InputError(f"{directory}: the extraction is incomplete ({len(missing)} of "
-                             f"{len(manifest['shards'])} shards missing); run the same `tokens extract` to resume")
+        tv = cls(directory, _read_manifest(path))
+        for name, rows in (("tokens.parquet", tv.rows), ("texts.parquet", int(tv.manifest["texts"]))):
+            why = _parquet_damage(directory / name, rows)
+            if why:
+                raise InputError(f"{directory / name}: {why}; {RERUN}")
+        shards = tv.manifest["shards"]
+        absent = [i for i, s in enumerate(shards) if not (directory / s["file"]).is_file()]
+        if absent:
+            raise InputError(f"{directory}: the extraction is incomplete ({len(absent)} of {len(shards)} shards "
+                             "missing); run the same `tokens extract` to resume")
+        for i in range(len(shards)):
+            why = tv.shard_damage(i)
+            if why:
+                raise InputError(f"{directory / shards[i]['file']}: {why}; {RERUN}")
         return tv
 
     @property
@@ -138,8 +175,40 @@ class TokenVectors:
     def hidden(self) -> int:
         return int(self.manifest["hidden"])
 
+    def shard_damage(self, i: int) -> str | None:
+        """Why shard ``i``'s file is not whole (absent, cut, another shape); None when it is."""
+        s = self.manifest["shards"][i]
+        return npy_damage(self.directory / s["file"], (len(self.layers), int(s["rows"]), self.hidden))
+
     def missing(self) -> list[int]:
-        return [i for i, s in enumerate(self.manifest["shards"]) if not (self.directory / s["file"]).is_file()]
+        """The shards to (re)compute: absent, cut or damaged."""
+        return [i for i in range(len(self.manifest["shards"])) if self.shard_damage(i)]
+
+    @property
+    def storage(self) -> str:
+        return storage_text(self.manifest)
+
+    def nonfinite(self, layer: int) -> int:
+        """How many NaN or infinite values hidden state ``layer`` holds: the manifest's count, or for an
+        extraction written before the counts were kept, counted over the layer once."""
+        counts = self.manifest.get("nonfinite")
+        if counts is not None and str(layer) in counts:
+            return int(counts[str(layer)])
+        if layer not in self._nonfinite:
+            slot = self.layer_slot(layer)
+            self._nonfinite[layer] = sum(int((~np.isfinite(self.shard(i)[slot])).sum())
+                                         for i in range(len(self.manifest["shards"])))
+        return self._nonfinite[layer]
+
+    def check_finite(self, layer: int) -> None:
+        """An :class:`InputError` when hidden state ``layer`` holds NaN or infinite values (a map, a neighbour
+        search or a geometry of them would be NaN or empty, or fail in a linear-algebra routine)."""
+        bad = self.nonfinite(layer)
+        if bad:
+            raise InputError(f"hidden state {layer} of {self.directory} holds {bad:,} non-finite values (NaN or "
+                             "infinite), so it has no map, neighbours or geometry; re-run the extraction with this "
+                             "version (it keeps values beyond float16's range in float32 and refuses a model whose "
+                             "output is not finite)")
 
     def layer_slot(self, layer: int) -> int:
         if layer not in self.layers:
@@ -151,8 +220,10 @@ class TokenVectors:
         return np.load(self.directory / self.manifest["shards"][i]["file"], mmap_mode="r", allow_pickle=False)
 
     def layer_blocks(self, layer: int) -> Iterator[tuple[int, np.ndarray]]:
-        """``(first_row, block)`` per shard: hidden state ``layer``'s float16 ``(rows, hidden)`` block (mapped)."""
+        """``(first_row, block)`` per shard: hidden state ``layer``'s ``(rows, hidden)`` block (mapped; float16, or
+        float32 where float16 could not hold it). A layer holding non-finite values is refused."""
         slot = self.layer_slot(layer)
+        self.check_finite(layer)
         for i, s in enumerate(self.manifest["shards"]):
             yield int(s["first_row"]), self.shard(i)[slot]
 
@@ -162,6 +233,7 @@ class TokenVectors:
         if rows.size and (rows.min() < 0 or rows.max() >= self.rows):
             raise InputError(f"token row out of range: this extraction has rows 0..{self.rows - 1}")
         slot = self.layer_slot(layer)
+        self.check_finite(layer)
         firsts = np.array([s["first_row"] for s in self.manifest["shards"]] + [self.rows])
         where = np.searchsorted(firsts, rows, side="right") - 1
         out = np.empty((len(rows), self.hidden), np.float32)
@@ -187,7 +259,7 @@ class TokenVectors:
 
         return {"vectors": str(self.directory), "model": self.manifest["model"],
                 "fingerprint": self.manifest["fingerprint"], "layers": self.layers, "rows": self.rows,
-                "hidden": self.hidden, **extra, "versions": versions()}
+                "hidden": self.hidden, "storage": self.storage, **extra, "versions": versions()}
 
 
 def extraction_key(loaded, corpus: TokenCorpus, layers: list[int], shard_rows: int) -> str:
@@ -195,12 +267,72 @@ def extraction_key(loaded, corpus: TokenCorpus, layers: list[int], shard_rows: i
                   max_length=corpus.encoded.max_length, shard_rows=shard_rows, version=VERSION)
 
 
+class _Wider(Exception):
+    """A shard being written in float16 met a value float16 cannot hold: it is computed again in float32."""
+
+
+def _shard_entries(plan: list[tuple[int, int]], offsets: np.ndarray) -> list[dict]:
+    return [{"file": f"shard_{i:05d}.npy", "texts": [a, b], "first_row": int(offsets[a]),
+             "rows": int(offsets[b] - offsets[a])} for i, (a, b) in enumerate(plan)]
+
+
+def _base(manifest: dict) -> dict:
+    """The manifest without what is known only once the shards are written (their dtypes, ``storage``)."""
+    return {**{k: v for k, v in manifest.items() if k != "storage"},
+            "shards": [{k: v for k, v in s.items() if k not in ("dtype", "float32_layers")}
+                       for s in manifest["shards"]]}
+
+
+def _write_metadata(directory: Path, manifest: dict, tokens: Callable[[], pd.DataFrame],
+                    texts: pd.DataFrame) -> dict:
+    """The metadata as one unit: each parquet file that is not whole is (re)written, then the manifest, the commit
+    point, unless the one there already says the same. Returns the manifest in force."""
+    for name, frame, rows in (("tokens.parquet", tokens, manifest["rows"]), ("texts.parquet", lambda: texts,
+                                                                             manifest["texts"])):
+        if _parquet_damage(directory / name, rows):
+            table = frame()
+            _write_atomic(directory / name, lambda p, table=table: table.to_parquet(p, index=False))
+    path = directory / "manifest.json"
+    try:
+        old = _read_manifest(path) if path.is_file() else None
+    except InputError:
+        old = None
+    if old is not None and _base(old) == _base(manifest):
+        return old
+    _write_atomic(path, lambda p: p.write_text(json.dumps(manifest, indent=1)))
+    return manifest
+
+
+def _finish(tv: TokenVectors) -> TokenVectors:
+    """Each shard's dtype (and for a float32 one, the hidden states float16 cannot hold) and ``storage`` written
+    into the manifest, once every shard is whole."""
+    manifest = tv.manifest
+    for i, s in enumerate(manifest["shards"]):
+        shard = tv.shard(i)
+        s["dtype"] = str(shard.dtype)
+        if shard.dtype == np.float32:
+            s["float32_layers"] = [layer for slot, layer in enumerate(tv.layers)
+                                   if storage_dtype(shard[slot]) is np.float32]
+    manifest["storage"] = storage_text(manifest)
+    _write_atomic(tv.directory / "manifest.json", lambda p: p.write_text(json.dumps(manifest, indent=1)))
+    return tv
+
+
+def _not_finite(layers: list[int], bad: list[int], texts: int) -> InputError:
+    counts = "; ".join(f"hidden state {layer}: {n:,}" for layer, n in zip(layers, bad, strict=True) if n)
+    return InputError(f"the model's hidden states are not finite ({counts} NaN or infinite values in the first "
+                      f"batch where they appear, {texts} text(s)): its weights or its inputs overflow, and nothing "
+                      "is extracted from a model whose own output is not finite")
+
+
 def extract(loaded, corpus: TokenCorpus, layers: list[int] | None = None, batch_size: int = 32,
             shard_rows: int | None = None, progress: Progress | None = None, store: ArrayStore | None = None,
             ranks: Ranks = ONE, after_shard: Callable[[int], None] | None = None,
             before_shard: Callable[[int, list[int], int], None] | None = None) -> TokenVectors | None:
     """Every counted token's vector of ``corpus`` at hidden states ``layers`` (default all), written to (or found
-    in) the cache; the shards already there are kept. Returns the extraction (None in a helper process).
+    in) the cache; the shards already there (and whole) are kept. Returns the extraction (None in a helper
+    process). A shard where a hidden state exceeds float16's range is computed again and stored in float32; NaN
+    or infinite values in the model's output are an :class:`InputError` naming the hidden states and counts.
 
     Hooks (main process; none changes a number): ``progress("token vectors", tokens done, tokens)`` after every
     batch, ``before_shard(shard, the shards this run computes, all shards)`` before a shard is computed and
@@ -226,20 +358,17 @@ def extract(loaded, corpus: TokenCorpus, layers: list[int] | None = None, batch_
     if ranks.is_main:
         directory.mkdir(parents=True, exist_ok=True)
         clean_stale(directory)
+        shards = _shard_entries(plan, offsets)
         manifest = {"version": VERSION, "key": key, "model": loaded.spec.name, "fingerprint": loaded.fingerprint,
                     "layers": layers, "hidden": hidden, "rows": corpus.n_rows, "dtype": "float16",
                     "max_length": corpus.encoded.max_length, "texts": len(corpus.encoded),
                     "source": corpus.source, "counted": "non-special tokens (analysis.activations.counted_mask)",
-                    "shards": [{"file": f"shard_{i:05d}.npy", "texts": [a, b], "first_row": int(offsets[a]),
-                                "rows": int(offsets[b] - offsets[a])} for i, (a, b) in enumerate(plan)]}
-        if not (directory / "tokens.parquet").is_file():
-            shard_of = np.repeat(np.arange(len(plan)), [m["rows"] for m in manifest["shards"]])
-            tokens = corpus.tokens.assign(shard=shard_of)
-            _write_atomic(directory / "tokens.parquet", lambda p: tokens.to_parquet(p, index=False))
-            _write_atomic(directory / "texts.parquet", lambda p: corpus.texts.to_parquet(p, index=False))
-        _write_atomic(directory / "manifest.json", lambda p: p.write_text(json.dumps(manifest, indent=1)))
+                    "nonfinite": {str(x): 0 for x in layers}, "shards": shards}
+        shard_of = np.repeat(np.arange(len(plan)), [m["rows"] for m in shards])
+        manifest = _write_metadata(directory, manifest, lambda: corpus.tokens.assign(shard=shard_of), corpus.texts)
         tv = TokenVectors(directory, manifest)
         todo = tv.missing()
+        unfinished = bool(todo) or "storage" not in manifest
     todo = ranks.broadcast(todo if ranks.is_main else None)
     special = list(loaded.tokenizer.all_special_ids)
     pad = loaded.tokenizer.pad_token_id
@@ -247,13 +376,28 @@ def extract(loaded, corpus: TokenCorpus, layers: list[int] | None = None, batch_
 
     @torch.inference_mode()
     def run(idx: list[int]):
+        """``(texts, counted tokens per text, (layers, counted, hidden) vectors or None, non-finite counts per
+        layer)``: float16, each layer's counted rows taken and halved before they are stacked (stacking the float32
+        (layers, batch, seq, hidden) first held ~0.3 GB more at bert-base, batch 64); float32 when a value would
+        overflow float16; None when a value is NaN or infinite already."""
         batch = make_batch(corpus.encoded, idx, pad, loaded.spec.device)
         states = hidden_states(loaded, batch)
         mask = counted_mask(batch, special, include_special=False)
-        # (layers, counted, hidden) float16, text by text: each layer's counted rows taken and halved before they
-        # are stacked (stacking the float32 (layers, batch, seq, hidden) first held ~0.3 GB more at bert-base, batch 64)
-        vectors = torch.stack([states[i][mask].to(torch.float16) for i in pick.tolist()]).cpu().numpy()
-        return idx, mask.sum(1).cpu().numpy(), vectors
+        halves, bad, wide = [], [], False
+        for i in pick.tolist():
+            x = states[i][mask]
+            bad.append(int((~torch.isfinite(x)).sum()))
+            halves.append(x.to(torch.float16))
+            wide = wide or bool(torch.isinf(halves[-1]).any())
+        counts = mask.sum(1).cpu().numpy()
+        if any(bad):
+            return idx, counts, None, bad
+        if wide:
+            halves = [states[i][mask].float() for i in pick.tolist()]
+        return idx, counts, torch.stack(halves).cpu().numpy(), bad
+
+    def compute(idx):
+        return list(halving_on_oom(run, idx)) if idx is not None else []
 
     done_rows = sum(int(corpus.counts[a:b].sum()) for i, (a, b) in enumerate(plan) if i not in todo)
     for i in todo:
@@ -265,8 +409,11 @@ def extract(loaded, corpus: TokenCorpus, layers: list[int] | None = None, batch_
         batches = ranks.broadcast([[texts[j] for j in idx] for idx in bucket_indices(sub, batch_size, loaded)]
                                   if ranks.is_main else None)
         if not ranks.is_main:
-            for idx in ranks.steps(batches):
-                ranks.gather(list(halving_on_oom(run, idx)) if idx is not None else [])
+            again = True
+            while again:  # the main process may ask for the shard again, in float32
+                for idx in ranks.steps(batches):
+                    ranks.gather(compute(idx))
+                again = ranks.broadcast(None)
             continue
         if before_shard:
             before_shard(i, todo, len(plan))
@@ -275,12 +422,20 @@ def extract(loaded, corpus: TokenCorpus, layers: list[int] | None = None, batch_
         shape = (len(layers), info["rows"], hidden)
         base = int(offsets[a])
 
-        def fill(tmp: Path, batches=batches, shape=shape, base=base) -> None:
+        def fill(tmp: Path, dtype, batches=batches, shape=shape, base=base) -> None:
             nonlocal done_rows
-            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float16, shape=shape)
+            out = open_npy(tmp, dtype, shape)
+            wider = False
             for idx in ranks.steps(batches):
-                for part, counts, vectors in (p for parts in ranks.gather(
-                        list(halving_on_oom(run, idx)) if idx is not None else []) for p in parts):
+                for part, counts, vectors, bad in (p for parts in ranks.gather(compute(idx)) for p in parts):
+                    if vectors is None:
+                        raise _not_finite(layers, bad, len(part))
+                    if vectors.dtype.itemsize > out.dtype.itemsize:
+                        if ranks.count == 1:
+                            raise _Wider
+                        wider = True  # the other processes go on to the end of the shard: steps stay in lockstep
+                    if wider:
+                        continue
                     start = 0
                     for t, c in zip(part, counts.tolist(), strict=True):
                         if c != corpus.counts[t]:
@@ -290,37 +445,52 @@ def extract(loaded, corpus: TokenCorpus, layers: list[int] | None = None, batch_
                         out[:, lo:lo + c] = vectors[:, start:start + c]
                         start += c
                     done_rows += int(counts.sum())
-                if progress:
+                if progress and not wider:
                     progress("token vectors", done_rows, corpus.n_rows)
+            if wider:
+                raise _Wider
             out.flush()
             del out
 
-        _write_atomic(path, fill)
+        dtype, again = np.float16, True
+        while again:
+            before = done_rows
+            try:
+                _write_atomic(path, lambda tmp, dtype=dtype: fill(tmp, dtype))
+                again = False
+            except _Wider:
+                done_rows, dtype = before, np.float32
+                log.info("%s: a hidden state exceeds float16's range; the shard is stored in float32", path.name)
+            ranks.broadcast(again)
         if after_shard:
             after_shard(i)
-    return TokenVectors.open(directory) if ranks.is_main else None
+    if not ranks.is_main:
+        return None
+    return TokenVectors.open(_finish(tv).directory if unfinished else directory)
 
 
 def write_arrays(directory: Path, vectors: np.ndarray, tokens: pd.DataFrame, texts: pd.DataFrame,
                  layers: list[int] | None = None, shard_rows: int = 65_536, model: str = "arrays") -> TokenVectors:
     """An extraction directory from vectors already in memory, ``(layers, rows, hidden)``, with their metadata
-    (planted data for tests, synthetic data for benchmarks); shards cut at text boundaries as :func:`extract`."""
+    (planted data for tests, synthetic data for benchmarks); shards cut at text boundaries as :func:`extract`,
+    float16 (float32 where float16 cannot hold a value); NaN and infinite values are kept and counted (the
+    readers refuse those layers)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     counts = np.bincount(tokens["text_id"].to_numpy(), minlength=len(texts))
     plan = plan_shards(counts, shard_rows)
     offsets = np.concatenate([[0], np.cumsum(counts)])
     layers = list(range(vectors.shape[0])) if layers is None else layers
+    shards = _shard_entries(plan, offsets)
+    nonfinite = {str(layer): int((~np.isfinite(vectors[slot])).sum()) for slot, layer in enumerate(layers)}
     manifest = {"version": VERSION, "key": None, "model": model, "fingerprint": None, "layers": layers,
                 "hidden": int(vectors.shape[2]), "rows": int(vectors.shape[1]), "dtype": "float16",
-                "max_length": None, "texts": len(texts), "source": {"kind": "arrays"},
-                "shards": [{"file": f"shard_{i:05d}.npy", "texts": [a, b], "first_row": int(offsets[a]),
-                            "rows": int(offsets[b] - offsets[a])} for i, (a, b) in enumerate(plan)]}
-    for s in manifest["shards"]:
-        block = np.ascontiguousarray(vectors[:, s["first_row"]:s["first_row"] + s["rows"]], dtype=np.float16)
+                "max_length": None, "texts": len(texts), "source": {"kind": "arrays"}, "nonfinite": nonfinite,
+                "shards": shards}
+    for s in shards:
+        block = vectors[:, s["first_row"]:s["first_row"] + s["rows"]]
+        block = np.ascontiguousarray(block, dtype=storage_dtype(block))
         _write_atomic(directory / s["file"], lambda p, block=block: _save_npy(p, block))
-    shard_of = np.repeat(np.arange(len(plan)), [s["rows"] for s in manifest["shards"]])
-    tokens.assign(shard=shard_of).to_parquet(directory / "tokens.parquet", index=False)
-    texts.to_parquet(directory / "texts.parquet", index=False)
-    (directory / "manifest.json").write_text(json.dumps(manifest, indent=1))
-    return TokenVectors.open(directory)
+    shard_of = np.repeat(np.arange(len(plan)), [s["rows"] for s in shards])
+    _write_metadata(directory, manifest, lambda: tokens.assign(shard=shard_of), texts)
+    return TokenVectors.open(_finish(TokenVectors(directory, manifest)).directory)
