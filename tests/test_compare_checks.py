@@ -13,7 +13,7 @@ import pytest
 import torch
 from scipy.linalg import orthogonal_procrustes
 from scipy.stats import ortho_group
-from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
+from transformers import AutoModel, AutoTokenizer
 
 from analysis.compare.run import CompareConfig, compare, compare_pair
 from analysis.inputs import InputError, TextInputs, read_file
@@ -93,6 +93,7 @@ def plain_cka(x, y):
 
 # --- item 5: tokenizers that differ only in normalisation --------------------------------------------------------
 
+@pytest.mark.slow
 def test_tokenizers_that_differ_only_in_normalisation_are_refused_naming_the_first_row(tmp_path, capsys):
     from analysis.cli import main
 
@@ -160,6 +161,7 @@ def test_too_few_rows_are_one_line_before_any_work(tmp_path, capsys, monkeypatch
 
 # --- item 13: reconstruction needs a head on both sides ----------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_checkpoint_without_a_head_against_its_random_twin_reads_neither_and_says_why(models_dir, monkeypatch):
     import analysis.reconstruction
 
@@ -183,6 +185,7 @@ def test_a_checkpoint_without_a_head_against_its_random_twin_reads_neither_and_s
 
 # --- item 8: models of another depth -----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_another_depth_pairs_layers_by_index_or_relative_depth_and_names_those_left_out(models_dir, tmp_path):
     from analysis.cli import main
 
@@ -216,6 +219,7 @@ def test_another_depth_pairs_layers_by_index_or_relative_depth_and_names_those_l
     assert json.loads((tmp_path / "out" / "run.json").read_text())["layer_pairs"][0]["left_out_b"] == [1, 3, 6]
 
 
+@pytest.mark.slow
 def test_the_reconstruction_of_another_depth_follows_the_layer_pairs(models_dir):
     from tests.test_compare import plain_token_correct
 
