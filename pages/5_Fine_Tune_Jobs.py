@@ -7,7 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from analysis.dataroots import browser_model, browser_source, save_upload
+from analysis.dataroots import LABELLED_SUFFIXES, browser_model, browser_source, save_upload
 from analysis.finetune import majority_vote
 from analysis.heads import head_names
 from analysis.inputs import FORMATS, InputError, columns_of
@@ -17,7 +17,7 @@ from analysis.scores import classification_metrics
 from jobs import backends
 from jobs.store import FINISHED, JobStore, StoreError
 from jobs.submit import SubmitError, submit, submit_sweep
-from ui.inputs import server_file
+from ui.inputs import server_file, uploads_panel
 from ui.jobs import comparison_table, job_table, score_line, shown, structure_stage, tokens_stage, tokens_summary
 from ui.options import option_input, reset_form
 from ui.results import chart, md_plain
@@ -55,13 +55,14 @@ try:
             pair_col = c2.selectbox("Second text", ["(none)", *columns], key="job_pair_col")
             label_col = c3.selectbox("Label column", columns, index=len(columns) - 1, key="job_label_col")
             pair_col = None if pair_col == "(none)" else pair_col
+        uploads_panel("job")
     else:
         hub = source == "Hugging Face dataset"
         if hub:
             train = browser_source(st.text_input("Dataset", "hf:glue/sst2:train", key="job_path",
                                                  help="hf:NAME[/CONFIG]:SPLIT, a dataset name from the hub"))
         else:
-            train = server_file("job_server_file")
+            train = server_file("job_server_file", suffixes=LABELLED_SUFFIXES)  # a job needs a label column
         c1, c2, c3 = st.columns(3)
         text_col = c1.text_input("Text column", "sentence" if hub else "text", key="job_text_col_t")
         pair_col = c2.text_input("Second text column (optional)", key="job_pair_col_t") or None

@@ -7,7 +7,7 @@ from pathlib import Path
 import streamlit as st
 
 from analysis.csvout import to_csv
-from analysis.dataroots import data_roots, save_upload, server_file_picker_label, within_roots
+from analysis.dataroots import TREEBANK_SUFFIXES, data_roots, save_upload, server_file_picker_label, server_files
 from analysis.inputs import InputError
 from analysis.precision import mode
 from analysis.projection import max_rows, parse_layers
@@ -17,7 +17,7 @@ from analysis.structure.plots import sentence_trees, task_curves, upos_across_la
 from analysis.structure.run import run_structure
 from analysis.structure.treebank import read_conllu
 from models.loading import ModelLoadError
-from ui.inputs import labelled_inputs
+from ui.inputs import labelled_inputs, uploads_panel
 from ui.jobs import finished_structure_jobs, structure_job_form, structure_jobs_running, unfinished_structure_jobs
 from ui.results import chart, compared_model, md_plain, result_key, shared_result, stop_button, wait_for_run
 from ui.sidebar import model_cache, start_page
@@ -121,17 +121,8 @@ if st.radio("Results", MODES, horizontal=True, key="structure_mode", label_visib
 
 
 def treebanks() -> list[Path]:
-    """The .conllu / .conllu.gz files under the data roots (resolved inside them)."""
-    found = []
-    for root in data_roots():
-        if root.is_dir():
-            for path in sorted(root.rglob("*.conllu*")):
-                if path.name.endswith((".conllu", ".conllu.gz")) and path.is_file():
-                    try:
-                        found.append(within_roots(path))
-                    except InputError:
-                        continue
-    return list(dict.fromkeys(found))
+    """The .conllu / .conllu.gz files under the data roots (the bundled sample first, resolved inside them)."""
+    return server_files(TREEBANK_SUFFIXES)
 
 
 files = treebanks()
@@ -145,6 +136,7 @@ with st.expander("Upload a treebank"):
             st.stop()
         files = list(dict.fromkeys([saved, *treebanks()]))
         st.caption(f"Saved as `{saved.name}` under the uploads folder: choose it under **Train on** or **Score on**.")
+    uploads_panel("structure")
 if not files:
     st.info("No CoNLL-U treebanks on the server: upload one, or put .conllu(.gz) files under "
             f"{', '.join(map(str, data_roots()))} (LAYERLENS_DATA_DIRS).")

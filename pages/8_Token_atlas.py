@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis.csvout import to_csv
-from analysis.dataroots import data_roots, save_upload, server_file_picker_label, within_roots
+from analysis.dataroots import data_roots, save_upload, server_file_picker_label, server_files
 from analysis.inputs import LABEL_HINTS, InputError, columns_of, guess_text_column
 from analysis.plots import plain
 from analysis.projection import parse_layers
@@ -18,6 +18,7 @@ from analysis.tokens.density import HOWS, map_figure, rasterise, sample_rows, wa
 from analysis.tokens.plots import GEOMETRY_LINES, geometry_figure
 from analysis.tokens.search import find_rows, marked, neighbours, summary
 from analysis.tokens.vectors import KIND, TokenVectors
+from ui.inputs import uploads_panel
 from ui.results import CHART_FORMAT, chart, md_plain, result_key, shared_result, stop_button, wait_for_run
 from ui.sidebar import start_page
 
@@ -41,23 +42,13 @@ def compile_density() -> threading.Thread:
 compile_density()
 SUFFIXES = (".txt", ".csv", ".tsv", ".jsonl", ".txt.gz", ".conllu", ".conllu.gz")
 SAMPLE = "en_ewt-ud-dev-first300.conllu.gz"  # bundled: UD English-EWT's first 300 dev sentences, with UPOS/DEPREL
-MAX_LISTED, MAX_SHOWN, MAX_OCCURRENCES = 2000, 500, 500
+MAX_SHOWN, MAX_OCCURRENCES = 500, 500
 FMT = lambda n: f"{n:,}"  # noqa: E731
 
 
 def corpus_files() -> list[Path]:
-    """Texts and treebanks under the data roots (resolved inside them), at most :data:`MAX_LISTED`."""
-    found = []
-    for root in data_roots():
-        for path in sorted(root.rglob("*")) if root.is_dir() else []:
-            if path.name.lower().endswith(SUFFIXES) and path.is_file():
-                try:
-                    found.append(within_roots(path))
-                except InputError:
-                    continue
-            if len(found) >= MAX_LISTED:
-                break
-    return list(dict.fromkeys(found))
+    """Texts and treebanks under the data roots (the bundled data first, resolved inside them)."""
+    return server_files(SUFFIXES)
 
 
 def cached_extractions() -> list[TokenVectors]:
@@ -135,6 +126,7 @@ else:
                     st.session_state["tokens_uploaded"] = st.session_state["tokens_file"] = saved
             except InputError as exc:
                 fail(exc, "The upload")
+        uploads_panel("tokens")
     if not files:
         st.info("No corpus on the server: upload one, or put texts or .conllu files under "
                 f"{', '.join(map(str, data_roots()))} (LAYERLENS_DATA_DIRS).")
@@ -152,9 +144,8 @@ else:
     column, label_column = "text", None
     if path.name.lower().endswith((".csv", ".tsv", ".jsonl")):
         try:
-            data = path.read_bytes()
-            columns = columns_of(data, path.name)
-            guess = guess_text_column(data, path.name)
+            columns = columns_of(path, path.name)  # read from the file, a line at a time
+            guess = guess_text_column(path, path.name)
         except InputError as exc:
             fail(exc, "Reading the file")
         d1, d2 = st.columns(2)

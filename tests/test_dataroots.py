@@ -22,8 +22,11 @@ def root(tmp_path, monkeypatch):
 
 
 def test_files_under_the_roots_and_nothing_else(root, tmp_path):
-    assert data_roots()[0] == root.resolve() and data_roots()[1].name == "uploads"  # uploads: always a root
-    assert server_files() == [root / "a.csv", root / "sub" / "b.txt"]
+    from analysis.dataroots import BUNDLED
+
+    # the bundled data and the uploads: always roots (issue 34.12: LAYERLENS_DATA_DIRS adds, it does not replace)
+    assert data_roots()[:2] == [BUNDLED.resolve(), root.resolve()] and data_roots()[2].name == "uploads"
+    assert server_files(roots=[root]) == [root / "a.csv", root / "sub" / "b.txt"]
     assert within_roots(root / "sub" / ".." / "a.csv") == root / "a.csv"
     for outside in (tmp_path / "secret.csv", root / "link.csv", root / ".." / "secret.csv", "/etc/hostname"):
         with pytest.raises(InputError, match="not under the dashboard's data folders") as err:
@@ -118,3 +121,62 @@ def test_an_uploaded_treebank_or_gzipped_text_is_saved_under_its_type(name, suff
     assert saved.read_bytes() == b"1\tx\n" and saved.name.count(".") == suffix.count(".")
     with pytest.raises(InputError, match="cannot read"):
         save_upload(b"x", "model.bin")
+
+
+@pytest.fixture
+def ewt_folder(tmp_path, monkeypatch):
+    """A treebank's folder added to the data roots as the README says: its LICENSE.txt, README.md and a .conllu
+    (issue 34.12)."""
+    import shutil
+
+    from tests.conftest import FIXTURES
+
+    folder = tmp_path / "ud_english_ewt"
+    folder.mkdir()
+    (folder / "LICENSE.txt").write_text("Attribution-ShareAlike 4.0 International\n\nSection 1 - Definitions.\n")
+    (folder / "README.md").write_text("# UD English EWT\n")
+    shutil.copy(FIXTURES / "ud_tiny_train.conllu", folder / "en_ewt-ud-dev.conllu")
+    monkeypatch.setenv("LAYERLENS_DATA_DIRS", str(folder))
+    monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("LAYERLENS_JOBS_NO_WORKER", "1")
+    return folder
+
+
+BUNDLED_SAMPLE = ["en_ewt-ud-dev-first300.conllu.gz", "en_ewt-ud-test-first150.conllu.gz"]
+
+
+def test_added_data_folders_keep_the_bundled_data_and_each_picker_offers_what_its_page_reads(ewt_folder):
+    from analysis.dataroots import BUNDLED, LABELLED_SUFFIXES, TREEBANK_SUFFIXES, server_file_picker_label, uploads
+
+    assert data_roots() == [BUNDLED.resolve(), ewt_folder.resolve(), uploads().resolve()]
+    assert [p.name for p in server_files(TREEBANK_SUFFIXES)] == [*BUNDLED_SAMPLE, "en_ewt-ud-dev.conllu"]
+    assert [p.name for p in server_files(LABELLED_SUFFIXES)] == ["demo_sentiment.csv", "demo_wordorder.csv"]
+    texts = [p.name for p in server_files()]  # texts (.txt one per line): a licence is text a page can read
+    assert "LICENSE.txt" in texts and "README.md" not in texts and "en_ewt-ud-dev.conllu" not in texts
+    assert server_file_picker_label(BUNDLED / "demo_sentiment.csv") == "bundled/demo_sentiment.csv"
+    assert server_file_picker_label(ewt_folder / "LICENSE.txt") == "ud_english_ewt/LICENSE.txt"
+
+
+@pytest.mark.slow  # three pages opened
+def test_the_pages_keep_the_bundled_data_and_default_to_the_sample(ewt_folder, tiny_dirs):
+    """Issue 34.12: with the EWT folder added, the Token atlas's default corpus was LICENSE.txt (one text per
+    licence line) and the bundled sample and demo sets had vanished from every picker."""
+    from tests.test_app import run_page
+
+    at = run_page("pages/8_Token_atlas.py", model=str(tiny_dirs["bert"]))
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    corpus = at.selectbox(key="tokens_file")
+    assert corpus.value.name == BUNDLED_SAMPLE[0]
+    assert {"bundled/demo_sentiment.csv", "ud_english_ewt/en_ewt-ud-dev.conllu"} <= set(corpus.options)
+
+    at = run_page("pages/6_Linguistic_structure.py", model=str(tiny_dirs["bert"]))
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    train, test = at.selectbox(key="structure_train"), at.selectbox(key="structure_test")
+    assert (train.value.name, test.value.name) == tuple(BUNDLED_SAMPLE)
+    assert train.options == [*(f"bundled/ud_english_ewt_sample/{n}" for n in BUNDLED_SAMPLE),
+                             "ud_english_ewt/en_ewt-ud-dev.conllu"]
+
+    at = run_page("pages/5_Fine_Tune_Jobs.py", model=str(tiny_dirs["bert"]))
+    at.radio(key="job_source").set_value("A file on the server").run()
+    assert not at.exception
+    assert at.selectbox(key="job_server_file").options == ["bundled/demo_sentiment.csv", "bundled/demo_wordorder.csv"]

@@ -80,7 +80,10 @@ def test_server_files_are_picked_from_the_data_roots_only(home, tiny_dirs, tmp_p
     at.radio(key="job_source").set_value("A file on the server").run()
     assert not at.exception
     box = at.selectbox(key="job_server_file")
-    assert [str(o) for o in box.options] == ["data/train.csv"]
+    # the bundled demo sets too (always a data root), labelled tables only (a job needs a label column)
+    assert [str(o) for o in box.options] == ["bundled/demo_sentiment.csv", "bundled/demo_wordorder.csv",
+                                             "data/train.csv"]
+    box.set_value((root / "train.csv").resolve()).run()
     at.selectbox(key="job_head").set_value("cls").run()
     at.button(key="job_submit").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]

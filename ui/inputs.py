@@ -5,7 +5,19 @@ from __future__ import annotations
 import streamlit as st
 
 from analysis.csvout import safe
-from analysis.dataroots import data_roots, hub_dataset_name, server_file_picker_label, server_files
+from analysis.dataroots import (
+    MB,
+    TEXT_SUFFIXES,
+    data_roots,
+    delete_upload,
+    hub_dataset_name,
+    list_uploads,
+    megabytes,
+    server_file_picker_label,
+    server_files,
+    uploads_cap,
+    uploads_used,
+)
 from analysis.inputs import (
     DEMO_LABELLED,
     DEMO_WORDORDER,
@@ -171,16 +183,86 @@ def _hub_rows(name, config, split, text, pair, label) -> TextInputs:
     return from_hub_dataset(name, config, split, text, pair, label)
 
 
-def server_file(key: str, container=None) -> str | None:
-    """A data file on the server, picked from those under the data roots (:mod:`analysis.dataroots`), never typed
-    as a path; None when there is none (said)."""
-    files = server_files()
+def server_file(key: str, container=None, suffixes: tuple[str, ...] = TEXT_SUFFIXES) -> str | None:
+    """A data file on the server, picked from those under the data roots (:mod:`analysis.dataroots`) whose type the
+    page reads (``suffixes``: texts by default), never typed as a path; None when there is none (said)."""
+    files = server_files(suffixes)
     box = container or st
+    kinds = ", ".join(s for s in suffixes if not s.endswith(".gz"))
     if not files:
-        box.info("No data files on the server: upload one, or ask whoever runs the dashboard to put files under "
+        box.info(f"No {kinds} files on the server: upload one, or ask whoever runs the dashboard to put files under "
                  f"{', '.join(map(str, data_roots()))} (LAYERLENS_DATA_DIRS).")
         return None
     chosen = box.selectbox("File on the server", files, format_func=server_file_picker_label, key=key,
-                           help="the .csv/.tsv/.jsonl/.txt files under the dashboard's data folders "
-                                "(LAYERLENS_DATA_DIRS; by default the bundled data and the uploads)")
+                           help=f"the {kinds} files (gzipped too) under the dashboard's data folders: the bundled "
+                                "data, LAYERLENS_DATA_DIRS and the uploads")
     return str(chosen)
+
+
+def _job_inputs() -> dict[str, list[int]]:
+    """The files queued or running jobs name in their options (an upload they read is not offered for deletion)."""
+    from jobs.store import JobStore, StoreError, jobs_home
+
+    if not (jobs_home() / "jobs.db").is_file():
+        return {}  # no job yet (and none created here)
+    try:
+        jobs = [j for j in JobStore().list() if j.status in ("queued", "running")]
+    except StoreError:
+        return {}
+    named: dict[str, list[int]] = {}
+    for job in jobs:
+        for value in job.config.values():
+            if isinstance(value, str):
+                named.setdefault(value, []).append(job.id)
+    return named
+
+
+def _delete_uploads(key: str) -> None:
+    """The Delete button's callback (before the page runs again, so every list on it is read afresh)."""
+    done = []
+    for name in st.session_state.get(f"{key}_uploads_pick") or []:
+        try:
+            delete_upload(name)
+            done.append(name)
+        except (InputError, OSError) as exc:
+            st.session_state[f"{key}_uploads_note"] = ("error", f"{name}: {exc}")
+            return
+    st.session_state[f"{key}_uploads_pick"] = []
+    st.session_state[f"{key}_uploads_note"] = ("success", f"Deleted {', '.join(done)}.")
+
+
+def uploads_panel(key: str) -> None:
+    """The uploads folder where a page saves uploads: its files (name, size, when saved), its use against the cap
+    (``LAYERLENS_UPLOADS_MAX_MB``) and a way to delete files; a file a queued or running job reads cannot be
+    chosen."""
+    import datetime
+
+    import pandas as pd
+
+    try:
+        cap = uploads_cap()
+    except InputError as exc:
+        st.error(str(exc))
+        return
+    files = list_uploads()
+    st.caption(f"**Uploaded files** (the uploads folder, shared by every session): {len(files)} file"
+               f"{'' if len(files) == 1 else 's'}, {megabytes(uploads_used())} of its {cap // MB:,} MB "
+               "(LAYERLENS_UPLOADS_MAX_MB).")
+    note = st.session_state.pop(f"{key}_uploads_note", None)
+    if note:
+        getattr(st, note[0])(note[1])
+    if not files:
+        return
+    st.dataframe(safe(pd.DataFrame({
+        "file": [u.name for u in files], "MB": [round(u.size / MB, 2) for u in files],
+        "saved": [datetime.datetime.fromtimestamp(u.modified).strftime("%Y-%m-%d %H:%M") for u in files]})),
+        hide_index=True, width="stretch")
+    used_by = _job_inputs()
+    held = {u.name: used_by[str(u.path)] for u in files if str(u.path) in used_by}
+    choice = st.multiselect("Delete", [u.name for u in files if u.name not in held], key=f"{key}_uploads_pick",
+                            help="the chosen files are deleted from the server for every session")
+    if held:
+        st.caption("Not offered for deletion (a queued or running job reads it): " + "; ".join(
+            f"{name} (job #{', #'.join(map(str, ids))})" for name, ids in held.items()))
+    st.button("Delete the chosen uploads", key=f"{key}_uploads_delete", disabled=not choice,
+              on_click=_delete_uploads, args=(key,))
