@@ -31,15 +31,6 @@ def open_page(tiny_dirs, tmp_path):
     return at
 
 
-def open_page(tiny_dirs, tmp_path):
-    """The page on the tiny BERT with the copies :func:`roots` made chosen (the page's default is the bundled
-    sample, a data root whatever LAYERLENS_DATA_DIRS adds)."""
-    at = run_page(PAGE, model=str(tiny_dirs["bert"]))
-    at.selectbox(key="structure_train").set_value((tmp_path / "en_ewt-ud-dev.conllu").resolve())
-    at.selectbox(key="structure_test").set_value((tmp_path / "en_ewt-ud-test.conllu").resolve()).run()
-    return at
-
-
 def test_structure_page_shows_the_engine_numbers(tiny_dirs, tmp_path, monkeypatch):
     roots(tmp_path, monkeypatch)
     at = open_page(tiny_dirs, tmp_path)
@@ -85,7 +76,7 @@ def test_the_bundled_sample_parses_is_small_and_carries_its_licence():
 
 def test_the_page_defaults_to_the_bundled_sample_and_runs_on_it(tiny_dirs, monkeypatch):
     monkeypatch.delenv("LAYERLENS_DATA_DIRS", raising=False)  # a fresh clone: the bundled data only
-    at = open_page(tiny_dirs, tmp_path)
+    at = run_page(PAGE, model=str(tiny_dirs["bert"]))
     assert not at.exception and not at.error
     assert Path(at.selectbox(key="structure_train").value).name == "en_ewt-ud-dev-first300.conllu.gz"
     assert Path(at.selectbox(key="structure_test").value).name == "en_ewt-ud-test-first150.conllu.gz"
