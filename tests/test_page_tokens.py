@@ -150,10 +150,12 @@ def test_a_corpus_without_tokens_and_words_not_in_it_are_one_message_each(tiny_d
     assert len(at.get("plotly_chart")) == 1  # the map is still there
     at.radio(key="tokens_view").set_value("Neighbours").run()
     at.text_input(key="tokens_word").set_value("zebra").run()
-    assert not at.exception and len(at.error) == 1 and "no token matches" in at.error[0].value
+    assert not at.exception and len(at.error) == 1 and "'zebra'" in at.error[0].value  # named, nearest spellings
+    at.text_input(key="tokens_word").set_value("filmm").run()
+    assert "nearest spellings present: film" in at.error[0].value
     at.radio(key="tokens_query_by").set_value("text id and position").run()
     at.number_input(key="tokens_text_id").set_value(10_000).run()
-    assert not at.exception and len(at.error) == 1 and "no token matches" in at.error[0].value
+    assert not at.exception and len(at.error) == 1 and "no text 10000: text ids 0.." in at.error[0].value
 
 
 def test_bad_layers_and_a_labelled_csv(tiny_dirs, corpus_root):
@@ -201,6 +203,7 @@ def test_the_umap_map_shows_the_engines_coordinates(tiny_dirs, corpus_root):
 
     at = extracted(tiny_dirs["bert"], corpus_root)
     at.radio(key="tokens_method").set_value("umap").run()
+    at.button(key="tokens_umap_run").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     tv = engine(tiny_dirs["bert"], corpus_root / "tiny.conllu")
     coords, meta = umap_map(tv, tv.layers[-1])
@@ -209,6 +212,40 @@ def test_the_umap_map_shows_the_engines_coordinates(tiny_dirs, corpus_root):
     np.testing.assert_allclose(np.concatenate([values(t["x"]) for t in traces]), coords[rows, 0], rtol=1e-6)
     np.testing.assert_allclose(np.concatenate([values(t["y"]) for t in traces]), coords[rows, 1], rtol=1e-6)
     assert any("Axes: UMAP (cosine" in c.value for c in at.caption)
+
+
+def test_umap_waits_for_a_click_then_runs_under_its_own_progress_and_a_stop(tiny_dirs, corpus_root, monkeypatch):
+    """UMAP is minutes at scale: it starts on a click (a cached map shows at once), and runs under a progress bar
+    fed by its stages (the page passes a progress callback) with the Stop button already shown; a map from the
+    cache needs neither. umap-learn itself is replaced here by the PCA map (its wiring, not its numbers)."""
+    import streamlit as st
+
+    import analysis.tokens.maps as maps
+
+    calls = []
+
+    def fake_umap(tv, layer, progress=None, **kw):
+        calls.append((layer, progress is not None))
+        if progress is not None:  # computed now: the Stop is on the page before the work starts
+            assert "stop_UMAP map" in st.session_state
+            for stage, done, n in [(maps.FIT_GRAPH, 0, 50), (maps.FIT_EPOCH, 37, 200), (maps.LAYOUT, 10, 40)]:
+                progress(stage, done, n)
+        coords, _ = pca_map(tv, layer)
+        return coords, {"rows": tv.rows, "sample": 50, "seed": 0, "n_neighbors": 15, "transformed_rows": 40}
+
+    monkeypatch.setattr(maps, "umap_map", fake_umap)
+    at = extracted(tiny_dirs["bert"], corpus_root)
+    at.radio(key="tokens_method").set_value("umap").run()
+    assert not at.exception and not at.error and not calls and not at.get("plotly_chart")
+    assert any("is not cached" in c.value and "Stop" in c.value for c in at.caption)
+    at.button(key="tokens_umap_run").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert calls == [(at.selectbox(key="tokens_map_layer").value, True)] and at.get("plotly_chart")
+    assert maps.progress_text(maps.FIT_EPOCH, 37, 200) == "UMAP fit: epoch 37 of 200"
+    monkeypatch.setattr(maps, "cached_umap", lambda *a, **k: {"cached": True})  # from the cache: no click
+    at.selectbox(key="tokens_map_layer").set_value(0).run()
+    assert not at.exception and not at.error and at.get("plotly_chart")
+    assert "tokens_umap_run" not in [b.key for b in at.button] and calls[-1] == (0, False)
 
 
 def test_a_browser_with_webgpu_gets_embedding_atlas_over_the_layers_table(tiny_dirs, corpus_root, monkeypatch):

@@ -156,3 +156,35 @@ def test_tokens_map_umap_is_the_libraries_map(small, tmp_path):
     run = json.loads((tmp_path / "u" / "run.json").read_text())
     assert run["layer"] == 1 and run["map"]["sample"] == 250 and run["map"]["seed"] == 4  # default: the last layer
     np.testing.assert_array_equal(np.load(run["coordinates"]), umap_map(small, 1, sample=250, seed=4)[0])
+
+
+@pytest.mark.slow
+def test_umap_reports_its_epochs_and_rows_and_a_stop_leaves_no_file(small, monkeypatch):
+    """The page's progress: the fit's epochs (umap-learn's own epoch loop) and the transform's rows, each a stage of
+    its own; an exception raised by the callback (the page's Stop) ends the run at that epoch, leaving no file. The
+    reports change nothing: the same array as a run without them."""
+    monkeypatch.setattr(maps, "UMAP_REPORT_SECONDS", 0.0)
+    seen = []
+    coords, meta = umap_map(small, 0, sample=300, seed=6, chunk=64, progress=lambda *a: seen.append(a))
+    stages = list(dict.fromkeys(s for s, _, _ in seen))
+    assert stages == ["UMAP fit: neighbour graph", "UMAP fit: epoch", "UMAP transform: neighbours of row",
+                      "UMAP transform: layout of row"]
+    epochs = [(d, n) for s, d, n in seen if s == "UMAP fit: epoch"]
+    assert {n for _, n in epochs} == {200} and epochs[-1] == (200, 200) and len(epochs) > 50
+    assert [d for d, _ in epochs] == sorted(d for d, _ in epochs)
+    for stage in stages[2:]:
+        done = [(d, n) for s, d, n in seen if s == stage]
+        assert done[-1] == (small.rows - 300, small.rows - 300) and len(done) >= 3  # 200 rows in chunks of 64
+    plain, _ = umap_map(small, 0, sample=300, seed=6, chunk=64, force=True)
+    np.testing.assert_array_equal(plain, coords)
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_epoch_50(stage, done, total):
+        if stage == "UMAP fit: epoch" and done >= 50:
+            raise Stop
+
+    with pytest.raises(Stop):
+        umap_map(small, 1, sample=300, seed=7, progress=stop_at_epoch_50)
+    assert not list((small.directory / "maps").glob("layer01.umap-s300-seed7*"))

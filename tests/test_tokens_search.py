@@ -152,7 +152,7 @@ def test_rows_are_found_by_text_position_and_word(tv):
     assert search.find_rows(pieces, word="w3").tolist() == [5]
     assert len(search.find_rows(pieces.drop(index=5), word="w3")) == (tokens["token"] == "w3").sum() - (
         tokens.loc[5, "token"] == "w3")
-    with pytest.raises(Exception, match="no token matches"):
+    with pytest.raises(Exception, match="'nothing' matches nothing"):
         search.find_rows(tokens, word="nothing")
 
 
@@ -166,3 +166,42 @@ def test_standardised_neighbours_are_the_cosine_of_z_scored_vectors(tv):
     mean, std = search.layer_moments(tv, 1)
     np.testing.assert_allclose(mean, x.mean(0), atol=1e-9)
     np.testing.assert_allclose(std, x.std(0), rtol=1e-9)
+
+
+def test_neighbours_that_find_nothing_say_why(tmp_path):
+    """A token with no other token to be near (an extraction of one token) is one line with the reason, at every
+    kind of search, instead of an empty table."""
+    one = planted(tmp_path / "one", n_texts=1, per_text=1)
+    for kind in ("flat", None, "hnsw"):
+        with pytest.raises(search.InputError, match=r"no neighbours: the extraction holds 1 token"):
+            search.neighbours(one, 0, 1, k=5, kind=kind)
+    with pytest.raises(search.InputError, match="no neighbours"):
+        search.across_layers(one, 0, k=3, kind="flat")
+    three = planted(tmp_path / "three", n_texts=1, per_text=3)
+    assert len(search.neighbours(three, 0, 1, k=10, kind="flat")) == 2  # fewer than k: what there is
+
+
+def test_a_query_that_matches_nothing_names_it_and_the_nearest_spellings(tv):
+    tokens = tv.tokens()
+    with pytest.raises(search.InputError) as err:
+        search.find_rows(tokens, word="W13")
+    message = str(err.value)
+    assert "'W13'" in message and "w1" in message and "w3" in message and "\n" not in message
+    with pytest.raises(search.InputError, match="'zzzz'.*no word or token of the extraction is spelled close"):
+        search.find_rows(tokens, word="zzzz")
+    with pytest.raises(search.InputError, match=r"text 2 has no token at position 99 \(positions 1\.\.25\)"):
+        search.find_rows(tokens, text_id=2, position=99)
+    with pytest.raises(search.InputError, match=r"no text 500: text ids 0\.\.59"):
+        search.find_rows(tokens, text_id=500, position=1)
+    with pytest.raises(search.InputError, match="text 3 has no word or token 'W13'"):
+        search.find_rows(tokens, text_id=3, word="W13")
+
+
+def test_the_summary_counts_urls_and_addresses_as_such_not_as_words(tv):
+    tokens = tv.tokens()
+    found = search.across_layers(tv, 42, k=8, kind="flat", layers=[1])
+    found.loc[found.index[:3], "word"] = ["https://example.com/a/b", "www.example.org", "someone@example.com"]
+    words = __import__("json").loads(search.summary(tokens.iloc[42], found)["words"].iat[0])
+    assert words.get("<url>") == 2 and words.get("<e-mail>") == 1
+    assert not any("example" in w for w in words)
+    assert sum(words.values()) == 8

@@ -84,7 +84,8 @@ def variance_intervals(acc: dict, value: dict) -> dict:
     """``{name: (low, high)}`` of each variance statistic (``value``: :func:`_variance` of all rows) by the
     delete-a-block jackknife over the accumulated blocks (``acc``: :func:`stream_layer`): each block's rows left
     out in turn (empty blocks are no units), weighted by the blocks' row counts; bias-corrected value +-
-    ``t(g-1)`` se, widened to contain ``value``."""
+    ``t(g-1)`` se, widened to contain ``value``, kept in the statistic's range (a share in [0, 1], a count or a
+    rank in [1, hidden])."""
     N = acc["N"]
     live = np.flatnonzero(N > 0)
     leave_out = []
@@ -93,14 +94,17 @@ def variance_intervals(acc: dict, value: dict) -> dict:
         w[j] = 0
         leave_out.append(_variance(_covariance(acc["X"], acc["XX"], N, w)))
     t = stats.t.ppf(1 - ALPHA / 2, max(len(live) - 1, 1))
+    d = acc["X"].shape[1]
+    bounds = {"top1_variance": (0, 1), "top10_variance": (0, 1), "components_90": (1, d), "effective_rank": (1, d)}
     out = {}
     for name, estimate in value.items():
         se, bias = jackknife(estimate, [v[name] for v in leave_out], N[live])
         if not (np.isfinite(estimate) and np.isfinite(se)):
             out[name] = (float("nan"), float("nan"))
             continue
-        centre = estimate - bias
-        out[name] = (float(min(estimate, centre - t * se)), float(max(estimate, centre + t * se)))
+        centre, (lowest, highest) = estimate - bias, bounds.get(name, (-np.inf, np.inf))
+        out[name] = (float(max(lowest, min(estimate, centre - t * se))),
+                     float(min(highest, max(estimate, centre + t * se))))
     return out
 
 

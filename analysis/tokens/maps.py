@@ -42,6 +42,33 @@ UMAP_NEIGHBOURS = 15
 # exactly as one reducer.transform call of all the other rows places it, in bounded memory (tested).
 UMAP_EPOCHS = 200
 UMAP_CHUNK = 16_384
+UMAP_REPORT_SECONDS = 0.5  # the fit's epoch reports at most this often (each one is a chance to Stop)
+FIT_GRAPH, FIT_EPOCH = "UMAP fit: neighbour graph", "UMAP fit: epoch"
+NEIGHBOURS, LAYOUT = "UMAP transform: neighbours of row", "UMAP transform: layout of row"
+
+
+class _EpochReport:
+    """A file for umap-learn's epoch bar (tqdm, ``bar_format="{n}/{total}"``): each write becomes
+    ``progress(FIT_EPOCH, epoch, epochs)``. An exception the callback raises (a Stop) leaves umap-learn's epoch loop
+    there, as tqdm writes from inside it."""
+
+    def __init__(self, progress):
+        self.progress = progress
+
+    def write(self, text: str) -> None:
+        done, _, total = text.strip().partition("/")
+        if done.isdigit() and total.isdigit():
+            self.progress(FIT_EPOCH, int(done), int(total))
+
+    def flush(self) -> None:
+        pass
+
+
+def progress_text(stage: str, done: int, total: int) -> str:
+    """One line for a progress bar of :func:`umap_map`'s ``progress(stage, done, total)``."""
+    if stage == FIT_GRAPH:
+        return f"{stage} of the {total:,} sampled tokens (then {UMAP_EPOCHS} epochs)"
+    return f"{stage} {done:,} of {total:,}"
 
 
 def _cached(path, shape: tuple[int, int]) -> dict | None:
@@ -107,13 +134,16 @@ def pca_map(tv: TokenVectors, layer: int, components: int = 2, force: bool = Fal
     return np.load(path, mmap_mode="r"), meta
 
 
-def make_reducer(sample: int, seed: int, n_neighbors: int):
+def make_reducer(sample: int, seed: int, n_neighbors: int, progress=None):
     """The umap-learn model :func:`umap_map` fits: 2-D, cosine, seeded (deterministic and serial), the epochs
-    fixed (see ``UMAP_EPOCHS``); ``n_neighbors`` capped below the sample size."""
+    fixed (see ``UMAP_EPOCHS``); ``n_neighbors`` capped below the sample size. ``progress``: its epoch loop's
+    bar reported as ``progress(FIT_EPOCH, epoch, epochs)`` (:class:`_EpochReport`; the bar changes no number)."""
     import umap
 
+    bar = None if progress is None else {"disable": False, "file": _EpochReport(progress), "bar_format": "{n}/{total}",
+                                         "mininterval": UMAP_REPORT_SECONDS, "leave": False}
     return umap.UMAP(n_components=2, n_neighbors=min(n_neighbors, sample - 1), metric="cosine",
-                     n_epochs=UMAP_EPOCHS, random_state=seed)
+                     n_epochs=UMAP_EPOCHS, random_state=seed, tqdm_kwds=bar)
 
 
 def umap_sample_rows(rows: int, sample: int, seed: int) -> np.ndarray:
@@ -124,16 +154,34 @@ def umap_sample_rows(rows: int, sample: int, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng(seed).choice(rows, sample, replace=False))
 
 
+def umap_files(tv: TokenVectors, layer: int, sample: int = UMAP_SAMPLE, seed: int = 0,
+               n_neighbors: int = UMAP_NEIGHBOURS) -> tuple:
+    """``(coordinates .npy, description .json, fitted rows .npy)`` of :func:`umap_map`'s cache."""
+    stem = tv.directory / "maps" / f"layer{layer:02d}.umap-s{min(sample, tv.rows)}-seed{seed}-k{n_neighbors}"
+    return stem.with_name(stem.name + ".npy"), stem.with_name(stem.name + ".json"), \
+        stem.with_name(stem.name + ".sample.npy")
+
+
+def cached_umap(tv: TokenVectors, layer: int, sample: int = UMAP_SAMPLE, seed: int = 0,
+                n_neighbors: int = UMAP_NEIGHBOURS) -> dict | None:
+    """The description of :func:`umap_map`'s whole cached map of these arguments (None: it would be computed)."""
+    path, _, rows_path = umap_files(tv, layer, sample, seed, n_neighbors)
+    return None if npy_damage(rows_path, (min(sample, tv.rows),)) else _cached(path, (tv.rows, 2))
+
+
 def umap_map(tv: TokenVectors, layer: int, sample: int = UMAP_SAMPLE, seed: int = 0,
              n_neighbors: int = UMAP_NEIGHBOURS, force: bool = False,
-             chunk: int = UMAP_CHUNK) -> tuple[np.ndarray, dict]:
+             chunk: int = UMAP_CHUNK, progress=None) -> tuple[np.ndarray, dict]:
     """Every row's UMAP coordinates at hidden state ``layer``, ``(rows, 2)`` float32: umap-learn fitted on
     ``sample`` rows (:func:`umap_sample_rows`; their coordinates are the fit's own embedding), every other row
     placed by the fitted model's ``transform``, shard by shard and ``chunk`` rows at a time, exactly as one
     ``transform`` call of all of them places them (:func:`transform_rest`; memory: the sample, the fitted model,
     one chunk and 15 edges of 12 bytes per transformed row). Cached beside the vectors; memory-mapped from the
     cache when computed before (``force`` computes again). The description says which rows were fitted
-    (``sample_file``)."""
+    (``sample_file``). ``progress(stage, done, total)``: :data:`FIT_GRAPH` once (the sample's neighbour graph and
+    initial layout: not interruptible), then :data:`FIT_EPOCH` (the fit's epochs), :data:`NEIGHBOURS` and
+    :data:`LAYOUT` (the transformed rows; :func:`progress_text` words them); an exception it raises (a Stop) ends
+    the run there with no file written."""
     tv.layer_slot(layer)
     if sample < 3:
         raise InputError(f"a UMAP sample of {sample} rows is too small; give at least 3")
@@ -142,17 +190,18 @@ def umap_map(tv: TokenVectors, layer: int, sample: int = UMAP_SAMPLE, seed: int 
     if tv.rows < 3:
         raise InputError(f"{tv.rows} token(s) are too few for a UMAP map")
     sample = min(sample, tv.rows)
-    folder = tv.directory / "maps"
-    stem = f"layer{layer:02d}.umap-s{sample}-seed{seed}-k{n_neighbors}"
-    path, meta_path, rows_path = (folder / f"{stem}.npy", folder / f"{stem}.json", folder / f"{stem}.sample.npy")
-    cached = None if force or npy_damage(rows_path, (sample,)) else _cached(path, (tv.rows, 2))
+    path, meta_path, rows_path = umap_files(tv, layer, sample, seed, n_neighbors)
+    cached = None if force else cached_umap(tv, layer, sample, seed, n_neighbors)
     if cached is not None:
         return np.load(path, mmap_mode="r"), cached
+    folder = path.parent
     folder.mkdir(exist_ok=True)
     import umap
 
     rows = umap_sample_rows(tv.rows, sample, seed)
-    reducer = make_reducer(sample, seed, n_neighbors)
+    reducer = make_reducer(sample, seed, n_neighbors, progress)
+    if progress:
+        progress(FIT_GRAPH, 0, int(sample))
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "n_jobs overridden by random_state" and numba chatter
@@ -175,14 +224,14 @@ def umap_map(tv: TokenVectors, layer: int, sample: int = UMAP_SAMPLE, seed: int 
         out = open_npy(tmp, np.float32, (tv.rows, 2))
         out[rows] = fitted
         began = time.perf_counter()
-        for where, coords in transform_rest(reducer, chunks(), timings):
+        for where, coords in transform_rest(reducer, chunks(), timings, progress, tv.rows - len(rows)):
             out[where] = coords
         transform_seconds = time.perf_counter() - began
         out.flush()
         del out
 
-    _write_atomic(rows_path, lambda p: _save_npy(p, rows))
     _write_atomic(path, fill)
+    _write_atomic(rows_path, lambda p: _save_npy(p, rows))  # after the map: a Stop in the transform leaves nothing
     meta = {"layer": layer, "method": "umap (fitted on a random sample, the other rows transformed)",
             "rows": tv.rows, "sample": int(sample), "seed": seed, "sample_rule":
             "numpy.random.default_rng(seed).choice(rows, sample, replace=False), sorted",
@@ -197,7 +246,7 @@ def umap_map(tv: TokenVectors, layer: int, sample: int = UMAP_SAMPLE, seed: int 
     return np.load(path, mmap_mode="r"), meta
 
 
-def transform_rest(reducer, chunks, timings: dict | None = None):
+def transform_rest(reducer, chunks, timings: dict | None = None, progress=None, rows: int = 0):
     """``(rows, coordinates)`` per chunk of ``chunks`` (an iterable of ``(rows, (n, d) float32)``, read once):
     the fitted ``reducer``'s placement of every row exactly as one ``reducer.transform`` of all the chunks'
     rows at once, computed a chunk at a time. Pass 1 builds each chunk's neighbour graph (umap-learn's
@@ -206,7 +255,8 @@ def transform_rest(reducer, chunks, timings: dict | None = None):
     that largest weight: initial positions from the graph, edges under largest / epochs dropped, sampling rates
     relative to the largest, ``optimize_layout_euclidean`` (each row moves alone against the fitted embedding,
     its random stream seeded from its own start). ``timings`` (a dict) receives ``graph_seconds`` and
-    ``layout_seconds``."""
+    ``layout_seconds``; ``progress(stage, rows done, rows)`` after each chunk of each pass (:data:`NEIGHBOURS`,
+    :data:`LAYOUT`), ``rows`` being the chunks' total."""
     from sklearn.utils import check_random_state
     from umap.layouts import optimize_layout_euclidean
     from umap.umap_ import INT32_MAX, INT32_MIN, init_graph_transform
@@ -227,6 +277,8 @@ def transform_rest(reducer, chunks, timings: dict | None = None):
                                g.data.astype(np.float32)))
                 if g.nnz:
                     largest = max(largest, g.data.max())
+                if progress:
+                    progress(NEIGHBOURS, sum(g[1] for g in graphs), rows)
     finally:
         reducer.transform_mode = mode
     timings["graph_seconds"], timings["layout_seconds"] = time.perf_counter() - began, 0.0
@@ -234,6 +286,7 @@ def transform_rest(reducer, chunks, timings: dict | None = None):
     tail = reducer.embedding_.astype(np.float32, copy=True)
     import scipy.sparse
 
+    placed = 0
     for where, n, row, col, data in graphs:
         began = time.perf_counter()
         graph = scipy.sparse.coo_matrix((data, (row, col)), shape=(n, tail.shape[0]))
@@ -251,6 +304,9 @@ def transform_rest(reducer, chunks, timings: dict | None = None):
             reducer._a, reducer._b, rng_state, reducer.repulsion_strength, reducer._initial_alpha / 4.0,
             reducer.negative_sample_rate, reducer.random_state is None, verbose=False, tqdm_kwds={"disable": True})
         timings["layout_seconds"] += time.perf_counter() - began
+        placed += n
+        if progress:
+            progress(LAYOUT, placed, rows)
         yield where, embedding
 
 

@@ -13,12 +13,23 @@ GEOMETRY_LINES = {
     "intra_similarity": "**Intra-sentence similarity**: the mean cosine between a text's tokens and the text's mean "
                         "vector; *adjusted* subtracts the anisotropy.",
     "effective_rank": "**Effective rank**: exp of the entropy of the covariance's normalised eigenvalues (how many "
-                      "directions the variance really uses, at most the hidden size). Its band can sit below the "
-                      "line: a resample repeats blocks of texts, which lowers the rank, so read the band as spread.",
+                      "directions the variance really uses, at most the hidden size; Roy & Vetterli 2007). A "
+                      "sample's rank comes out below the population's (its eigenvalues spread out): the band is "
+                      "centred on the jackknife's bias-corrected value, so it can reach above the line.",
     "variance": "**Top variance**: the share of variance on the first and the first ten principal components.",
     "rogue": "**Rogue dimensions**: each dimension's part of the anisotropy (the parts add up to it); a few large "
              "ones mean the cosine is decided by those dimensions (Timkey & van Schijndel 2021).",
 }
+
+
+def bands_caption(table_: pd.DataFrame, blocks: int = 20) -> str:
+    """What the geometry figure's bands are (the page's caption), with the sampled types and texts of ``table_``."""
+    return (f"Bands: 95% intervals over {blocks} contiguous blocks of texts: anisotropy and rogue dimensions by a "
+            "bootstrap of the blocks; top variance and effective rank by a delete-a-block jackknife (a bootstrap "
+            "repeats rows, which changes a covariance's spectrum), bias-corrected and widened to contain the "
+            "estimate; similarities by a bootstrap of the sampled word types and texts "
+            f"({int(table_['word_types'].iat[0]):,} types, {int(table_['texts_sampled'].iat[0]):,} texts). "
+            "Dashed: adjusted (minus the anisotropy).")
 
 
 def geometry_figure(table_: pd.DataFrame):

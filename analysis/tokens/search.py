@@ -3,8 +3,9 @@ cached beside the vectors, and a brute-force search that streams the float16 sha
 reference for recall).
 
 Index kinds (``KINDS``): ``flat`` (exact: the normalised rows as a memory-mapped ``.npy``, scanned by
-``faiss.knn``), ``hnsw`` (``IndexHNSWFlat``, inner product) and ``ivf`` (``IndexIVFFlat``, inner product,
-``nlist = min(4 sqrt(n), sample / 39)`` cells trained on a sample of 65,536 rows, ``nprobe = nlist / 16``).
+``faiss.knn``), ``hnsw`` (``IndexHNSWFlat``, inner product) and ``ivf`` (``IndexIVFFlat``, inner product, trained
+on ``s = min(n, 65,536)`` sampled rows: ``nlist = min(floor(4 sqrt(n)), s // 39)`` cells, ``nprobe = ceil(nlist /
+16)``; so ``n // 39`` cells below 24,336 rows and 1,680 above 176,400).
 ``auto``, the default, is ``flat`` up to :data:`EXACT_ROWS` rows and ``ivf`` above, as measured in
 ``docs/tokens.md``. An index file is written to a temporary file and renamed (``index/layerNN.flat.npy``,
 ``index/layerNN.KIND.faiss``, each with its ``.json``: parameters, build time, recall@10 against exact).
@@ -15,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import re
 import time
 from collections import Counter
 from pathlib import Path
@@ -111,8 +113,8 @@ def brute_force(tv: TokenVectors, layer: int, queries: np.ndarray, k: int, chunk
 
 def resolve_kind(kind: str, rows: int) -> str:
     """``auto``: exact search (``flat``) up to :data:`EXACT_ROWS` rows (at 0.94M x 256 one query took 47 ms on
-    one thread of a busy machine: inside 100 ms), ``ivf`` above (recall@10 0.994 at 2.7 ms a query there); any
-    other kind as given."""
+    one thread of a busy machine: inside 100 ms), ``ivf`` above (2.7-4.2 ms a query at 1M rows, recall@10
+    0.992-0.995 with the query's own row excluded: docs/tokens.md); any other kind as given."""
     if kind == "auto":
         return "flat" if rows <= EXACT_ROWS else "ivf"
     if kind not in KINDS:
@@ -301,8 +303,8 @@ def without_query(scores: np.ndarray, rows: np.ndarray, query_rows: np.ndarray, 
     them (an approximate index that missed it, or more than ``k`` rows tied with it), the last one is dropped."""
     keep = rows != np.asarray(query_rows)[:, None]
     keep[keep.all(1), -1] = False
-    n = rows.shape[1] - 1
-    return scores[keep].reshape(-1, n)[:, :k], rows[keep].reshape(-1, n)[:, :k]
+    shape = (len(rows), rows.shape[1] - 1)
+    return scores[keep].reshape(shape)[:, :k], rows[keep].reshape(shape)[:, :k]
 
 
 def measure_recall(tv: TokenVectors, layer: int, kind: str, queries: int = 200, k: int = 10, seed: int = 0) -> dict:
@@ -349,7 +351,8 @@ def index_row(tv: TokenVectors, layer: int, kind: str = DEFAULT_KIND, threads: i
 def find_rows(tokens: pd.DataFrame, text_id: int | None = None, position: int | None = None,
               word: str | None = None, row: int | None = None) -> np.ndarray:
     """Token rows chosen by ``row``, by ``text_id`` (+ ``position``), or by ``word`` (case-folded: the rows of that
-    word, or where no word is spelled so, the tokens spelled so)."""
+    word, or where no word is spelled so, the tokens spelled so). A query that matches nothing is one line naming
+    it: the text's positions, or the nearest spellings the extraction has (:func:`nearest_spellings`)."""
     if row is not None:
         if not 0 <= row < len(tokens):
             raise InputError(f"row {row} does not exist: rows 0..{len(tokens) - 1}")
@@ -357,16 +360,39 @@ def find_rows(tokens: pd.DataFrame, text_id: int | None = None, position: int | 
     sel = np.ones(len(tokens), bool)
     if text_id is not None:
         sel &= tokens["text_id"].to_numpy() == text_id
+        if not sel.any():
+            ids = tokens["text_id"]
+            raise InputError(f"no text {text_id}: text ids {ids.min()}..{ids.max()}" if len(ids) else
+                             "the extraction holds no token")
     if position is not None:
-        sel &= tokens["position"].to_numpy() == position
+        at = sel & (tokens["position"].to_numpy() == position)
+        if not at.any():
+            held = tokens["position"].to_numpy()[sel]
+            raise InputError((f"text {text_id} has" if text_id is not None else "no text has") +
+                             f" no token at position {position}" +
+                             (f" (positions {held.min()}..{held.max()})" if len(held) else ""))
+        sel = at
     if word is not None:  # the word itself first; a token spelled so (a piece of a longer word) only otherwise
         w = word.casefold()
         words = sel & (tokens["word"].str.casefold() == w).to_numpy()
         sel = words if words.any() else sel & (tokens["token"].str.casefold() == w).to_numpy()
-    found = np.flatnonzero(sel)
-    if not len(found):
-        raise InputError("no token matches the query (text id, position, word)")
-    return found
+        if not sel.any():
+            if text_id is not None:
+                raise InputError(f"text {text_id} has no word or token '{word}'")
+            close = nearest_spellings(tokens, word)
+            raise InputError(f"no word or token of the extraction is spelled '{word}' (case-folded); the nearest "
+                             f"spellings present: {', '.join(close)}" if close else f"'{word}' matches nothing: "
+                             "no word or token of the extraction is spelled close to it")
+    return np.flatnonzero(sel)
+
+
+def nearest_spellings(tokens: pd.DataFrame, word: str, n: int = 5) -> list[str]:
+    """Up to ``n`` case-folded words or tokens of ``tokens`` spelled closest to ``word`` (difflib's ratio, at least
+    0.6), best first."""
+    import difflib
+
+    present = pd.unique(pd.concat([tokens["word"], tokens["token"]]).str.casefold())
+    return difflib.get_close_matches(word.casefold(), [p for p in present if p], n=n, cutoff=0.6)
 
 
 def neighbours(tv: TokenVectors, row: int, layer: int, k: int = 10, kind: str | None = DEFAULT_KIND,
@@ -387,6 +413,11 @@ def neighbours(tv: TokenVectors, row: int, layer: int, k: int = 10, kind: str | 
     scores, rows = without_query(scores, rows, np.array([row]), k)
     keep = rows[0] >= 0
     scores, rows = scores[0][keep], rows[0][keep]
+    if not len(rows):
+        raise InputError(f"row {row} has no neighbours: " + (
+            f"the extraction holds {tv.rows} token, so there is no other token to be near" if tv.rows < 2 else
+            f"the {resolve_kind(kind, tv.rows)} index returned no other row at hidden state {layer} (an approximate "
+            "index searches only part of the rows); ask for exact search (--exact, or the flat index)"))
     out = tokens.iloc[rows].reset_index(drop=True)
     out.insert(0, "rank", np.arange(1, len(out) + 1))
     out.insert(1, "layer", layer)
@@ -419,10 +450,21 @@ def across_layers(tv: TokenVectors, row: int, k: int = 10, kind: str | None = DE
                       for layer in (layers or tv.layers)], ignore_index=True)
 
 
+URL = re.compile(r"^(?:[a-z][a-z0-9+.-]*://|www\.)\S+$", re.IGNORECASE)
+E_MAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[a-z]{2,}$", re.IGNORECASE)
+
+
+def word_kind(words: pd.Series) -> pd.Series:
+    """Words as the summary counts them: a URL as ``<url>``, an e-mail address as ``<e-mail>`` (a web treebank's
+    URLs are one UD word each; the pieces of one URL would otherwise list that URL as a common word)."""
+    return words.mask(words.str.match(URL), "<url>").mask(words.str.match(E_MAIL), "<e-mail>")
+
+
 def summary(query: pd.Series, found: pd.DataFrame, top: int = 10) -> pd.DataFrame:
     """Per layer: how many neighbours, the share with the query's word type (case-folded) and token, their
-    most common words, mean position and, with CoNLL-U, UPOS and DEPREL histograms and the share with the
-    query's UPOS. ``query`` is the query token's metadata row."""
+    most common words (URLs and e-mail addresses counted as such: :func:`word_kind`), mean position and, with
+    CoNLL-U, UPOS and DEPREL histograms and the share with the query's UPOS. ``query`` is the query token's
+    metadata row."""
     out = []
     for layer, group in found.groupby("layer", sort=False):
         words = group["word"].where(group["word"] != "", group["token"]).str.casefold()
@@ -431,7 +473,7 @@ def summary(query: pd.Series, found: pd.DataFrame, top: int = 10) -> pd.DataFram
                "same_token": float((group["token"] == query["token"]).mean()),
                "mean_cosine": float(group["cosine"].mean()), "mean_position": float(group["position"].mean()),
                "same_text": float((group["text_id"] == query["text_id"]).mean()),
-               "words": json.dumps(dict(Counter(words).most_common(top)), ensure_ascii=False)}
+               "words": json.dumps(dict(Counter(word_kind(words)).most_common(top)), ensure_ascii=False)}
         for col in ("upos", "deprel"):
             if col in group:
                 row[f"same_{col}"] = float((group[col] == query[col]).mean())
