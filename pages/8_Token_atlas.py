@@ -15,7 +15,7 @@ from analysis.plots import plain
 from analysis.projection import parse_layers
 from analysis.store import ArrayStore
 from analysis.tokens.density import HOWS, map_figure, rasterise, sample_rows, warm_up
-from analysis.tokens.plots import GEOMETRY_LINES, geometry_figure
+from analysis.tokens.plots import GEOMETRY_LINES, bands_caption, geometry_figure
 from analysis.tokens.search import find_rows, marked, neighbours, summary
 from analysis.tokens.vectors import KIND, TokenVectors
 from ui.inputs import uploads_panel
@@ -216,6 +216,27 @@ has = {c for c in ("label", "upos", "deprel") if c in tokens.columns}
 
 
 # --- map -----------------------------------------------------------------------------------------------------------
+def umap_of(layer: int):
+    """The layer's UMAP map: at once from the cache; else after a click, under a progress bar of its own stages (the
+    fit's epochs, then the other tokens' neighbours and layout) with a Stop."""
+    from analysis.tokens.maps import UMAP_SAMPLE, cached_umap, layer_map, progress_text
+
+    if cached_umap(tv, layer) is not None:
+        return layer_map(tv, layer, "umap")
+    wait_for_run("tokens_umap_request", st.button("Compute the UMAP map", key="tokens_umap_run"), (directory, layer),
+                 f"UMAP of hidden state {layer} is not cached: fitted on {min(UMAP_SAMPLE, tv.rows):,} sampled tokens "
+                 "(200 epochs), the others placed by the fitted model, about a minute per 100,000 tokens on two cores; "
+                 "its stages show in a progress bar, with a Stop.")
+    stop = stop_button("UMAP map", "tokens_umap_request")
+    try:
+        return shared_result(result_key("tokens-umap", directory, layer), "UMAP", lambda report: layer_map(
+            tv, layer, "umap", progress=lambda s, d, n: report(min(d / max(n, 1), 1.0), progress_text(s, d, n))))
+    except Exception as exc:  # noqa: BLE001
+        fail(exc, "The UMAP map")
+    finally:
+        stop.empty()
+
+
 def show_map() -> None:
     from analysis.tokens.maps import UMAP_SAMPLE, layer_map
     from ui.embedding_atlas import lacks_webgpu, webgpu_support
@@ -247,11 +268,12 @@ def show_map() -> None:
     colour = c4.selectbox("Colour the sample by", colours, key="tokens_colour")
     search = c5.text_input("Search by text", key="tokens_search", placeholder="a word or token, e.g. the",
                            help="rings the tokens of that word (case-folded; a token spelled so when no word is)")
+    if method == "umap":
+        coords, meta = umap_of(layer)
     try:
-        with st.spinner("PCA of every token (exact, once per layer)…" if method == "pca" else
-                        "UMAP of the layer (fitted on a sample, the rest transformed; once per layer)…",
-                        show_time=True):
-            coords, meta = layer_map(tv, layer, method)
+        if method == "pca":
+            with st.spinner("PCA of every token (exact, once per layer)…", show_time=True):
+                coords, meta = layer_map(tv, layer, method)
         density = shared_result(result_key("tokens-density", directory, layer, method, how, meta.get("rows")),
                                 "Rasterising", lambda report: rasterise(coords, how=how))
     except Exception as exc:  # noqa: BLE001
@@ -289,8 +311,8 @@ def show_map() -> None:
     if search.strip():
         try:
             matches = find_rows(tokens, word=search.strip())
-        except InputError:
-            st.error(f"'{md_plain(search.strip())}' is neither a word nor a token of this corpus.")
+        except InputError as exc:  # names the word and the nearest spellings present
+            st.error(md_plain(str(exc)))
             matches = np.array([], dtype=np.int64)
         if len(matches):
             ring = points(matches[:MAX_SHOWN])
@@ -388,7 +410,10 @@ def show_neighbours() -> None:
     layer = st.select_slider("Layer", tv.layers, value=tv.layers[-1], key="tokens_nb_layer",
                              format_func=lambda x: f"hidden state {x}")
     one = found[found["layer"] == layer].reset_index(drop=True)
-    st.subheader(f"The {k} nearest tokens at hidden state {layer}")
+    st.subheader(f"The {len(one)} nearest tokens at hidden state {layer}")
+    if len(one) < k:
+        st.caption(f"{k} asked for: " + (f"the extraction holds only {FMT(tv.rows)} tokens." if tv.rows <= k else
+                                          "the approximate index found no more in the cells it searched."))
     st.markdown("  \n".join(f"{r} · `{c:.3f}` · {highlighted(m)}" for r, c, m in
                             zip(one["rank"], one["cosine"], one["marked"], strict=True)))
     st.caption(f"By {how}; the query itself is left out. The neighbour token is highlighted in its sentence.")
@@ -432,7 +457,7 @@ def show_neighbours() -> None:
 def show_geometry() -> None:
     c1, c2, c3 = st.columns(3)
     boots = int(c1.number_input("Bootstrap replicates", 20, 2000, 200, key="tokens_boots",
-                                help="for the 95% intervals (the bands)"))
+                                help="for the anisotropy, rogue-dimension and similarity bands"))
     max_texts = int(c2.number_input("Texts sampled", 10, 100_000, 1000, key="tokens_geo_texts",
                                     help="for intra-sentence similarity"))
     min_count = int(c3.number_input("Min occurrences of a word type", 2, 1000, 5, key="tokens_min_count",
@@ -453,11 +478,7 @@ def show_geometry() -> None:
         fail(exc, "Geometry")
     stop.empty()
     chart(geometry_figure(table_), "tokens_geometry")
-    st.caption("  \n".join(GEOMETRY_LINES.values()) + "  \nBands: 95% intervals; anisotropy, variance and rogue "
-               "dimensions by a bootstrap over 20 contiguous blocks of texts, similarities over the sampled word "
-               f"types and texts ({int(table_['word_types'].iat[0]):,} types, "
-               f"{int(table_['texts_sampled'].iat[0]):,} texts). "
-               "Dashed: adjusted (minus the anisotropy).")
+    st.caption("  \n".join(GEOMETRY_LINES.values()) + "  \n" + bands_caption(table_))
     st.subheader("Per layer")
     grid(table_, "tokens_geometry_table")
     st.subheader("Rogue dimensions")
