@@ -67,7 +67,8 @@ def add_tokens_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sample", type=positive_int, default=20_000, help="map: tokens UMAP is fitted on (default "
                    "20,000; the seed is --seed)")
     g = p.add_argument_group("geometry")
-    g.add_argument("--blocks", type=positive_int, default=20, help="contiguous text blocks of the bootstrap (20)")
+    g.add_argument("--blocks", type=positive_int, default=20, help="contiguous text blocks of the intervals "
+                   "(bootstrap; jackknife for the variance statistics; default 20)")
     g.add_argument("--boots", type=positive_int, default=200, help="bootstrap replicates (default 200)")
     g.add_argument("--min-count", type=positive_int, default=5, help="occurrences a word type needs for "
                    "self-similarity (default 5)")
