@@ -258,7 +258,8 @@ def uploads_panel(key: str) -> None:
         "saved": [datetime.datetime.fromtimestamp(u.modified).strftime("%Y-%m-%d %H:%M") for u in files]})),
         hide_index=True, width="stretch")
     used_by = _job_inputs()
-    held = {u.name: used_by[str(u.path)] for u in files if str(u.path) in used_by}
+    held = {u.name: used_by.get(str(u.path), []) + used_by.get(str(u.path.resolve()), []) for u in files}
+    held = {name: ids for name, ids in held.items() if ids}  # a job names it as saved, or resolved (browser_checked)
     choice = st.multiselect("Delete", [u.name for u in files if u.name not in held], key=f"{key}_uploads_pick",
                             help="the chosen files are deleted from the server for every session")
     if held:
