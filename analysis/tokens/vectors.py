@@ -321,8 +321,8 @@ def _finish(tv: TokenVectors) -> TokenVectors:
 def _not_finite(layers: list[int], bad: list[int], texts: int) -> InputError:
     counts = "; ".join(f"hidden state {layer}: {n:,}" for layer, n in zip(layers, bad, strict=True) if n)
     return InputError(f"the model's hidden states are not finite ({counts} NaN or infinite values in the first "
-                      f"batch where they appear, {texts} text(s)): its weights or its inputs overflow, and nothing "
-                      "is extracted from a model whose own output is not finite")
+                      f"batch where they appear, {texts} text(s)); nothing is extracted from a model whose own "
+                      "output is not finite: check its weights, or load it in float32")
 
 
 def extract(loaded, corpus: TokenCorpus, layers: list[int] | None = None, batch_size: int = 32,
@@ -386,9 +386,11 @@ def extract(loaded, corpus: TokenCorpus, layers: list[int] | None = None, batch_
         halves, bad, wide = [], [], False
         for i in pick.tolist():
             x = states[i][mask]
-            bad.append(int((~torch.isfinite(x)).sum()))
             halves.append(x.to(torch.float16))
-            wide = wide or bool(torch.isinf(halves[-1]).any())
+            lo, hi = torch.aminmax(x) if x.numel() else (torch.zeros(()), torch.zeros(()))
+            peak = float(torch.maximum(-lo, hi))  # one pass finds NaN (it propagates), inf and overflow
+            bad.append(0 if np.isfinite(peak) else int((~torch.isfinite(x)).sum()))
+            wide = wide or (peak > FLOAT16_MAX and bool(torch.isinf(halves[-1]).any()))
         counts = mask.sum(1).cpu().numpy()
         if any(bad):
             return idx, counts, None, bad
