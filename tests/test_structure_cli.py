@@ -13,7 +13,8 @@ from analysis.cli import main
 from tests.conftest import FIXTURES
 
 TRAIN, TEST = FIXTURES / "ud_tiny_train.conllu", FIXTURES / "ud_tiny_test.conllu"
-COLUMNS = ["layer", "task", "metric", "value", "ci_low", "ci_high", "majority_baseline", "control", "selectivity"]
+COLUMNS = ["layer", "task", "metric", "value", "ci_low", "ci_high", "majority_baseline", "position_baseline", "control",
+           "selectivity"]
 
 
 @pytest.fixture(scope="module")
