@@ -156,6 +156,7 @@ def run_structure_job(store: JobStore, job, out: Path) -> dict:
                 f"{result.info['max_tokens']} tokens (special tokens included) and {info['dropped_no_subword']} "
                 f"with a word that has no subword, of {info['sentences']} (ids in run.json)")
     say(f"word vector: {result.info['word_vector_text']}")
+    say(f"summary intervals: {result.info['summary_interval']}")
     for row in result.summary.to_dict("records"):
         say(f"{row['task']}: best layer {row['best_layer']} ({row['metric']} {row['best_score']:.4f}), center of "
             f"gravity {row['center_of_gravity']:.2f}")

@@ -162,6 +162,7 @@ def test_a_local_job_writes_what_the_cli_writes(home, tmp_path):
     assert job.metrics["kind"] == "structure" and job.metrics["test_sentences_scored"] == 18
     log = job.log_path.read_text()
     assert "model: demo (4 layers) on cpu" in log and "upos: best layer" in log
+    assert "summary intervals: 95% percentile bootstrap over the test sentences" in log and "one seed" in log
     assert re.search(r"train word vectors: (\d+) of \1 sentences", log)
     assert re.search(r"probes: (\d+) of \1 steps \(fits, MDL blocks, structural epochs\)", log)
     assert "Traceback" not in log
