@@ -30,6 +30,8 @@ from models.spec import (  # noqa: F401  (re-exported: the names every caller im
     SUGGESTED_MODELS,
     ModelLoadError,
     ModelSpec,
+    resolve_device,
+    resolve_dtype,
 )
 
 log = logging.getLogger(__name__)
@@ -153,29 +155,6 @@ def directory_digest(path: Path) -> str:
             stat = file.stat()
             digest.update(f"{file.name}:{_file_digest(str(file), stat.st_size, stat.st_mtime_ns)}".encode())
     return digest.hexdigest()
-
-
-def resolve_device(device: str = "auto") -> str:
-    """``auto`` -> cuda, then mps, then cpu. An explicit device that is not available is an error."""
-    if device == "auto":
-        if torch.cuda.is_available():
-            return "cuda"
-        if torch.backends.mps.is_available():
-            return "mps"
-        return "cpu"
-    kind = device.split(":")[0]
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise ModelLoadError("device 'cuda' was asked for, but no CUDA GPU is available here")
-    if kind == "mps" and not torch.backends.mps.is_available():
-        raise ModelLoadError("device 'mps' was asked for, but Apple's MPS backend is not available here")
-    return device
-
-
-def resolve_dtype(dtype: str, device: str) -> str:
-    """``auto`` -> float32 on every device: the exact mode is the default (issue 26; a float32 encoder is cheap
-    next to the MLM head, and bfloat16 weights changed 0.16% of a GPU probe's predictions with nothing saying so).
-    bfloat16 and float16 are the approximate mode, asked for by name (:func:`analysis.precision.mode`)."""
-    return "float32" if dtype == "auto" else dtype
 
 
 def module_nbytes(module: torch.nn.Module) -> int:
