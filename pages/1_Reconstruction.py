@@ -11,7 +11,8 @@ from analysis.reconstruction import LAYER_HEADERS, ProbeConfig, probe
 from models.loading import ModelSpec
 from ui.inputs import EXAMPLES, text_inputs
 from ui.jobs import lens_job_form
-from ui.results import COMPARE_HELP, chart, compare_link, for_each_model, result_key, shared_result, table, wait_for_run
+from ui.navigation import compare_link
+from ui.results import COMPARE_HELP, chart, for_each_model, result_key, shared_result, table, wait_for_run
 from ui.sidebar import available_lenses, model_cache, start_page
 
 loaded = start_page("Reconstruction probing", (

@@ -22,10 +22,10 @@ from analysis.projection import (
 )
 from models.loading import ModelSpec
 from ui.inputs import labelled_inputs
+from ui.navigation import compare_link
 from ui.results import (
     COMPARE_HELP,
     chart,
-    compare_link,
     for_each_model,
     md_plain,
     result_key,

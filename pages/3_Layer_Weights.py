@@ -15,8 +15,9 @@ from analysis.training import read_weights
 from jobs.store import JobStore, StoreError
 from models.anatomy import layer_name
 from ui.jobs import score_line
+from ui.navigation import prefill
 from ui.results import chart, md_plain
-from ui.sidebar import prefill, start_page
+from ui.sidebar import start_page
 
 loaded = start_page("Layer weights", (
     "What a fine-tuned **attention-pooling** (Song et al. 2020) or **scalar-mix** head learned: how much "

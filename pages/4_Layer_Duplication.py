@@ -25,8 +25,9 @@ from analysis.reconstruction import LAYER_HEADERS
 from analysis.store import layerlens_home
 from models.loading import DTYPES, checkpoint_dtype
 from ui.inputs import EXAMPLES, text_inputs
+from ui.navigation import prefill
 from ui.results import chart, result_key, result_store, shared_result, stop_button, table
-from ui.sidebar import prefill, start_page
+from ui.sidebar import start_page
 
 loaded = start_page("Layer duplication", (
     "Make the model **deeper without training** by running some pre-trained layers twice, and check with the "

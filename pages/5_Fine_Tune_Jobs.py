@@ -7,21 +7,22 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from analysis.core.scores import classification_metrics
 from analysis.dataroots import LABELLED_SUFFIXES, browser_model, browser_source, save_upload
 from analysis.finetune import majority_vote
 from analysis.heads import head_names
 from analysis.inputs import FORMATS, InputError, columns_of
 from analysis.options import PRESETS, SWEEPABLE, grid, model_config, model_defaults, resolve, sources
 from analysis.plots import history_chart, plain
-from analysis.scores import classification_metrics
 from jobs import backends
 from jobs.store import FINISHED, JobStore, StoreError
 from jobs.submit import SubmitError, submit, submit_sweep
 from ui.inputs import server_file, uploads_panel
 from ui.jobs import comparison_table, job_table, score_line, shown, structure_stage, tokens_stage, tokens_summary
+from ui.navigation import prefill
 from ui.options import option_input, reset_form
 from ui.results import chart, md_plain
-from ui.sidebar import prefill, start_page
+from ui.sidebar import start_page
 
 loaded = start_page("Fine-tuning jobs", (
     "Fine-tune the encoder with a **layer-pooling head** as a background job: it runs in its own process, "

@@ -158,21 +158,6 @@ def compared_model(compare: str, base: str) -> tuple[str, str | None, str]:
         raise InputError(f"{compare} ({job.label}): {exc}") from None
 
 
-COMPARE_PAGE = "pages/7_Compare_checkpoints.py"
-
-
-def compare_link(container, page_key: str, other: str, carry: dict | None = None) -> None:
-    """Under a page's "Compare with" field: a button opening the Compare checkpoints page with the sidebar's model
-    as A and ``other`` as B (``carry``: further fields of that page to fill in, e.g. the same data source)."""
-    if container.button("Layer by layer ↗", key=f"{page_key}_to_compare", disabled=not other,
-                        help="Open the Compare checkpoints page with this model as B: CKA per layer, reconstruction "
-                        "and probe accuracy with paired tests, the examples that moved most, one shared map per "
-                        "layer."):
-        from ui.sidebar import prefill
-
-        prefill(COMPARE_PAGE, {"compare_what": "pair", "compare_model": other, **(carry or {})})
-
-
 def for_each_model(what: str, request_key: str, loaded: LoadedModel, compare: str,
                    compute: Callable[[ModelSpec, str], object]) -> dict:
     """``{label: compute(spec, label)}`` for the sidebar's model and, when ``compare`` names one, a second model

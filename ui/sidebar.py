@@ -257,15 +257,6 @@ def sidebar() -> LoadedModel | None:
     return loaded
 
 
-def prefill(page: str, values: dict) -> None:
-    """Open ``page`` with some of its widgets filled in (``values``: widget key -> value). Called in the script
-    body after a button returned True, never from a button's callback: a callback can fire again on a later
-    rerun (a page switch carries the click along), and would then undo the user's first change on the form."""
-    for key, value in values.items():
-        st.session_state[key] = value
-    st.switch_page(page)
-
-
 def load_with_head(cache: ModelCache, spec: ModelSpec) -> LoadedModel:
     """The model of ``spec``. When only its borrowed MLM head (``head_from``) cannot be lent, the model itself
     (without that head) and the reason, kept in the session (:func:`head_refused`) for the pages that need a
