@@ -29,7 +29,7 @@ import pandas as pd
 import torch
 
 from analysis.activations import counted_mask, encode, hidden_states, make_batch, max_input_length
-from analysis.compare.cka import linear_cka
+from analysis.core.cka import linear_cka
 from analysis.inputs import InputError, TextInputs
 from analysis.staging import staged
 from models.anatomy import DUPLICATION_KEY, anatomy_of, layer_name

@@ -29,10 +29,10 @@ import torch
 
 from analysis.activations import encode_truncated, position_limit
 from analysis.autocast import BF16, autocast, training_autocast
+from analysis.core.scores import majority_class
 from analysis.csvout import to_csv
 from analysis.inputs import DEMO_LABELLED, InputError, TextInputs
 from analysis.parallel import Ranks, ranks_for
-from analysis.scores import majority_class
 from analysis.taskdata import TaskData, label_ids, prepare
 from analysis.training import (
     Callback,

@@ -37,12 +37,12 @@ from analysis.activations import (
     make_batch,
     max_input_length,
 )
-from analysis.compare.cka import constant_layers, linear_cka
+from analysis.core.cka import constant_layers, linear_cka
+from analysis.core.scores import wilson_interval
 from analysis.inputs import InputError, TextInputs, check_row_limit
 from analysis.options import ATLAS_METHODS, ATLAS_POOLINGS, COLOR_BY
 from analysis.parallel import ONE, Ranks
 from analysis.precision import model_mode
-from analysis.scores import wilson_interval
 from analysis.store import ArrayStore, key_of
 from models.loading import LoadedModel, load_model, split_pooling
 

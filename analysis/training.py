@@ -39,11 +39,11 @@ from torch import nn
 
 from analysis.autocast import BF16, F32, training_autocast
 from analysis.autocast import autocast as _autocast
+from analysis.core.scores import classification_metrics, majority_class
 from analysis.csvout import to_csv
 from analysis.heads import HeadOutput, build_head, trainable_parameters
 from analysis.options import FinetuneConfig
 from analysis.parallel import ONE, Ranks, ranks_for
-from analysis.scores import classification_metrics, majority_class
 from analysis.taskdata import TaskData, batch_order, batches, padded
 
 log = logging.getLogger(__name__)

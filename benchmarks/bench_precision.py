@@ -100,7 +100,7 @@ def main() -> None:
 def atlas_extraction(loaded, low, inputs, repeats: int) -> None:
     """The atlas's vector extraction (encoder only, [CLS] of every layer) in float32 and in bfloat16, with each
     layer's linear CKA between the two and the encoder's GEMM throughput against the peak of a layer's shape."""
-    from analysis.compare.cka import linear_cka
+    from analysis.core.cka import linear_cka
     from analysis.projection import extract
 
     times, vectors = {}, {}

@@ -7,9 +7,9 @@ import pytest
 from scipy.linalg import orthogonal_procrustes
 from scipy.stats import ortho_group
 
-from analysis.compare.cka import _gram_cka, debiased_cka, linear_cka, paired_cka
 from analysis.compare.movers import cosine_distance, mcnemar, movement, nearest, neighbour_overlap
 from analysis.compare.run import CompareConfig, aligned_maps, compare, compare_pair, same_tokenizer
+from analysis.core.cka import _gram_cka, debiased_cka, linear_cka, paired_cka
 from analysis.inputs import InputError, TextInputs
 from models.loading import ModelSpec, load_model
 
@@ -271,7 +271,7 @@ def test_a_model_without_an_mlm_head_has_blank_reconstruction_columns_and_says_w
 
 @pytest.mark.parametrize("debiased", [False, True])
 def test_the_resampled_ckas_are_the_gram_cka_of_each_resampled_gram(debiased):
-    from analysis.compare.cka import _resampled_cka
+    from analysis.core.cka import _resampled_cka
 
     a, b = layers(8, n=40, d=6)[0].astype(np.float64), layers(9, n=40, d=5)[0].astype(np.float64)
     b = b + a[:, :5]
@@ -296,7 +296,7 @@ def test_the_resampled_ckas_are_the_gram_cka_of_each_resampled_gram(debiased):
 
 @pytest.mark.parametrize("n", [8, 60])  # fewer rows than dimensions (Grams), more (cross-covariances)
 def test_cross_cka_two_layers_at_a_time_is_linear_cka(n):
-    from analysis.compare.cka import cross_cka
+    from analysis.core.cka import cross_cka
 
     a, b = layers(10, n=n, d=12, depth=4), layers(11, n=n, d=10, depth=3)
     a[0] = a[0, :1]  # a constant layer: no CKA

@@ -9,7 +9,7 @@ import torch
 from transformers import AutoModelForMaskedLM
 
 from analysis.cli import main
-from analysis.compare.cka import linear_cka
+from analysis.core.cka import linear_cka
 from analysis.duplication import (
     duplicate_first,
     duplicate_last,

@@ -395,7 +395,7 @@ def test_a_sentence_encoders_own_pooling_is_named_as_such(tiny_dirs, tmp_path):
 
 
 def test_an_approximate_atlas_states_its_cka_with_float32_per_layer():
-    from analysis.compare.cka import linear_cka
+    from analysis.core.cka import linear_cka
     from analysis.precision import AGREEMENT_ROWS
     from analysis.projection import AtlasConfig, atlas, extract
     from models.loading import ModelSpec, load_model

@@ -5,7 +5,7 @@ import pytest
 from scipy.stats import binomtest
 from sklearn.metrics import f1_score
 
-from analysis.scores import classification_metrics, majority_baseline, majority_class, wilson_interval
+from analysis.core.scores import classification_metrics, majority_baseline, majority_class, wilson_interval
 
 
 @pytest.mark.parametrize("k, n", [(0, 1), (1, 1), (0, 5), (5, 5), (3, 7), (640, 1000), (1, 2)])

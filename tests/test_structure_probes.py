@@ -14,7 +14,7 @@ from sklearn.metrics import accuracy_score, f1_score
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from analysis.scores import wilson_interval
+from analysis.core.scores import wilson_interval
 from analysis.structure import mdl, probes
 from analysis.structure.summary import LayerCounts, best_layer, center_of_gravity, resample_weights, summarise
 from analysis.structure.treebank import read_conllu

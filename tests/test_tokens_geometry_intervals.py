@@ -1,7 +1,7 @@
 """The intervals of the spectral statistics (top-1 and top-10 variance, components for 90 %, effective rank) of
 analysis.tokens.geometry, on planted Gaussian data whose population values are known: each interval contains its
 own estimate, equals a delete-a-block jackknife computed here with numpy, and covers the planted value at about
-its stated rate where the statistic allows it (issue 34 item 19). The shared jackknife (analysis.jackknife) is
+its stated rate where the statistic allows it (issue 34 item 19). The shared jackknife (analysis.core.jackknife) is
 checked against closed forms."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from analysis.jackknife import jackknife
+from analysis.core.jackknife import jackknife
 from analysis.tokens.geometry import geometry
 from analysis.tokens.vectors import write_arrays
 

@@ -82,8 +82,8 @@ def paired_accuracy_curves(summary: pd.DataFrame, prefix: str, layer_names: list
     """Per layer, A's accuracy (``{prefix}_accuracy_a``, black, its interval ``{prefix}_ci_low_a``/``_high_a``
     shaded) and each compared model's (``..._b``, one line per ``model_b``), on a fixed 0-1 axis. Rows where a
     side is blank are left out of that side's line. With a ``{prefix}_majority_baseline`` column: the accuracy of
-    always predicting the most frequent class (:func:`analysis.scores.majority_baseline`), dotted, what the probe is
-    to be read against. Models of different depth: each point at its pair of layers (:func:`pair_labels`)."""
+    always predicting the most frequent class (:func:`analysis.core.scores.majority_baseline`), dotted, what the
+    probe is to be read against. Models of different depth: each point at its pair of layers (:func:`pair_labels`)."""
     fig = go.Figure()
     groups = list(summary.groupby("model_b", sort=False))
     colours = colours or [COLOURS[i % len(COLOURS)] for i in range(len(groups))]

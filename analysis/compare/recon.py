@@ -7,7 +7,7 @@ of the model it was fine-tuned from). Same tokenizer and texts, so both models a
 the two predictions of a token pair up. Per layer:
 
 - each model's **token accuracy** (correct / counted tokens) with its 95% **Wilson** interval
-  (:func:`analysis.scores.wilson_interval`; over tokens, which treats a sentence's tokens as independent);
+  (:func:`analysis.core.scores.wilson_interval`; over tokens, which treats a sentence's tokens as independent);
 - the **change** B - A with a 95% **paired percentile bootstrap over sentences** (the same resampled sentences for
   both models; a sentence's tokens move together, so this interval does not assume independent tokens);
 - the **exact McNemar test** on the tokens one model reconstructs and the other does not
@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.compare.movers import mcnemar
-from analysis.scores import wilson_interval
+from analysis.core.scores import wilson_interval
 
 RESAMPLES = 2000  # as the probe's own sentence bootstrap (analysis.reconstruction.BOOTSTRAP_RESAMPLES)
 COLUMNS = ["recon_tokens", "recon_accuracy_a", "recon_ci_low_a", "recon_ci_high_a", "recon_accuracy_b",

@@ -5,7 +5,7 @@ compared with it.
 Per pair and per pair of layers (:func:`analysis.compare.checks.layer_pairs`: by index, ``0 .. min(L_A, L_B)``, or
 by relative depth; the cross matrix has every pair of layers):
 - linear CKA of A's and B's layer-l sentence vectors with a bootstrap interval (debiased CKA as an option),
-  :mod:`analysis.compare.cka`;
+  :mod:`analysis.core.cka`;
 - with labels: each model's linear-probe accuracy (the atlas's probe, the same folds for both, Wilson interval)
   and an exact McNemar test on the paired out-of-fold predictions;
 - movers: each example's cosine distance after Procrustes alignment, raw, and its 10-nearest-neighbour overlap
@@ -30,12 +30,12 @@ from scipy.linalg import orthogonal_procrustes
 from threadpoolctl import threadpool_limits
 
 from analysis.compare.checks import check_rows, layer_pairs, pairing_info, same_tokenizer, same_tokens
-from analysis.compare.cka import constant_layer, cross_cka, paired_cka
 from analysis.compare.movers import mcnemar, movement, neighbour_overlap, procrustes_rotation
 from analysis.compare.predictions import own_predictions
 from analysis.compare.recon import COLUMNS, RESAMPLES, reconstruction_rows
+from analysis.core.cka import constant_layer, cross_cka, paired_cka
+from analysis.core.scores import majority_baseline, wilson_interval
 from analysis.inputs import InputError, TextInputs
-from analysis.scores import majority_baseline, wilson_interval
 from models.loading import LoadedModel
 
 NEIGHBOURS = 10
@@ -133,7 +133,7 @@ def compare_pair(a: np.ndarray, b: np.ndarray, names: tuple[str, str], inputs: T
     (:func:`analysis.compare.checks.layer_pairs` under ``config.pairing``; ``layer_b`` columns when the depths
     differ). ``oof_a`` caches A's out-of-fold probe predictions per layer across pairs. ``maps=False``: no aligned
     map (a job's epochs share one, :func:`aligned_maps_many`). Where either side's vectors are the same for every
-    row (:func:`analysis.compare.cka.constant_layer`: layer 0's [CLS]) movement and neighbour overlap are NaN, as
+    row (:func:`analysis.core.cka.constant_layer`: layer 0's [CLS]) movement and neighbour overlap are NaN, as
     CKA is: nothing can move or have neighbours there (``movement_raw`` is kept: the two constants' distance).
 
     Its linear algebra is on ``hidden x hidden`` matrices (Procrustes' SVD, PCA's eigendecomposition): run it under

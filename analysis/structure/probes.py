@@ -21,7 +21,7 @@
 - **Scores** on the test file: accuracy with its 95% Wilson interval; macro-F1 (the mean F1 over the classes that
   occur in the gold labels or the predictions, scikit-learn's default) with a 95% percentile bootstrap interval
   over test *sentences* (1,000 resamples; words of one sentence are not independent); the majority baseline is
-  the training file's most frequent label scored on the test file (:mod:`analysis.scores`).
+  the training file's most frequent label scored on the test file (:mod:`analysis.core.scores`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from collections import Counter
 
 import numpy as np
 
-from analysis.scores import class_baseline, majority_class, wilson_interval
+from analysis.core.scores import class_baseline, majority_class, wilson_interval
 from analysis.structure.softmax import fit_softmax
 from analysis.structure.treebank import Sentence
 
@@ -190,7 +190,7 @@ def score(y: np.ndarray, pred: np.ndarray, sentence: np.ndarray, n_sentences: in
 
 
 def baseline(train: LabelData, test: LabelData) -> dict:
-    """The training file's majority label (:func:`analysis.scores.majority_class`) scored on the test file:
+    """The training file's majority label (:func:`analysis.core.scores.majority_class`) scored on the test file:
     accuracy, and macro-F1 over the classes of the test labels and the guess (the probes' definition)."""
     majority = majority_class(train.labels.tolist())
     return class_baseline(majority, test.labels.tolist(), sorted(set(test.labels.tolist()) | {majority}))

@@ -17,10 +17,10 @@ import pandas as pd
 import torch
 from threadpoolctl import threadpool_limits
 
+from analysis.core.scores import class_baseline, majority_class, wilson_interval
 from analysis.inputs import InputError, TextInputs
 from analysis.parallel import ONE, Ranks
 from analysis.projection import check_labels, out_of_fold, parse_layers, representations
-from analysis.scores import class_baseline, majority_class, wilson_interval
 from analysis.store import ArrayStore
 from analysis.structure import mdl, probes, structural
 from analysis.structure.options import StructureOptions, check_rank

@@ -21,7 +21,7 @@ correlation):
 - anisotropy and rogue dimensions: a bootstrap of the blocks, each replicate the exact all-pairs U-statistic of the
   resampled multiset (pairs of a token with its own copy left out);
 - the variance statistics (top-1 and top-10 variance, components for 90 %, effective rank): a delete-a-block
-  jackknife (:func:`analysis.jackknife.jackknife`, Busing et al. 1999), never a bootstrap: a bootstrap resample
+  jackknife (:func:`analysis.core.jackknife.jackknife`, Busing et al. 1999), never a bootstrap: a bootstrap resample
   repeats whole blocks, and the covariance of repeated rows has fewer effective directions, so its intervals sat
   below the estimate (issue 34). The interval is the jackknife's bias-corrected value +- ``t(g-1)`` standard
   errors (``g`` blocks), widened where needed to contain the estimate itself. These statistics are biased in
@@ -41,7 +41,7 @@ import pandas as pd
 from scipy import stats
 from threadpoolctl import threadpool_limits
 
-from analysis.jackknife import jackknife
+from analysis.core.jackknife import jackknife
 from analysis.tokens.search import normalise
 from analysis.tokens.vectors import TokenVectors
 

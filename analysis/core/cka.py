@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from analysis.jackknife import jackknife
-from analysis.scores import Z95
+from analysis.core.jackknife import jackknife
+from analysis.core.scores import Z95
 
 
 def linear_cka(reps: np.ndarray, other: np.ndarray | None = None, *, constant: list[int] | None = None) -> np.ndarray:
