@@ -79,8 +79,8 @@ def test_umap_transform_in_chunks_equals_one_transform_with_the_approximate_neig
     distances: forced here on small data, the chunked transform still equals one transform of every row."""
     real = maps.make_reducer
 
-    def approximate(sample, seed, n_neighbors):
-        reducer = real(sample, seed, n_neighbors)
+    def approximate(*args, **kwargs):
+        reducer = real(*args, **kwargs)
         reducer.force_approximation_algorithm = True
         return reducer
 
@@ -188,3 +188,15 @@ def test_umap_reports_its_epochs_and_rows_and_a_stop_leaves_no_file(small, monke
     with pytest.raises(Stop):
         umap_map(small, 1, sample=300, seed=7, progress=stop_at_epoch_50)
     assert not list((small.directory / "maps").glob("layer01.umap-s300-seed7*"))
+    # tqdm's refresh() keeps its global write lock when the display raises: the Stop must not leave it held, or
+    # every later progress bar of the server process (another session's UMAP, in another thread) waits forever
+    import io
+    import threading
+
+    from tqdm.auto import tqdm
+
+    other = threading.Thread(target=lambda: [None for _ in tqdm(range(3), disable=False, file=io.StringIO())],
+                             daemon=True)
+    other.start()
+    other.join(timeout=30)
+    assert not other.is_alive(), "a tqdm bar in another thread is blocked on the lock the Stop left held"

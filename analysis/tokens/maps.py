@@ -64,6 +64,20 @@ class _EpochReport:
         pass
 
 
+def _release_tqdm_lock() -> None:
+    """Release tqdm's global write lock where this thread still holds it. tqdm's ``refresh`` acquires the lock,
+    displays (our :class:`_EpochReport` writes, and may raise a Stop) and releases it without ``try/finally``
+    (tqdm 4.70): after a raised Stop the lock stayed held by this thread, and every later tqdm bar of the process in
+    another thread (another session's UMAP, a download) waited on it forever. Every tqdm lock object shares the
+    class-level ``th_lock`` and ``mp_lock``, released together by ``release``."""
+    from tqdm import tqdm
+
+    lock = tqdm.get_lock()
+    owned = getattr(getattr(type(lock), "th_lock", None), "_is_owned", None)
+    while owned is not None and owned():
+        lock.release()
+
+
 def progress_text(stage: str, done: int, total: int) -> str:
     """One line for a progress bar of :func:`umap_map`'s ``progress(stage, done, total)``."""
     if stage == FIT_GRAPH:
@@ -205,7 +219,11 @@ def umap_map(tv: TokenVectors, layer: int, sample: int = UMAP_SAMPLE, seed: int 
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "n_jobs overridden by random_state" and numba chatter
-        fitted = reducer.fit_transform(tv.rows_at(layer, rows))
+        try:
+            fitted = reducer.fit_transform(tv.rows_at(layer, rows))
+        except BaseException:  # a Stop raised from the epoch bar (Streamlit's rerun is a BaseException)
+            _release_tqdm_lock()
+            raise
     fit_seconds = time.perf_counter() - start
     in_sample = np.zeros(tv.rows, bool)
     in_sample[rows] = True
