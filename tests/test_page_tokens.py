@@ -234,6 +234,11 @@ def test_umap_waits_for_a_click_then_runs_under_its_own_progress_and_a_stop(tiny
         return coords, {"rows": tv.rows, "sample": 50, "seed": 0, "n_neighbors": 15, "transformed_rows": 40}
 
     monkeypatch.setattr(maps, "umap_map", fake_umap)
+    import ui.results
+
+    fresh = ui.results.ResultStore()  # neither the disk's nor the process's result cache (another test's UMAP)
+    monkeypatch.setattr(ui.results, "result_store", lambda: fresh)
+    monkeypatch.setattr(maps, "cached_umap", lambda *a, **k: None)
     at = extracted(tiny_dirs["bert"], corpus_root)
     at.radio(key="tokens_method").set_value("umap").run()
     assert not at.exception and not at.error and not calls and not at.get("plotly_chart")
