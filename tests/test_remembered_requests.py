@@ -12,6 +12,16 @@ from ui.sidebar import KEY_DTYPE, KEY_MODEL, KEY_OTHER, OTHER
 COMPARE, PROBE = "pages/7_Compare_checkpoints.py", "pages/1_Reconstruction.py"
 
 
+@pytest.fixture(autouse=True)
+def fresh_results(monkeypatch):
+    """A result store of this test's own: a result another test left under the same key would be shown without
+    a run, and the count of runs would read 0 (seen in a full-suite run after the Reconstruction page's tests)."""
+    import ui.results
+
+    fresh = ui.results.ResultStore()
+    monkeypatch.setattr(ui.results, "result_store", lambda: fresh)
+
+
 def counting(monkeypatch, module, name: str) -> list:
     """Replace ``module.name`` (an engine function a page imports when it runs) by a wrapper that records each
     call's first argument; the pages import it anew on every rerun, so they call the wrapper."""
