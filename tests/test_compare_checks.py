@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 from scipy.linalg import orthogonal_procrustes
 from scipy.stats import ortho_group
 from transformers import AutoModel, AutoTokenizer
@@ -19,6 +18,7 @@ from analysis.compare.run import CompareConfig, compare, compare_pair
 from analysis.inputs import InputError, TextInputs, read_file
 from models.loading import ModelSpec, load_model
 from models.spec import DEMO_DIR
+from tests.test_compare_jobs import plain_cka, plain_cls
 
 TEXTS = ["the battery is good .", "i hated the price .", "the screen was fine .", "great battery , bad screen .",
          "the film was dull .", "a fun film !", "the room was clean .", "the staff was rude .",
@@ -75,20 +75,6 @@ def deep_demo(out: Path) -> Path:
 @pytest.fixture(scope="module")
 def models_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("compare_models")
-
-
-def plain_cls(model_dir, texts):
-    """[CLS] of every hidden state, (L + 1, n, hidden): transformers alone."""
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModel.from_pretrained(model_dir).eval()
-    with torch.no_grad():
-        states = [model(**tok(t, return_tensors="pt"), output_hidden_states=True).hidden_states for t in texts]
-    return np.stack([np.stack([s[layer][0, 0].numpy() for s in states]) for layer in range(len(states[0]))])
-
-
-def plain_cka(x, y):
-    x, y = x - x.mean(0), y - y.mean(0)
-    return np.linalg.norm(y.T @ x) ** 2 / (np.linalg.norm(x.T @ x) * np.linalg.norm(y.T @ y))
 
 
 # --- item 5: tokenizers that differ only in normalisation --------------------------------------------------------
