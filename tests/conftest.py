@@ -115,6 +115,18 @@ def _full_streamlit_errors():
     yield
 
 
+@pytest.fixture(autouse=True)
+def _no_uploads_left_behind():
+    """Every test starts without uploads: the session's LAYERLENS_HOME is shared, and a page lists the uploads
+    folder (an upload saved by one test would otherwise show up as another page's first table)."""
+    import shutil
+
+    from analysis.dataroots import uploads
+
+    yield
+    shutil.rmtree(uploads(), ignore_errors=True)
+
+
 # Tests that take more than ~5 s each: `make test` runs `pytest -m "not slow"`, `make test-all` (and CI) everything.
 SLOW_MODULES = {"test_browser", "test_parallel", "test_demo_model", "test_backends", "test_job_faults"}
 SLOW_TESTS = {"test_the_cli_writes_the_five_files_and_refuses_in_one_line",
