@@ -41,12 +41,12 @@ from analysis.cli_finetune import (
 from analysis.cli_lens import add_lens_arguments, cmd_lens
 from analysis.cli_structure import add_structure_arguments, cmd_structure
 from analysis.cli_tokens import add_tokens_arguments, cmd_tokens
-from analysis.csvout import to_csv
-from analysis.inputs import PROBE_ROW_LIMIT, InputError, check_row_limit
+from analysis.core.csvout import to_csv
+from analysis.core.inputs import PROBE_ROW_LIMIT, InputError, check_row_limit
+from analysis.core.parallel import is_main_process
 from analysis.options import ATLAS_METHODS as METHODS
 from analysis.options import ATLAS_POOLINGS as POOLINGS
 from analysis.options import COLOR_BY
-from analysis.parallel import is_main_process
 from jobs.store import StoreError
 from models.spec import DTYPE_NAMES, ModelLoadError
 
@@ -94,9 +94,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
     """Reconstruction probe: every layer through the model's own MLM head."""
     import pandas as pd
 
-    from analysis.inputs import read_file
-    from analysis.reconstruction import ProbeConfig, probe, require_mlm_head
-    from analysis.token_sink import TokenSink
+    from analysis.core.inputs import read_file
+    from analysis.probe.reconstruction import ProbeConfig, probe, require_mlm_head
+    from analysis.probe.token_sink import TokenSink
     from models.loading import load_model
 
     if args.out is None:
@@ -115,7 +115,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     require_mlm_head(loaded)
     readings = [("raw", None)]
     if args.lens is not None:
-        from analysis import lens
+        from analysis.probe import lens
 
         readings.append(("tuned", lens.load(args.lens, loaded)))
     if not ranks.is_main:  # a helper process: its share of the batches, merged and written by the main process
@@ -179,7 +179,7 @@ def add_atlas_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_atlas(args: argparse.Namespace) -> int:
     """Layer atlas: per-layer sentence vectors in 2-D, separability per layer, layer x layer CKA."""
-    from analysis.inputs import from_hub_dataset, read_file
+    from analysis.core.inputs import from_hub_dataset, read_file
     from analysis.projection import AtlasConfig, atlas, layers_note, max_rows, parse_layers
     from models.loading import load_model
 
@@ -242,9 +242,9 @@ def add_duplicate_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_duplicate(args: argparse.Namespace) -> int:
     """Layer duplication: export a deeper model (and probe it) without training."""
+    from analysis.core.inputs import read_file
     from analysis.duplication import check_depth, duplicate_first, export, loads_with, parse_plan, preview, sweep
-    from analysis.inputs import read_file
-    from analysis.reconstruction import probe
+    from analysis.probe.reconstruction import probe
     from models.loading import _config_and_family, load_model
 
     if args.out is None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from analysis import versions  # noqa: F401  (re-exported for the sub-commands)
-from analysis.inputs import InputError
+from analysis.core.inputs import InputError
 from models.spec import ModelSpec
 
 
@@ -79,8 +79,8 @@ def spec_from_args(args: argparse.Namespace, device: str | None = None) -> Model
 
 def launched(args: argparse.Namespace):
     """``(ranks, spec)``: this process's place under ``accelerate launch`` / ``torchrun`` (one process otherwise)
-    and the model on this process's device (:mod:`analysis.parallel`)."""
-    from analysis.parallel import ranks_for
+    and the model on this process's device (:mod:`analysis.core.parallel`)."""
+    from analysis.core.parallel import ranks_for
 
     ranks = ranks_for(args.device)
     return ranks, spec_from_args(args, ranks.device_for(args.device))
@@ -90,9 +90,9 @@ _STAGED: list = []  # the staging folders of this command, made into their outpu
 
 
 def prepare_out(out: Path) -> Path:
-    """A staging folder that becomes ``out`` when the command succeeds (:mod:`analysis.staging`): until then a
+    """A staging folder that becomes ``out`` when the command succeeds (:mod:`analysis.core.staging`): until then a
     previous result in ``out`` stays whole, and a failed or interrupted command leaves it untouched."""
-    from analysis.staging import staged
+    from analysis.core.staging import staged
 
     try:
         context = staged(out)

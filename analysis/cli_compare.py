@@ -61,7 +61,7 @@ def add_compare_arguments(p: argparse.ArgumentParser) -> None:
 
 def read_rows(args: argparse.Namespace):
     """The rows of ``--data`` (with labels when the label column is there; said when not)."""
-    from analysis.inputs import InputError, read_file
+    from analysis.core.inputs import InputError, read_file
 
     try:
         data = read_file(args.data, args.text_column, args.pair_column, label_column=args.label_column)
@@ -224,7 +224,7 @@ def group_models(args: argparse.Namespace):
 
 def write(result, out: Path, args: argparse.Namespace) -> int:
     from analysis import versions
-    from analysis.csvout import to_csv
+    from analysis.core.csvout import to_csv
 
     to_csv(result.cka_cross, out / "cka_cross.csv")
     to_csv(result.layer_summary, out / "layer_summary.csv")

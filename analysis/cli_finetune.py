@@ -11,7 +11,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from analysis.cli_base import UserError, add_option_flag, prepare_out
-from analysis.inputs import InputError
+from analysis.core.inputs import InputError
 
 
 def add_finetune_arguments(p: argparse.ArgumentParser) -> None:
@@ -128,8 +128,8 @@ def finetune_options(args: argparse.Namespace):
 
 def cmd_finetune(args: argparse.Namespace, callbacks: list = ()) -> int:
     """Fine-tune a classifier head (and the encoder) on labelled data."""
+    from analysis.core.parallel import is_main_process
     from analysis.finetune import run_options
-    from analysis.parallel import is_main_process
 
     if args.out is None:
         raise UserError("--out DIR is required: fine-tuning writes metrics.json, predictions.csv, checkpoint/, ...")

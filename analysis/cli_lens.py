@@ -1,4 +1,4 @@
-"""``python -m analysis lens train``: a tuned lens for a model (:mod:`analysis.lens`)."""
+"""``python -m analysis lens train``: a tuned lens for a model (:mod:`analysis.probe.lens`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from analysis.cli_base import UserError, add_option_flag
-from analysis.inputs import InputError
+from analysis.core.inputs import InputError
 
 
 def add_lens_arguments(p: argparse.ArgumentParser) -> None:
@@ -49,7 +49,7 @@ def lens_options(args: argparse.Namespace):
 
 def cmd_lens(args: argparse.Namespace) -> int:
     """Train a tuned lens."""
-    from analysis import lens
+    from analysis.probe import lens
     from models.loading import load_model
 
     if args.out is None:

@@ -47,9 +47,9 @@ def structure_options(args: argparse.Namespace):
 
 def cmd_structure(args: argparse.Namespace) -> int:
     """Label probes with control tasks, MDL and structural probes per layer, on UD treebanks."""
+    from analysis.core.treebank import read_conllu
     from analysis.structure.output import run_info, write_outputs
     from analysis.structure.run import run_structure
-    from analysis.structure.treebank import read_conllu
     from models.loading import load_model
 
     if args.out is None:
@@ -63,7 +63,7 @@ def cmd_structure(args: argparse.Namespace) -> int:
     test = read_conllu(args.test, options.max_sentences)
     labelled = None
     if args.label_data is not None:
-        from analysis.inputs import read_file
+        from analysis.core.inputs import read_file
 
         labelled = read_file(args.label_data, args.text_column, args.pair_column, label_column=args.label_column)
     ranks, spec = launched(args)

@@ -79,7 +79,7 @@ def add_tokens_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _extract(args: argparse.Namespace, ranks, spec, progress=None):
-    from analysis.activations import max_input_length
+    from analysis.core.activations import max_input_length
     from analysis.projection import parse_layers
     from analysis.tokens.corpus import read_corpus
     from analysis.tokens.vectors import extract
@@ -151,7 +151,7 @@ def _layers_of(args, tv) -> list[int]:
 def _cmd_index(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from analysis.csvout import to_csv
+    from analysis.core.csvout import to_csv
     from analysis.tokens.search import index_row
 
     tv = _vectors(args)
@@ -171,7 +171,7 @@ def _cmd_index(args: argparse.Namespace) -> int:
 
 
 def _cmd_neighbours(args: argparse.Namespace) -> int:
-    from analysis.csvout import to_csv
+    from analysis.core.csvout import to_csv
     from analysis.tokens.search import across_layers, find_rows, summary
 
     tv = _vectors(args)
@@ -213,7 +213,7 @@ def _window(marked: str, width: int = 100) -> str:
 
 
 def _cmd_geometry(args: argparse.Namespace) -> int:
-    from analysis.csvout import to_csv
+    from analysis.core.csvout import to_csv
     from analysis.tokens.geometry import geometry
 
     tv = _vectors(args)

@@ -28,10 +28,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from analysis.activations import counted_mask, encode, hidden_states, make_batch, max_input_length
+from analysis.core.activations import counted_mask, encode, hidden_states, make_batch, max_input_length
 from analysis.core.cka import linear_cka
-from analysis.inputs import InputError, TextInputs
-from analysis.staging import staged
+from analysis.core.inputs import InputError, TextInputs
+from analysis.core.staging import staged
 from models.anatomy import DUPLICATION_KEY, anatomy_of, layer_name
 from models.loading import (
     DTYPES,
@@ -213,7 +213,7 @@ def export(loaded: LoadedModel, plan: list[int], out: Path, dtype: str | None = 
         raise RuntimeError(f"export mismatch: missing {sorted(set(missing) - tied)[:4]}, unexpected "
                            f"{sorted(unexpected)[:4]}")
     sentence = sentence_transformers_files(loaded.spec)
-    with staged(out) as stage:  # whole or absent (analysis.staging): a page or job never sees half a model
+    with staged(out) as stage:  # whole or absent (analysis.core.staging): a page or job never sees half a model
         # weights the checkpoint lacked (e.g. a pooler it was saved without) stay absent, not saved as if trained
         model.save_pretrained(stage, state_dict={k: v for k, v in model.state_dict().items() if k not in lacks}
                               if lacks else None)
@@ -331,7 +331,7 @@ def compare(loaded: LoadedModel, plan: list[int], inputs: TextInputs,
     """The preview's analyses: per-layer probe of the original and the deeper model on ``inputs`` and the
     original x deeper linear CKA of their token states. Returns ``{"original", "deeper", "cka", "names"}``.
     ``progress(stage, done, total)`` follows each probe's texts."""
-    from analysis.reconstruction import probe
+    from analysis.probe.reconstruction import probe
 
     def stage(name: str):
         return (lambda done, n: progress(name, done, n)) if progress else None
@@ -346,7 +346,7 @@ def compare(loaded: LoadedModel, plan: list[int], inputs: TextInputs,
 def sweep(loaded: LoadedModel, inputs: TextInputs, progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
     """The paper's sweep: final-layer reconstruction accuracy with the first k layers duplicated, k = 0..L
     (ALBERT: depth L + k). Columns ``duplicated,final_layer_accuracy``."""
-    from analysis.reconstruction import probe
+    from analysis.probe.reconstruction import probe
 
     rows = []
     for k in range(loaded.num_layers + 1):

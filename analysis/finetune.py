@@ -27,12 +27,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from analysis.activations import encode_truncated, position_limit
-from analysis.autocast import BF16, autocast, training_autocast
+from analysis.core.activations import encode_truncated, position_limit
+from analysis.core.autocast import BF16, autocast, training_autocast
+from analysis.core.csvout import to_csv
+from analysis.core.inputs import DEMO_LABELLED, InputError, TextInputs
+from analysis.core.parallel import Ranks, ranks_for
 from analysis.core.scores import majority_class
-from analysis.csvout import to_csv
-from analysis.inputs import DEMO_LABELLED, InputError, TextInputs
-from analysis.parallel import Ranks, ranks_for
 from analysis.taskdata import TaskData, label_ids, prepare
 from analysis.training import (
     Callback,
@@ -58,7 +58,7 @@ def read_split(source: str, text_column: str = "text", pair_column: str | None =
                label_column: str | None = "label") -> TextInputs:
     """A data split from ``demo`` (the bundled sentiment set), ``hf:NAME[/CONFIG]:SPLIT`` (a Hugging Face
     dataset) or a .csv/.tsv/.jsonl path."""
-    from analysis.inputs import from_hub_dataset, read_file
+    from analysis.core.inputs import from_hub_dataset, read_file
 
     if source == "demo":
         return read_file(DEMO_LABELLED, "text", pair_column and "aspect", label_column=label_column and "label")
@@ -127,7 +127,7 @@ def further_pretrain(spec: ModelSpec, texts, steps: int, out: Path, batch_size: 
     """Within-task further pre-training (Sun et al. 2019 §4.2 / §5.4): ``steps`` of masked-LM training (15%
     masking by transformers' ``DataCollatorForLanguageModeling``) on the task's own texts, from ``spec``'s
     pre-trained MLM, trained and saved in float32 (bfloat16 only as autocast where it pays:
-    :func:`analysis.autocast.training_autocast`, as fine-tuning); saved to ``out`` (a ``save_pretrained``
+    :func:`analysis.core.autocast.training_autocast`, as fine-tuning); saved to ``out`` (a ``save_pretrained``
     directory to fine-tune from). Returns ``out``."""
     from transformers import DataCollatorForLanguageModeling
 

@@ -22,10 +22,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from analysis.inputs import InputError
+from analysis.core.activations import TRUNCATIONS
+from analysis.core.inputs import InputError
 from models.spec import DEMO_NAME, DEVICES, DTYPE_NAMES, SUGGESTED_MODELS
 
-TRUNCATIONS = ("head", "tail", "head+tail")
 # The layer atlas's choices (its full options become a schema here too, as the fine-tuning ones did).
 ATLAS_POOLINGS = ("cls", "mean", "model")  # model: a sentence encoder's own pooling
 ATLAS_METHODS = ("pca", "umap", "tsne")
@@ -209,7 +209,7 @@ def _same(name: str):
 
 
 class LensOptions(Options):
-    """Training a tuned lens (:mod:`analysis.lens`): the model, the texts, the optimiser (the reference's)."""
+    """Training a tuned lens (:mod:`analysis.probe.lens`): the model, the texts, the optimiser (the reference's)."""
 
     model: str = _same("model")
     revision: str | None = _same("revision")

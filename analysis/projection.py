@@ -5,7 +5,7 @@ Song et al. (2020) §3.3.1 / Fig. 2: PCA of every layer's [CLS] vector, coloured
 module gives
 
 - the sentence vector: the first token's state ([CLS], ``<s>``) or the mean over counted (non-special) tokens;
-  cached on disk by model fingerprint, data hash, pooling and max length (:mod:`analysis.store`);
+  cached on disk by model fingerprint, data hash, pooling and max length (:mod:`analysis.core.store`);
 - 2-D coordinates by exact PCA (:func:`exact_pca`: float64, never randomized; on the GPU when there is one),
   UMAP or t-SNE. PCA axes may be sign-flipped to line up with the previous layer's; nothing else changes the
   coordinates (a layer whose vectors are all the same, as [CLS] at the embeddings, is drawn at the origin
@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from analysis.activations import (
+from analysis.core.activations import (
     bucket_indices,
     counted_mask,
     encode,
@@ -38,12 +38,12 @@ from analysis.activations import (
     max_input_length,
 )
 from analysis.core.cka import constant_layers, linear_cka
+from analysis.core.inputs import InputError, TextInputs, check_row_limit
+from analysis.core.parallel import ONE, Ranks
+from analysis.core.precision import model_mode
 from analysis.core.scores import wilson_interval
-from analysis.inputs import InputError, TextInputs, check_row_limit
+from analysis.core.store import ArrayStore, key_of
 from analysis.options import ATLAS_METHODS, ATLAS_POOLINGS, COLOR_BY
-from analysis.parallel import ONE, Ranks
-from analysis.precision import model_mode
-from analysis.store import ArrayStore, key_of
 from models.loading import LoadedModel, load_model, split_pooling
 
 POOLINGS, METHODS = ATLAS_POOLINGS, ATLAS_METHODS
@@ -158,7 +158,7 @@ def extract(loaded: LoadedModel, inputs: TextInputs, pooling: str = "cls", max_l
     """``(L + 1, n, hidden)`` float32: every hidden state's sentence vector per text, in input order.
 
     Under a launcher (``ranks``) each process pools its share of the batches and the main process, which alone
-    gets the array (others get None) and reports progress, puts them in place (:mod:`analysis.parallel`).
+    gets the array (others get None) and reports progress, puts them in place (:mod:`analysis.core.parallel`).
 
     ``pooling``: ``cls`` (the first token), ``mean`` (over counted, non-special tokens) or ``model``: a sentence
     encoder's own pooling, exactly as sentence-transformers computes it (its mean and max run over every token
@@ -166,7 +166,7 @@ def extract(loaded: LoadedModel, inputs: TextInputs, pooling: str = "cls", max_l
     one).
 
     ``truncation``: which tokens of a text over ``max_length`` are kept (``head``, ``tail``, ``head+tail``:
-    :func:`analysis.activations.encode_truncated`); a fine-tuning job's own choice when its vectors are compared
+    :func:`analysis.core.activations.encode_truncated`); a fine-tuning job's own choice when its vectors are compared
     with these (:mod:`analysis.compare.epochs`)."""
     if pooling == "model":
         if loaded.pooling is None:
@@ -461,11 +461,11 @@ def pooling_name(pooling: str, model_pooling: str | None = None) -> str:
 
 
 def approximate_check(loaded: LoadedModel, inputs: TextInputs, config: AtlasConfig, reps: np.ndarray) -> dict:
-    """For a model in bfloat16/float16 (the approximate mode, :func:`analysis.precision.mode`): each layer's
-    vectors of the first :data:`~analysis.precision.AGREEMENT_ROWS` rows against the same model's in float32, by
+    """For a model in bfloat16/float16 (the approximate mode, :func:`analysis.core.precision.mode`): each layer's
+    vectors of the first :data:`~analysis.core.precision.AGREEMENT_ROWS` rows against the same model's in float32, by
     linear CKA (1 = the same geometry up to rotation and scale): ``{"agreement": {"rows", "cka_per_layer",
     "min_cka"}}``; ``{}`` for a float32 model."""
-    from analysis.precision import AGREEMENT_ROWS, reference_spec
+    from analysis.core.precision import AGREEMENT_ROWS, reference_spec
 
     if loaded.model.dtype == torch.float32:
         return {}

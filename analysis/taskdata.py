@@ -1,6 +1,6 @@
 """Classification data for fine-tuning: label ids, long-text truncation (Sun et al. §5.3.1) and batches.
 
-Texts are tokenised by :func:`analysis.activations.encode_truncated`, the tokenisation every analysis uses
+Texts are tokenised by :func:`analysis.core.activations.encode_truncated`, the tokenisation every analysis uses
 (head/tail/head+tail truncation, text pairs, the checkpoint's stored padding and truncation ignored).
 """
 
@@ -11,8 +11,8 @@ import random
 
 import torch
 
-from analysis.activations import encode_truncated
-from analysis.inputs import InputError, TextInputs
+from analysis.core.activations import encode_truncated
+from analysis.core.inputs import InputError, TextInputs
 
 
 @dataclasses.dataclass

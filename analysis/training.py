@@ -15,8 +15,8 @@
   loss, as in one process. Evaluation is shared between the processes and gathered.
 - Shaped like the HF Trainer without its weight: a :class:`TrainState` (step, epoch, history) and a
   :class:`TrainControl` (``should_stop``) are passed to callbacks after every step and epoch.
-- Float32 master weights; the products in bfloat16 autocast where :func:`analysis.precision.bf16_pays` says it
-  pays (a GPU with bfloat16, a CPU with bf16 units: :mod:`analysis.autocast`; mixed-precision training,
+- Float32 master weights; the products in bfloat16 autocast where :func:`analysis.core.precision.bf16_pays` says it
+  pays (a GPU with bfloat16, a CPU with bf16 units: :mod:`analysis.core.autocast`; mixed-precision training,
   Micikevicius et al. 2018, without loss scaling in bfloat16, Kalamkar et al. 2019), as the HF Trainer's
   ``bf16=True``. :attr:`TrainState.autocast` says which ran.
 """
@@ -37,13 +37,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from analysis.autocast import BF16, F32, training_autocast
-from analysis.autocast import autocast as _autocast
+from analysis.core.autocast import BF16, F32, training_autocast
+from analysis.core.autocast import autocast as _autocast
+from analysis.core.csvout import to_csv
+from analysis.core.parallel import ONE, Ranks, ranks_for
 from analysis.core.scores import classification_metrics, majority_class
-from analysis.csvout import to_csv
 from analysis.heads import HeadOutput, build_head, trainable_parameters
 from analysis.options import FinetuneConfig
-from analysis.parallel import ONE, Ranks, ranks_for
 from analysis.taskdata import TaskData, batch_order, batches, padded
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,7 @@ class TrainState:
     history: list[dict] = dataclasses.field(default_factory=list)
     last_loss: float = float("nan")
     lr: float = float("nan")  # the top (base) learning rate after the last step
-    autocast: str = "float32"  # "bfloat16" (autocast, float32 master weights) or "float32": analysis.autocast
+    autocast: str = "float32"  # "bfloat16" (autocast, float32 master weights) or "float32": analysis.core.autocast
 
 
 @dataclasses.dataclass
@@ -331,11 +331,11 @@ def weights_frame(ev: Evaluation, data: TaskData):
 
 
 def read_weights(path: Path):
-    """A ``layer_weights.csv`` (:func:`weights_frame`), or an :class:`analysis.inputs.InputError` saying why it is
+    """A ``layer_weights.csv`` (:func:`weights_frame`), or an :class:`analysis.core.inputs.InputError` saying why it is
     not one (a file edited or truncated by hand)."""
     import pandas as pd
 
-    from analysis.inputs import InputError
+    from analysis.core.inputs import InputError
 
     frame = pd.read_csv(path)
     columns = [c for c in frame.columns if c.startswith("layer_") and c[6:].isdigit()]

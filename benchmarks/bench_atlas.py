@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from analysis.inputs import read_file
+from analysis.core.inputs import read_file
 from analysis.projection import extract, project
 from models.loading import ModelSpec, load_model
 

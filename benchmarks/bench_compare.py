@@ -23,7 +23,7 @@ from threadpoolctl import threadpool_limits
 from analysis.compare.movers import movement, neighbour_overlap
 from analysis.compare.run import CompareConfig, aligned_maps, compare_pair
 from analysis.core.cka import cross_cka, paired_cka
-from analysis.inputs import TextInputs
+from analysis.core.inputs import TextInputs
 from analysis.projection import out_of_fold
 
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from analysis.core.inputs import read_file
 from analysis.finetune import Splits, read_split, run_finetune
-from analysis.inputs import read_file
 from analysis.taskdata import label_ids, prepare
 from analysis.training import Classifier, FinetuneConfig, train
 from models.loading import ModelSpec, load_encoder

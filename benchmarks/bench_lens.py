@@ -1,5 +1,5 @@
 """Tuned-lens training throughput: LayerLens' step (the encoder once without a graph, then each layer's
-translator, head and KL back-propagated one layer at a time, analysis.lens.layer_losses) against the plain PyTorch
+translator, head and KL back-propagated one layer at a time, analysis.probe.lens.layer_losses) against the plain PyTorch
 loop that sums every layer's loss and back-propagates once, same batches, one run. Memory: the most bytes of
 activations the autograd graph holds at once (saved-tensor hooks; on a GPU also torch.cuda.max_memory_allocated).
 
@@ -13,9 +13,9 @@ import time
 
 import torch
 
-from analysis import lens as L
-from analysis.activations import hidden_states
+from analysis.core.activations import hidden_states
 from analysis.options import LensOptions
+from analysis.probe import lens as L
 from benchmarks import data_file
 from models.loading import ModelSpec, load_model
 

@@ -34,9 +34,9 @@ def child(args) -> None:
     import torch
     from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
 
-    import analysis.activations as activations
+    import analysis.core.activations as activations
     import analysis.projection as projection
-    from analysis.inputs import TextInputs
+    from analysis.core.inputs import TextInputs
     from models.loading import ModelSpec, load_model
 
     torch.manual_seed(0)

@@ -1,10 +1,10 @@
-"""Probe throughput in one process against N processes under accelerate (``analysis.parallel``), same machine,
+"""Probe throughput in one process against N processes under accelerate (``analysis.core.parallel``), same machine,
 same texts, one run; the outputs are checked to be identical.
 
     python -m benchmarks.bench_parallel [--processes 2] [--texts 2000] [--model demo]
 
 On a CPU machine the cores are shared: one process gets every core as threads, N processes get cores/N threads
-each (``analysis.parallel.share_cores``), so the figure is about correctness and overhead. On a machine with
+each (``analysis.core.parallel.share_cores``), so the figure is about correctness and overhead. On a machine with
 GPUs, run it with ``--processes`` set to the number of GPUs (one model copy on each).
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.parallel import launch_command
+from analysis.core.parallel import launch_command
 from benchmarks import ROOT, data_file
 
 

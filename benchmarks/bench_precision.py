@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from analysis.inputs import TextInputs, read_file
-from analysis.precision import bf16_units
-from analysis.reconstruction import ProbeConfig, probe
+from analysis.core.inputs import TextInputs, read_file
+from analysis.core.precision import bf16_units
+from analysis.probe.reconstruction import ProbeConfig, probe
 from models.loading import ModelSpec, load_model
 
 DATA = Path(os.environ.get("LAYERLENS_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))

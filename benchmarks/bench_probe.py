@@ -19,10 +19,10 @@ from pathlib import Path
 
 import torch
 
-from analysis.activations import max_input_length
-from analysis.inputs import read_file
-from analysis.reconstruction import ProbeConfig, probe
-from analysis.token_sink import TokenSink
+from analysis.core.activations import max_input_length
+from analysis.core.inputs import read_file
+from analysis.probe.reconstruction import ProbeConfig, probe
+from analysis.probe.token_sink import TokenSink
 from models.loading import ModelSpec, load_model
 
 DATA = Path(os.environ.get("LAYERLENS_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data")) / "sst2"
@@ -56,8 +56,8 @@ def peak_rss_mb(n_texts: int, model: str, device: str) -> float:
     """Peak resident memory (MB) of a fresh process probing the first ``n_texts`` of SST-2 train."""
     code = (
         "import resource, sys, tempfile, pathlib\n"
-        "from analysis.inputs import read_file\nfrom analysis.reconstruction import probe\n"
-        "from analysis.token_sink import TokenSink\nfrom models.loading import ModelSpec, load_model\n"
+        "from analysis.core.inputs import read_file\nfrom analysis.probe.reconstruction import probe\n"
+        "from analysis.probe.token_sink import TokenSink\nfrom models.loading import ModelSpec, load_model\n"
         f"loaded = load_model(ModelSpec({model!r}, device={device!r}))\n"
         f"inputs = read_file({str(DATA / 'train.tsv')!r}, limit={n_texts})\n"
         "d = pathlib.Path(tempfile.mkdtemp())\n"

@@ -37,7 +37,7 @@ TOKENIZER = SHARED / "tokenizers" / "bert-base-uncased"
 
 
 def _load(args):
-    from analysis.structure.treebank import read_conllu
+    from analysis.core.treebank import read_conllu
     from models.loading import load_model
     from models.spec import ModelSpec
 
@@ -62,9 +62,9 @@ def _timed(fn) -> float:
 
 
 def extraction(args, loaded, train, test) -> None:
-    from analysis.inputs import TextInputs
+    from analysis.core.inputs import TextInputs
+    from analysis.core.store import ArrayStore
     from analysis.projection import extract as atlas_extract
-    from analysis.store import ArrayStore
     from analysis.structure.words import extract
 
     for name, bank in (("train", train), ("test", test)):

@@ -15,7 +15,7 @@ peak it runs at.
 
 1. **Extraction** (``analysis.tokens.vectors.extract``, from the cache when it is there: said so) of the first
    ``--lines`` non-empty lines of ``english_corpus/train.txt.gz``: tokens, seconds, tokens/s, float16 bytes on
-   disk; against **the probe's encoder throughput**: ``analysis.activations.hidden_states`` alone over the same
+   disk; against **the probe's encoder throughput**: ``analysis.core.activations.hidden_states`` alone over the same
    length buckets of the first ``--encoder-texts`` texts (tokens/s, padding included in neither count: counted
    tokens only).
 2. **Indexes** per layer in ``--index-layers``: build seconds of ``flat`` (exact) and ``ivf``, ``hnsw`` on the first
@@ -215,8 +215,8 @@ def main() -> None:
 
     import torch
 
-    from analysis.activations import bucket_indices, hidden_states, make_batch, max_input_length
-    from analysis.inputs import TextInputs
+    from analysis.core.activations import bucket_indices, hidden_states, make_batch, max_input_length
+    from analysis.core.inputs import TextInputs
     from analysis.tokens.corpus import from_texts
     from analysis.tokens.vectors import extract
     from models.loading import ModelSpec, load_model

@@ -12,7 +12,7 @@
   and in bf16 autocast (``LAYERLENS_BF16_UNITS`` forced), the HF Trainer with ``bf16=True, use_cpu=True``
   (default random sampler and ``group_by_length``). Training FLOPs are estimated as 6 x parameters x tokens
   and set against the GEMM peaks measured in the same run on a layer's shape (2,048 x 768 by 768 x 3,072).
-- **lens**: tuned-lens steps (:func:`analysis.lens.layer_losses`) at bert-base size, batch 16: float32,
+- **lens**: tuned-lens steps (:func:`analysis.probe.lens.layer_losses`) at bert-base size, batch 16: float32,
   plain bf16 autocast, and bf16 autocast through the frozen model's bf16 shadows (what ``lens.train`` runs).
 - **lens-kl**: the demo model's lens trained for ``--lens-steps`` in float32 and in bf16 (``lens.train``, same
   batches and masks); the held-out KL (measured in float32) of each, and tokens/s.
@@ -45,7 +45,7 @@ ENV = "LAYERLENS_BF16_UNITS"
 
 @contextmanager
 def units(flag: str):
-    """Force the precision policy (analysis.precision.bf16_pays) on ("1") or off ("0") inside the block."""
+    """Force the precision policy (analysis.core.precision.bf16_pays) on ("1") or off ("0") inside the block."""
     old = os.environ.get(ENV)
     os.environ[ENV] = flag
     try:
@@ -218,7 +218,7 @@ def fresh_accelerate() -> None:
 def finetune_part(args) -> None:
     from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
 
-    from analysis.inputs import read_file
+    from analysis.core.inputs import read_file
     from analysis.taskdata import label_ids
 
     inputs = read_file(data_file("sst2/train.tsv", "sst2_dev_200.tsv"), limit=args.rows, label_column="label")
@@ -262,8 +262,8 @@ def finetune_part(args) -> None:
 
 
 def lens_speed_part(args) -> None:
-    from analysis import lens as L
     from analysis.options import LensOptions
+    from analysis.probe import lens as L
     from benchmarks.bench_lens import texts
     from models.loading import ModelSpec, load_model
 
@@ -305,8 +305,8 @@ def lens_speed_part(args) -> None:
 
 
 def lens_kl_part(args) -> None:
-    from analysis import lens as L
     from analysis.options import LensOptions
+    from analysis.probe import lens as L
     from benchmarks.bench_lens import texts
     from models.loading import ModelSpec, load_model
 
@@ -369,7 +369,7 @@ def main() -> None:
     p.add_argument("--profile", action="store_true")
     p.add_argument("--profile-only", action="store_true", help="finetune: only the profiles of one step")
     args = p.parse_args()
-    from analysis.precision import bf16_units
+    from analysis.core.precision import bf16_units
 
     print(f"{datetime.date.today()}; {cpu_name()}, {os.cpu_count()} cores, {torch.get_num_threads()} threads, "
           f"torch {torch.__version__}; bf16 units: {bf16_units('cpu')}")

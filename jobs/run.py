@@ -18,8 +18,8 @@ import time
 import traceback
 from pathlib import Path
 
-from analysis.parallel import is_main_process
-from analysis.staging import staged
+from analysis.core.parallel import is_main_process
+from analysis.core.staging import staged
 from jobs.store import JobStore, StoreError
 
 LOG_EVERY = 10.0  # seconds between progress lines within an epoch
@@ -66,13 +66,13 @@ def quiet_libraries() -> None:
 
 
 def train_lens(store: JobStore, job, out: Path) -> dict:
-    """A tuned-lens job: :func:`analysis.lens.train` with its progress in the store. SIGTERM (Cancel) stops it
+    """A tuned-lens job: :func:`analysis.probe.lens.train` with its progress in the store. SIGTERM (Cancel) stops it
     after the current step with a checkpoint in the artifacts; a later job of the same options (and weights and
     texts) resumes from the furthest such checkpoint of the earlier jobs."""
     import signal
 
-    from analysis import lens
     from analysis.options import LensOptions
+    from analysis.probe import lens
     from models.loading import load_model
 
     options = LensOptions(**{k: v for k, v in job.config.items() if k != "kind"})
@@ -115,11 +115,11 @@ def run_structure_job(store: JobStore, job, out: Path) -> dict:
     job's metrics: where each task lives (``summary.csv``'s rows) and what was scored."""
     import signal
 
-    from analysis.inputs import read_file
+    from analysis.core.inputs import read_file
+    from analysis.core.treebank import read_conllu
     from analysis.structure.options import StructureJobOptions
     from analysis.structure.output import run_info, write_outputs
     from analysis.structure.run import run_structure
-    from analysis.structure.treebank import read_conllu
     from models.loading import load_model
 
     options = StructureJobOptions(**{k: v for k, v in job.config.items() if k != "kind"})
@@ -178,8 +178,8 @@ def run_tokens_job(store: JobStore, job, out: Path) -> dict:
     index --out``'s). Returns the job's metrics."""
     import signal
 
-    from analysis.activations import max_input_length
-    from analysis.csvout import to_csv
+    from analysis.core.activations import max_input_length
+    from analysis.core.csvout import to_csv
     from analysis.projection import parse_layers
     from analysis.tokens.corpus import read_corpus
     from analysis.tokens.search import index_row
@@ -289,8 +289,8 @@ def main() -> int:
     store = JobStore(a.root)
     job = store.get(a.job_id)
     main_process = is_main_process()
+    from analysis.core.inputs import InputError
     from analysis.finetune import run_options
-    from analysis.inputs import InputError
     from analysis.options import resolve
     from models.loading import ModelLoadError
 
@@ -323,7 +323,7 @@ def main() -> int:
         elif job.config.get("kind") == "tokens":  # one process; the vectors go to the cache, shard by shard
             with staged(out) as stage:
                 metrics = run_tokens_job(store, job, stage)
-        elif main_process:  # the artifacts appear whole when the run is complete (analysis.staging)
+        elif main_process:  # the artifacts appear whole when the run is complete (analysis.core.staging)
             options = resolve(job.config)
             with staged(out) as stage:
                 metrics = run_options(options, stage, [progress], log=say)

@@ -19,8 +19,8 @@ import sqlite3
 import time
 from pathlib import Path
 
-from analysis.staging import clean_stale, pid_alive
-from analysis.store import layerlens_home
+from analysis.core.staging import clean_stale, pid_alive
+from analysis.core.store import layerlens_home
 
 PROGRESS_WAIT_S = 5.0  # how long a progress write waits for a lock before it is skipped
 WORKER_NOTE = "worker.stopped"  # why the last worker stopped, for the next one to record (see jobs.worker.run)
@@ -273,7 +273,7 @@ class JobStore:
         ``succeeded`` is recorded by the job's own process once its artifacts are complete, so it also replaces
         a ``failed`` recorded while that process still ran (its watcher died: Slurm's submit process killed,
         then :func:`jobs.backends.refresh`); the log says so. A failed or cancelled job's staging folder is
-        removed once its process has gone (:func:`analysis.staging.clean_stale`)."""
+        removed once its process has gone (:func:`analysis.core.staging.clean_stale`)."""
         assert status in FINISHED
         from_statuses = ("queued", "running", "failed") if status == "succeeded" else ("queued", "running")
         with self._connect() as db:

@@ -9,8 +9,8 @@ read, that the text/pair/label columns exist and that the training labels have a
 
 A job from the browser (``browser=True``: the jobs page, the lens form) is checked as the browser's own input
 before anything is read: its data sources are ``demo``, a hub dataset *name* or a file under the data roots
-(:func:`analysis.dataroots.browser_source`), its model a hub id or a folder under the model roots
-(:func:`analysis.dataroots.browser_model`), pickle loading is off, and a sweep varies only
+(:func:`analysis.core.dataroots.browser_source`), its model a hub id or a folder under the model roots
+(:func:`analysis.core.dataroots.browser_model`), pickle loading is off, and a sweep varies only
 :data:`analysis.options.SWEEPABLE`. The CLI trusts its user and reads what it is given.
 """
 
@@ -21,9 +21,9 @@ from typing import Literal
 
 from pydantic import Field
 
+from analysis.core.inputs import InputError
 from analysis.finetune import fold_splits, split_off, split_reader
 from analysis.heads import build_head
-from analysis.inputs import InputError
 from analysis.options import BACKENDS, MAX_SEED, Dtype, Options, _same, resolve
 from analysis.taskdata import label_ids
 from jobs.backends import check_available, launch
@@ -37,16 +37,16 @@ class SubmitError(ValueError):
 
 
 KINDS = ("finetune", "lens", "structure", "tokens")  # what a job does: fine-tune a head, train a tuned lens
-# (analysis.lens), probe each layer for linguistic structure (analysis.structure), or extract a corpus's token
+# (analysis.probe.lens), probe each layer for linguistic structure (analysis.structure), or extract a corpus's token
 # vectors and build their neighbour indexes (analysis.tokens)
 
 
 def browser_checked(options, files: tuple[str, ...] | None = None):
     """``options`` as the browser may submit them, or an :class:`InputError`: the model a hub id or a folder under
-    the model roots (:func:`analysis.dataroots.browser_model`), no pickle loading, and every data source (stored
+    the model roots (:func:`analysis.core.dataroots.browser_model`), no pickle loading, and every data source (stored
     resolved): for fine-tuning and lens jobs ``demo``, a hub dataset name or a file under the data roots; the
     fields named in ``files`` (structure and tokens jobs) a file under the data roots."""
-    from analysis.dataroots import browser_model, browser_source, within_roots
+    from analysis.core.dataroots import browser_model, browser_source, within_roots
 
     browser_model(options.model)
     if options.allow_pickle:
@@ -60,8 +60,8 @@ def browser_checked(options, files: tuple[str, ...] | None = None):
 
 def validate_lens(config: dict, browser: bool = False) -> tuple[dict, str]:
     """A tuned-lens job: its options (:class:`analysis.options.LensOptions`), the texts, the model's MLM head."""
-    from analysis.lens import read_corpus
     from analysis.options import LensOptions
+    from analysis.probe.lens import read_corpus
     from models.loading import has_own_mlm_head
 
     try:
@@ -86,9 +86,9 @@ def validate_structure(config: dict, browser: bool = False) -> tuple[dict, str]:
     rank against the model's config, the backend. From the ``browser`` the treebanks and the labelled set are
     files under the data roots and the model a hub id or a folder under the model roots, before anything is
     read."""
+    from analysis.core.treebank import read_conllu
     from analysis.projection import parse_layers
     from analysis.structure.options import StructureJobOptions, check_rank
-    from analysis.structure.treebank import read_conllu
 
     try:
         options = StructureJobOptions(**{k: v for k, v in config.items() if k != "kind"})
@@ -100,7 +100,7 @@ def validate_structure(config: dict, browser: bool = False) -> tuple[dict, str]:
                 raise InputError(f"{name} {path}: no such file (give a CoNLL-U treebank, .conllu or .conllu.gz)")
             read_conllu(path, options.max_sentences)
         if options.label_data:
-            from analysis.inputs import read_file
+            from analysis.core.inputs import read_file
             from analysis.projection import check_labels
 
             labelled = read_file(Path(options.label_data), options.text_column, options.pair_column,

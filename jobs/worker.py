@@ -27,7 +27,7 @@ import threading
 import time
 from pathlib import Path
 
-from analysis.parallel import launch_command
+from analysis.core.parallel import launch_command
 from jobs.store import WORKER_NOTE, JobStore, StoreError, pid_alive, tail
 
 log = logging.getLogger("layerlens.worker")

@@ -87,7 +87,7 @@ class Anatomy:
     vocab_size: int
     plan: tuple[int, ...] | None = None  # which original layer each layer copies, for a duplicated model
     # head = decoder(head_transform(h)): the transform (dense, activation, LayerNorm) and the vocabulary
-    # product (an nn.Linear), so the product can be computed on its own (analysis.precision)
+    # product (an nn.Linear), so the product can be computed on its own (analysis.core.precision)
     head_transform: Callable[[torch.Tensor], torch.Tensor] | None = None
     decoder: nn.Linear | None = None
 

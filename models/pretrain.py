@@ -324,7 +324,7 @@ def lens_section(out: Path) -> str:
         held["tuned"]["masked"]["agreement"], strict=True)))
     return f"""
 ## Tuned lens (`lens/`)
-A tuned lens for this model (LayerLens' `analysis.lens`: one affine translator per layer, read by this model's MLM
+A tuned lens for this model (LayerLens' `analysis.probe.lens`: one affine translator per layer, read by this model's MLM
 head), so the probe's tuned-lens view works offline: {t['parameters']:,} parameters, {size / 2**20:.2f} MB on disk
 (`config.json`, `translators.safetensors`, `training.json`). Trained {t['steps']:,} steps of {o['batch_size']} texts
 (up to {o['max_length']} tokens) from the corpus above, KL at masked positions, SGD with Nesterov momentum, in

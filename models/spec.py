@@ -94,5 +94,5 @@ def resolve_device(device: str = "auto") -> str:
 def resolve_dtype(dtype: str, device: str) -> str:
     """``auto`` -> float32 on every device: the exact mode is the default (issue 26; a float32 encoder is cheap
     next to the MLM head, and bfloat16 weights changed 0.16% of a GPU probe's predictions with nothing saying so).
-    bfloat16 and float16 are the approximate mode, asked for by name (:func:`analysis.precision.mode`)."""
+    bfloat16 and float16 are the approximate mode, asked for by name (:func:`analysis.core.precision.mode`)."""
     return "float32" if dtype == "auto" else dtype

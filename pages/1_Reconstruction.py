@@ -2,12 +2,12 @@
 
 import streamlit as st
 
-from analysis import lens
-from analysis.csvout import to_csv
-from analysis.inputs import InputError
+from analysis.core.csvout import to_csv
+from analysis.core.inputs import InputError
+from analysis.core.precision import bf16_units, precision_line
 from analysis.plots import accuracy_curve, divergence_curves, mismatch_html, token_heatmap
-from analysis.precision import bf16_units, precision_line
-from analysis.reconstruction import LAYER_HEADERS, ProbeConfig, probe
+from analysis.probe import lens
+from analysis.probe.reconstruction import LAYER_HEADERS, ProbeConfig, probe
 from models.loading import ModelSpec
 from ui.inputs import EXAMPLES, text_inputs
 from ui.jobs import lens_job_form

@@ -5,10 +5,10 @@ import dataclasses
 
 import streamlit as st
 
-from analysis.csvout import to_csv
-from analysis.inputs import InputError
+from analysis.core.csvout import to_csv
+from analysis.core.inputs import InputError
+from analysis.core.precision import precision_line
 from analysis.plots import atlas_grid, cka_heatmap, separability_curve
-from analysis.precision import precision_line
 from analysis.projection import (
     COLOR_BY,
     METHOD_NAMES,

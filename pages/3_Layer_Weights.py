@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from analysis.core.inputs import InputError
 from analysis.heads import near_uniform
-from analysis.inputs import InputError
 from analysis.plots import atlas_grid, label_colours, layer_weight_heatmap, mean_weight_lines
 from analysis.projection import project_layers
 from analysis.training import read_weights

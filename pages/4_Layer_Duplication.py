@@ -5,7 +5,9 @@ from pathlib import Path
 import plotly.graph_objects as go
 import streamlit as st
 
-from analysis.csvout import to_csv
+from analysis.core.csvout import to_csv
+from analysis.core.inputs import InputError
+from analysis.core.store import layerlens_home
 from analysis.duplication import (
     EXPORT_NAME_RULE,
     aligned_positions,
@@ -19,10 +21,8 @@ from analysis.duplication import (
     parse_plan,
     sweep,
 )
-from analysis.inputs import InputError
 from analysis.plots import accuracy_curve, cka_heatmap
-from analysis.reconstruction import LAYER_HEADERS
-from analysis.store import layerlens_home
+from analysis.probe.reconstruction import LAYER_HEADERS
 from models.loading import DTYPES, checkpoint_dtype
 from ui.inputs import EXAMPLES, text_inputs
 from ui.navigation import prefill

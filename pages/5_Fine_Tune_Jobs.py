@@ -7,11 +7,11 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from analysis.core.dataroots import LABELLED_SUFFIXES, browser_model, browser_source, save_upload
+from analysis.core.inputs import FORMATS, InputError, columns_of
 from analysis.core.scores import classification_metrics
-from analysis.dataroots import LABELLED_SUFFIXES, browser_model, browser_source, save_upload
 from analysis.finetune import majority_vote
 from analysis.heads import head_names
-from analysis.inputs import FORMATS, InputError, columns_of
 from analysis.options import PRESETS, SWEEPABLE, grid, model_config, model_defaults, resolve, sources
 from analysis.plots import history_chart, plain
 from jobs import backends

@@ -6,16 +6,16 @@ from pathlib import Path
 
 import streamlit as st
 
-from analysis.csvout import to_csv
-from analysis.dataroots import TREEBANK_SUFFIXES, data_roots, save_upload, server_file_picker_label, server_files
-from analysis.inputs import InputError
-from analysis.precision import mode
+from analysis.core.csvout import to_csv
+from analysis.core.dataroots import TREEBANK_SUFFIXES, data_roots, save_upload, server_file_picker_label, server_files
+from analysis.core.inputs import InputError
+from analysis.core.precision import mode
+from analysis.core.treebank import read_conllu
 from analysis.projection import max_rows, parse_layers
 from analysis.structure.options import SAMPLE, TASKS, StructureOptions
 from analysis.structure.output import read_outputs
 from analysis.structure.plots import sentence_trees, task_curves, upos_across_layers
 from analysis.structure.run import run_structure
-from analysis.structure.treebank import read_conllu
 from models.loading import ModelLoadError
 from ui.inputs import labelled_inputs, uploads_panel
 from ui.jobs import finished_structure_jobs, structure_job_form, structure_jobs_running, unfinished_structure_jobs

@@ -16,9 +16,9 @@ from analysis.compare.plots import (
     paired_cka_curve,
 )
 from analysis.compare.run import CompareConfig, compare
-from analysis.csvout import to_csv
-from analysis.dataroots import browser_model
-from analysis.inputs import InputError
+from analysis.core.csvout import to_csv
+from analysis.core.dataroots import browser_model
+from analysis.core.inputs import InputError
 from analysis.plots import cka_heatmap, plain
 from analysis.projection import max_rows
 from jobs.store import JobStore, StoreError

@@ -8,12 +8,12 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from analysis.csvout import to_csv
-from analysis.dataroots import data_roots, save_upload, server_file_picker_label, server_files
-from analysis.inputs import LABEL_HINTS, InputError, columns_of, guess_text_column
+from analysis.core.csvout import to_csv
+from analysis.core.dataroots import data_roots, save_upload, server_file_picker_label, server_files
+from analysis.core.inputs import LABEL_HINTS, InputError, columns_of, guess_text_column
+from analysis.core.store import ArrayStore
 from analysis.plots import plain
 from analysis.projection import parse_layers
-from analysis.store import ArrayStore
 from analysis.tokens.density import HOWS, map_figure, rasterise, sample_rows, warm_up
 from analysis.tokens.plots import GEOMETRY_LINES, bands_caption, geometry_figure
 from analysis.tokens.search import find_rows, marked, neighbours, summary
@@ -94,7 +94,7 @@ def grid(frame: pd.DataFrame, key: str, helps: dict | None = None) -> None:
     that a spreadsheet would read as a formula neutralised, as every LayerLens table and download)."""
     from pandas.api.types import is_integer_dtype, is_numeric_dtype
 
-    from analysis.csvout import safe
+    from analysis.core.csvout import safe
 
     helps = helps or {}
     config = {c: st.column_config.NumberColumn(c, help=helps.get(c), format="%d" if is_integer_dtype(frame[c])
@@ -172,7 +172,7 @@ else:
                  "(or from another session) they open at once.")
 
     def extract_vectors(report) -> str:
-        from analysis.activations import max_input_length
+        from analysis.core.activations import max_input_length
         from analysis.tokens.corpus import read_corpus
         from analysis.tokens.vectors import extract
 

@@ -14,7 +14,7 @@ import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from analysis.inputs import DEMO_LABELLED, read_file  # noqa: E402
+from analysis.core.inputs import DEMO_LABELLED, read_file  # noqa: E402
 from models.loading import DEMO_DIR  # noqa: E402
 
 

@@ -121,7 +121,7 @@ def _no_uploads_left_behind():
     folder (an upload saved by one test would otherwise show up as another page's first table)."""
     import shutil
 
-    from analysis.dataroots import uploads
+    from analysis.core.dataroots import uploads
 
     yield
     shutil.rmtree(uploads(), ignore_errors=True)

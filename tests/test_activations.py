@@ -3,8 +3,8 @@ import pandas as pd
 import pytest
 import torch
 
-import analysis.activations as activations
-from analysis.activations import (
+import analysis.core.activations as activations
+from analysis.core.activations import (
     activation_bytes,
     bucket_indices,
     encode,
@@ -13,9 +13,9 @@ from analysis.activations import (
     make_batch,
     max_input_length,
 )
-from analysis.inputs import TextInputs
+from analysis.core.inputs import TextInputs
+from analysis.probe.reconstruction import ProbeConfig, probe
 from analysis.projection import extract
-from analysis.reconstruction import ProbeConfig, probe
 from models.loading import ModelSpec, load_model
 
 CPU_OOM = RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "

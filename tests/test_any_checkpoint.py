@@ -17,8 +17,8 @@ from transformers import (
     ElectraForPreTraining,
 )
 
-from analysis.inputs import InputError, TextInputs
-from analysis.reconstruction import probe
+from analysis.core.inputs import InputError, TextInputs
+from analysis.probe.reconstruction import probe
 from models.loading import ModelLoadError, ModelSpec, load_model
 from tests.conftest import TINY_CONFIGS, tiny_tokenizer
 
@@ -119,8 +119,8 @@ def sentence_transformers_dir(mlm_dir, out, mode="mean", normalize=False):
 @pytest.mark.parametrize("mode", ["cls", "mean", "max"])
 def test_a_sentence_encoders_normalize_module_is_applied(tiny_dirs, tmp_path, mode):
     """sentence-transformers' 2_Normalize is part of the model's pooling: the pooled vector, L2-normalised."""
+    from analysis.core.store import ArrayStore
     from analysis.projection import representations
-    from analysis.store import ArrayStore
 
     path = sentence_transformers_dir(tiny_dirs["bert"], tmp_path / "st", mode=mode, normalize=True)
     loaded = load_model(ModelSpec(str(path), device="cpu"))
@@ -142,8 +142,8 @@ def test_a_sentence_encoders_normalize_module_is_applied(tiny_dirs, tmp_path, mo
 
 
 def test_a_sentence_encoders_own_pooling_is_read_and_used(tiny_dirs, tmp_path):
+    from analysis.core.store import ArrayStore
     from analysis.projection import representations
-    from analysis.store import ArrayStore
 
     path = sentence_transformers_dir(tiny_dirs["bert"], tmp_path / "st")
     loaded = load_model(ModelSpec(str(path), device="cpu"))
@@ -217,8 +217,8 @@ def test_pages_say_what_a_classifier_has_and_read_it_with_a_borrowed_head(tiny_d
 
 
 def test_the_atlas_colours_a_classifier_by_its_own_predictions(tiny_dirs, tmp_path):
+    from analysis.core.store import ArrayStore
     from analysis.projection import AtlasConfig, atlas
-    from analysis.store import ArrayStore
 
     clf = save_as(tiny_dirs["bert"], AutoModelForSequenceClassification, tmp_path / "clf", num_labels=2,
                   id2label={0: "neg", 1: "pos"})

@@ -1,9 +1,9 @@
-"""analysis.autocast: the training side of the precision policy, and the frozen model's bfloat16 shadows."""
+"""analysis.core.autocast: the training side of the precision policy, and the frozen model's bfloat16 shadows."""
 
 import pytest
 import torch
 
-from analysis.autocast import autocast, bf16_shadow, training_autocast
+from analysis.core.autocast import autocast, bf16_shadow, training_autocast
 from models.loading import ModelSpec, load_model
 
 
@@ -46,9 +46,9 @@ def test_a_shadow_computes_what_autocast_computes_and_leaves_the_model_alone(tin
 
 def test_a_small_model_trains_in_float32_on_a_cpu_unless_forced(monkeypatch):
     """bf16 autocast pays on a CPU only for models of hidden size >= CPU_MIN_HIDDEN (measured); forced, always."""
-    from analysis import autocast as A
+    from analysis.core import autocast as A
 
-    monkeypatch.setattr("analysis.precision.bf16_pays", lambda device="cpu": True)
+    monkeypatch.setattr("analysis.core.precision.bf16_pays", lambda device="cpu": True)
     monkeypatch.delenv("LAYERLENS_BF16_UNITS", raising=False)
     assert A.training_autocast("cpu", 256) == "float32" and A.training_autocast("cpu", 768) == "bfloat16"
     assert A.training_autocast("cuda", 256) == "bfloat16"

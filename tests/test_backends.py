@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from analysis.inputs import InputError
+from analysis.core.inputs import InputError
 from analysis.options import grid
 from jobs import backends
 from jobs.store import JobStore, pid_alive

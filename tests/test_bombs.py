@@ -49,20 +49,20 @@ def status_mb(field):
 def run(case):
     kind, path, limit = case["call"], Path(case["path"]), case.get("limit")
     if kind == "parse_bytes":  # an upload held in memory, as the pages get it
-        from analysis.inputs import parse
+        from analysis.core.inputs import parse
         return len(parse(path.read_bytes(), case.get("name", path.name), limit=limit))
     if kind == "read_file":
-        from analysis.inputs import read_file
+        from analysis.core.inputs import read_file
         return len(read_file(path, limit=limit))
     if kind == "read_conllu":
-        from analysis.structure.treebank import read_conllu
+        from analysis.core.treebank import read_conllu
         return len(read_conllu(path, limit).sentences)
     if kind == "read_source":  # the Token atlas page, 'tokens extract', the tokens job
         from analysis.tokens.corpus import read_source
         source = read_source(path, limit=limit)
         return len(getattr(source, "sentences", source))
     if kind == "upload":  # the pages: the upload's bytes saved under LAYERLENS_HOME/uploads, then read from there
-        from analysis.dataroots import save_upload
+        from analysis.core.dataroots import save_upload
         from analysis.tokens.corpus import read_source
         saved = save_upload(path.read_bytes(), case["name"])
         source = read_source(saved, limit=limit)

@@ -70,8 +70,8 @@ def test_two_sessions_probe_at_once_and_get_identical_results(browser, server, t
         p.screenshot(path=str(tmp_path / f"session{i}.png"), full_page=True)
     assert tables[0] == tables[1]
 
-    from analysis.inputs import TextInputs
-    from analysis.reconstruction import probe
+    from analysis.core.inputs import TextInputs
+    from analysis.probe.reconstruction import probe
     from models.loading import ModelSpec, load_model
 
     expected = probe(load_model(ModelSpec("demo", device="cpu")), TextInputs(tuple(texts))).layers

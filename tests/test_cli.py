@@ -48,8 +48,8 @@ def test_out_must_be_a_directory(tiny_dirs, tmp_path, capsys):
 def test_probe_writes_the_contract_files(tiny_dirs, tmp_path):
     import pandas as pd
 
-    from analysis.inputs import TextInputs
-    from analysis.reconstruction import ProbeConfig, probe
+    from analysis.core.inputs import TextInputs
+    from analysis.probe.reconstruction import ProbeConfig, probe
 
     texts = tmp_path / "texts.tsv"
     texts.write_text("text\tlabel\nthe film is good .\t1\ni hated it !\t0\nfun\t1\n")

@@ -10,7 +10,7 @@ from scipy.stats import ortho_group
 from analysis.compare.movers import cosine_distance, mcnemar, movement, nearest, neighbour_overlap
 from analysis.compare.run import CompareConfig, aligned_maps, compare, compare_pair, same_tokenizer
 from analysis.core.cka import _gram_cka, debiased_cka, linear_cka, paired_cka
-from analysis.inputs import InputError, TextInputs
+from analysis.core.inputs import InputError, TextInputs
 from models.loading import ModelSpec, load_model
 
 

@@ -15,7 +15,7 @@ from scipy.stats import ortho_group
 from transformers import AutoModel, AutoTokenizer
 
 from analysis.compare.run import CompareConfig, compare, compare_pair
-from analysis.inputs import InputError, TextInputs, read_file
+from analysis.core.inputs import InputError, TextInputs, read_file
 from models.loading import ModelSpec, load_model
 from models.spec import DEMO_DIR
 from tests.test_compare_jobs import plain_cka, plain_cls
@@ -149,7 +149,7 @@ def test_too_few_rows_are_one_line_before_any_work(tmp_path, capsys, monkeypatch
 
 @pytest.mark.slow
 def test_a_checkpoint_without_a_head_against_its_random_twin_reads_neither_and_says_why(models_dir, monkeypatch):
-    import analysis.reconstruction
+    import analysis.probe.reconstruction
 
     headless = models_dir / "headless"
     if not headless.exists():
@@ -158,8 +158,8 @@ def test_a_checkpoint_without_a_head_against_its_random_twin_reads_neither_and_s
     b = load_model(ModelSpec(f"random:{headless}", device="cpu"))
     assert a.mlm_head is None and b.mlm_head == "own"  # the twin got a random head the checkpoint lacks
     calls = []
-    real = analysis.reconstruction.probe
-    monkeypatch.setattr(analysis.reconstruction, "probe", lambda *x, **k: calls.append(1) or real(*x, **k))
+    real = analysis.probe.reconstruction.probe
+    monkeypatch.setattr(analysis.probe.reconstruction, "probe", lambda *x, **k: calls.append(1) or real(*x, **k))
     result = compare([a, b], TextInputs(tuple(TEXTS)), CompareConfig())
     assert calls == []  # neither side read through a head
     s = result.layer_summary

@@ -225,7 +225,7 @@ def test_movers_carry_each_models_out_of_fold_probe_prediction_and_a_classifiers
 
 def test_a_jobs_own_predictions_are_its_head_on_the_rows(home, bert4, tmp_path):  # noqa: F811
     from analysis.compare.run import compare
-    from analysis.inputs import read_file
+    from analysis.core.inputs import read_file
     from models.loading import ModelSpec, load_model
 
     job = run_job(home, bert4, tmp_path)

@@ -3,7 +3,7 @@
 import pandas as pd
 
 from analysis.cli import main
-from analysis.csvout import neutralise, safe
+from analysis.core.csvout import neutralise, safe
 
 HOSTILE = ["=HYPERLINK(\"http://x\",\"y\")", "@SUM(A1)", "+1+cmd|' /C calc'!A0", "-2+3", "\tTAB", "\rCR"]
 

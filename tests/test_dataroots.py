@@ -3,8 +3,8 @@ never paths."""
 
 import pytest
 
-from analysis.dataroots import browser_source, data_roots, hub_dataset_name, server_files, within_roots
-from analysis.inputs import InputError
+from analysis.core.dataroots import browser_source, data_roots, hub_dataset_name, server_files, within_roots
+from analysis.core.inputs import InputError
 
 
 @pytest.fixture
@@ -22,7 +22,7 @@ def root(tmp_path, monkeypatch):
 
 
 def test_files_under_the_roots_and_nothing_else(root, tmp_path):
-    from analysis.dataroots import BUNDLED
+    from analysis.core.dataroots import BUNDLED
 
     # the bundled data and the uploads: always roots (issue 34.12: LAYERLENS_DATA_DIRS adds, it does not replace)
     assert data_roots()[:2] == [BUNDLED.resolve(), root.resolve()] and data_roots()[2].name == "uploads"
@@ -69,7 +69,7 @@ def model_root(tmp_path, monkeypatch):
 
 
 def test_model_folders_typed_in_the_browser_are_confined_to_the_model_roots(model_root, tmp_path):
-    from analysis.dataroots import browser_model, model_roots
+    from analysis.core.dataroots import browser_model, model_roots
 
     home = tmp_path / "home"
     assert model_roots() == [model_root.resolve(), (home / "exports").resolve(), (home / "jobs").resolve()]
@@ -89,7 +89,7 @@ def test_model_folders_typed_in_the_browser_are_confined_to_the_model_roots(mode
 
 
 def test_default_model_roots(monkeypatch, tmp_path):
-    from analysis.dataroots import model_roots
+    from analysis.core.dataroots import model_roots
     from models.spec import DEMO_DIR
 
     monkeypatch.delenv("LAYERLENS_MODEL_DIRS", raising=False)
@@ -113,7 +113,7 @@ def test_default_model_roots(monkeypatch, tmp_path):
                                          ("corpus.txt.gz", ".txt.gz"), ("rows.csv", ".csv")])
 def test_an_uploaded_treebank_or_gzipped_text_is_saved_under_its_type(name, suffix, monkeypatch, tmp_path):
     """A new user's report: uploading a .conllu on the Linguistic structure page raised instead of saving it."""
-    from analysis.dataroots import save_upload
+    from analysis.core.dataroots import save_upload
 
     monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path))
     saved = save_upload(b"1\tx\n", name)
@@ -146,7 +146,7 @@ BUNDLED_SAMPLE = ["en_ewt-ud-dev-first300.conllu.gz", "en_ewt-ud-test-first150.c
 
 
 def test_added_data_folders_keep_the_bundled_data_and_each_picker_offers_what_its_page_reads(ewt_folder):
-    from analysis.dataroots import BUNDLED, LABELLED_SUFFIXES, TREEBANK_SUFFIXES, server_file_picker_label, uploads
+    from analysis.core.dataroots import BUNDLED, LABELLED_SUFFIXES, TREEBANK_SUFFIXES, server_file_picker_label, uploads
 
     assert data_roots() == [BUNDLED.resolve(), ewt_folder.resolve(), uploads().resolve()]
     assert [p.name for p in server_files(TREEBANK_SUFFIXES)] == [*BUNDLED_SAMPLE, "en_ewt-ud-dev.conllu"]

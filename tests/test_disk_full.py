@@ -1,6 +1,6 @@
 """A full disk is one readable line, never a SIGBUS (issue 34 item 1): every file written through a memory map
 (token shards, the flat index, the maps, the store's entries, structure word vectors) has its blocks reserved
-before it is mapped (:func:`analysis.staging.open_npy`). Each test mounts a small tmpfs (skipped where mounting
+before it is mapped (:func:`analysis.core.staging.open_npy`). Each test mounts a small tmpfs (skipped where mounting
 is not permitted) and runs a real process on it: the CLI, or a library call in a child process as the Streamlit
 server makes it, so that a SIGBUS shows as the child's death and not as the test runner's."""
 
@@ -86,8 +86,8 @@ def test_server_process_survives_a_full_disk(small_disk, tmp_path):
     """As the Token atlas page calls it: the extraction raises the readable error and the process lives on."""
     texts = corpus(tmp_path / "texts.txt", 1200)
     script = textwrap.dedent(f"""
-        from analysis.activations import max_input_length
-        from analysis.inputs import InputError
+        from analysis.core.activations import max_input_length
+        from analysis.core.inputs import InputError
         from analysis.tokens.corpus import read_corpus
         from analysis.tokens.vectors import extract
         from models.loading import ModelSpec, load_model
@@ -124,7 +124,7 @@ def test_cli_index_on_a_full_disk_cleans_its_temporaries(small_disk, tmp_path):
 
 STORE_SCRIPT = """
 import numpy as np
-from analysis.store import ArrayStore
+from analysis.core.store import ArrayStore
 store = ArrayStore({root!r})
 with store.create("x", "k", (40, 65536), np.float32) as out:  # 10 MB on a disk with less left
     for i in range(40):
@@ -148,8 +148,8 @@ def test_structure_word_vectors_on_a_full_disk(small_disk):
     equal to those a roomy disk stores."""
     script = textwrap.dedent(f"""
         import numpy as np
-        from analysis.store import ArrayStore
-        from analysis.structure.treebank import read_conllu
+        from analysis.core.store import ArrayStore
+        from analysis.core.treebank import read_conllu
         from analysis.structure.words import extract
         from models.loading import ModelSpec, load_model
 

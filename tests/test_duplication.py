@@ -10,6 +10,7 @@ from transformers import AutoModelForMaskedLM
 
 from analysis.cli import main
 from analysis.core.cka import linear_cka
+from analysis.core.inputs import InputError, TextInputs
 from analysis.duplication import (
     duplicate_first,
     duplicate_last,
@@ -19,8 +20,7 @@ from analysis.duplication import (
     sweep,
     token_states,
 )
-from analysis.inputs import InputError, TextInputs
-from analysis.reconstruction import probe
+from analysis.probe.reconstruction import probe
 from models.loading import ModelSpec, load_model
 
 TEXTS = TextInputs(("the film is good .", "i hated it , very dull !", "fun and not bad"))

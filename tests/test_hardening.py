@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from analysis.core.inputs import InputError, parse, safe_suffix
 from analysis.duplication import parse_plan
-from analysis.inputs import InputError, parse, safe_suffix
 from analysis.projection import parse_layers
 
 NAMES = ["x.txt", "x.csv", "x.tsv", "x.jsonl"]
@@ -93,8 +93,8 @@ def test_two_sessions_probing_one_cached_model_at_once_agree(tiny_dirs):
 
     import pandas as pd
 
-    from analysis.inputs import TextInputs
-    from analysis.reconstruction import ProbeConfig, probe
+    from analysis.core.inputs import TextInputs
+    from analysis.probe.reconstruction import ProbeConfig, probe
     from models.cache import ModelCache
     from models.loading import ModelSpec
 

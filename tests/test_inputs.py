@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from analysis.inputs import InputError, columns_of, from_text_area, guess_text_column, parse, read_file
+from analysis.core.inputs import InputError, columns_of, from_text_area, guess_text_column, parse, read_file
 from tests.conftest import FIXTURES
 
 SST2_DEV = FIXTURES / "sst2_dev_200.tsv"

@@ -1,4 +1,4 @@
-"""The tuned lens (analysis.lens) on tiny models: untrained = raw probe, training lowers held-out KL per layer,
+"""The tuned lens (analysis.probe.lens) on tiny models: untrained = raw probe, training lowers held-out KL per layer,
 every family trains and reloads, a lens for other weights is refused, memory is one layer's graph."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 import torch
 
-from analysis import lens as L
-from analysis.inputs import InputError, TextInputs
+from analysis.core.inputs import InputError, TextInputs
 from analysis.options import LensOptions
-from analysis.reconstruction import ProbeConfig, probe
+from analysis.probe import lens as L
+from analysis.probe.reconstruction import ProbeConfig, probe
 from models.loading import ModelSpec, load_model
 from tests.conftest import TINY_CONFIGS, save_tiny
 
@@ -246,7 +246,7 @@ KILL_AT_A_CHECKPOINT = """
 import json, os, signal, sys
 from pathlib import Path
 
-from analysis import lens as L
+from analysis.probe import lens as L
 from analysis.options import LensOptions
 from models.loading import ModelSpec, load_model
 
@@ -298,7 +298,7 @@ CANCEL_AT_STEP_5 = """
 import signal, sys, threading
 from pathlib import Path
 
-from analysis import lens as L
+from analysis.probe import lens as L
 from jobs.store import JobStore
 
 job_id, root = int(sys.argv[1]), Path(sys.argv[2])

@@ -103,8 +103,8 @@ def test_hub_id_offline_and_not_cached():
 
 
 def test_checkpoint_without_mlm_head_loads_as_an_encoder_and_the_probe_explains(tmp_path):
-    from analysis.inputs import InputError, TextInputs
-    from analysis.reconstruction import probe
+    from analysis.core.inputs import InputError, TextInputs
+    from analysis.probe.reconstruction import probe
 
     BertModel(TINY_CONFIGS["bert"]).save_pretrained(tmp_path)
     tiny_tokenizer().save_pretrained(tmp_path)
@@ -117,8 +117,8 @@ def test_checkpoint_without_mlm_head_loads_as_an_encoder_and_the_probe_explains(
 def test_electra_discriminator_is_explained(tmp_path):
     from transformers import ElectraForPreTraining
 
-    from analysis.inputs import InputError, TextInputs
-    from analysis.reconstruction import probe
+    from analysis.core.inputs import InputError, TextInputs
+    from analysis.probe.reconstruction import probe
 
     ElectraForPreTraining(TINY_CONFIGS["electra"]).save_pretrained(tmp_path)
     tiny_tokenizer().save_pretrained(tmp_path)

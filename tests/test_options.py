@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from analysis.cli import main
-from analysis.inputs import InputError
+from analysis.core.inputs import InputError
 from analysis.options import PRESETS, FinetuneOptions, markdown_table, resolve
 from jobs.store import JobStore
 from jobs.submit import SubmitError, submit

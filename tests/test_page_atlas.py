@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from analysis.inputs import read_file
+from analysis.core.inputs import read_file
 from analysis.projection import AtlasConfig, atlas
 from models.loading import ModelSpec, load_model
 from tests.test_app import run_page
@@ -144,7 +144,7 @@ def test_the_random_weights_control_is_a_second_model():
 def test_the_word_order_demo_set_is_balanced_bigram_shift():
     """The bundled word-order set: 500 original and 500 swapped sentences, each from a different treebank
     sentence."""
-    from analysis.inputs import DEMO_WORDORDER
+    from analysis.core.inputs import DEMO_WORDORDER
 
     frame = pd.read_csv(DEMO_WORDORDER, keep_default_na=False)
     assert list(frame.columns) == ["text", "label", "sent_id"] and frame["sent_id"].is_unique
@@ -154,7 +154,7 @@ def test_the_word_order_demo_set_is_balanced_bigram_shift():
 def test_the_word_order_demo_set_is_what_its_script_writes_from_the_treebank(tmp_path):
     """Rebuilt from UD English-EWT dev (shared data): the same bytes; every swapped row is its treebank sentence
     with two adjacent words exchanged (the same words, one pair in the other order)."""
-    from analysis.inputs import DEMO_WORDORDER
+    from analysis.core.inputs import DEMO_WORDORDER
     from scripts.make_demo_wordorder import main, sentences, text_of
     from tests.conftest import shared_file
 

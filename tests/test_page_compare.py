@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from analysis.compare.run import CompareConfig, compare
-from analysis.inputs import read_file
+from analysis.core.inputs import read_file
 from models.loading import ModelSpec, load_model
 from tests.test_app import run_page
 from tests.test_compare_jobs import home, run_job  # noqa: F401  (home is a fixture)
@@ -150,7 +150,7 @@ def compare_with(at, other: str):
 
 
 def forty_rows():
-    from analysis.inputs import parse
+    from analysis.core.inputs import parse
 
     return parse(DEMO_LABELLED.read_bytes(), DEMO_LABELLED.name, "text", None, label_column="label").sample(40, seed=0)
 

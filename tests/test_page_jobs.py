@@ -303,7 +303,7 @@ def test_an_upload_that_fails_midway_leaves_nothing_offered(home, monkeypatch):
     import errno
     from pathlib import Path
 
-    from analysis.dataroots import server_files, uploads
+    from analysis.core.dataroots import server_files, uploads
 
     data = b"text,label\n" + b"".join(b"good film %d,pos\nbad film %d,neg\n" % (i, i) for i in range(200))
     real = Path.write_bytes

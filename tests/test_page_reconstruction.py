@@ -2,8 +2,8 @@
 
 import pandas as pd
 
-from analysis.inputs import TextInputs
-from analysis.reconstruction import ProbeConfig, probe
+from analysis.core.inputs import TextInputs
+from analysis.probe.reconstruction import ProbeConfig, probe
 from models.loading import ModelSpec, load_model
 from tests.test_app import run_page
 
@@ -56,7 +56,7 @@ def test_empty_text_is_a_message(tiny_dirs):
 def test_a_tuned_lens_overlays_raw_and_tuned_readings(tmp_path, monkeypatch):
     """The demo model's bundled lens: raw and tuned tables are the engine's, the divergence chart is shown, the
     per-token view can show either."""
-    from analysis import lens
+    from analysis.probe import lens
     from models.spec import DEMO_DIR
 
     monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path))

@@ -6,9 +6,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from analysis.core.treebank import read_conllu
 from analysis.structure.options import StructureOptions
 from analysis.structure.run import run_structure
-from analysis.structure.treebank import read_conllu
 from models.loading import ModelSpec, load_model
 from tests.conftest import FIXTURES
 from tests.test_app import run_page
@@ -174,7 +174,7 @@ def test_the_random_weights_twin_is_drawn_from_its_own_run(tiny_dirs, tmp_path, 
 
 @pytest.mark.slow  # the engine's run besides the page's
 def test_a_labelled_set_adds_the_label_task_as_the_engine_computes_it(tiny_dirs, tmp_path, monkeypatch):
-    from analysis.inputs import parse
+    from analysis.core.inputs import parse
     from ui.inputs import DEMO_WORDORDER
 
     roots(tmp_path, monkeypatch)
@@ -207,7 +207,7 @@ def test_every_page_has_its_own_icon():
 def test_submit_as_a_job_passes_the_labelled_set(tiny_dirs, tmp_path, monkeypatch):
     """The page's labelled set goes with the job (it was silently dropped): saved under the uploads folder, read
     back by the job's reader as the very rows the page probes."""
-    from analysis.inputs import parse, read_file
+    from analysis.core.inputs import parse, read_file
     from jobs.store import JobStore
     from ui.inputs import DEMO_WORDORDER
 

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.activations import max_input_length
+from analysis.core.activations import max_input_length
 from analysis.tokens.corpus import read_corpus
 from analysis.tokens.density import extent, map_figure, rasterise, sample_rows
 from analysis.tokens.geometry import geometry

@@ -1,4 +1,4 @@
-"""Data-parallel runs (analysis.parallel) against one process: real `accelerate launch` runs, two processes on
+"""Data-parallel runs (analysis.core.parallel) against one process: real `accelerate launch` runs, two processes on
 CPU with gloo, the same rows: integers and text identical, floats within FLOAT_TOLERANCE."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.parallel import ONE, Ranks, launch_command
+from analysis.core.parallel import ONE, Ranks, launch_command
 
 ROOT = Path(__file__).resolve().parents[1]
 SST2 = Path(__file__).resolve().parent / "data" / "sst2_dev_200.tsv"

@@ -1,4 +1,4 @@
-"""The precision policy (analysis.precision): the certified bf16 vocabulary product gives the float32 tables.
+"""The precision policy (analysis.core.precision): the certified bf16 vocabulary product gives the float32 tables.
 
 Both paths run everywhere: ``LAYERLENS_BF16_UNITS`` says whether the machine has bf16 matrix units."""
 
@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.inputs import TextInputs
-from analysis.precision import CertifiedHead, bf16_units, head_product
-from analysis.reconstruction import ProbeConfig, Scores, probe, score_rows
-from analysis.rowstats import row_stats
+from analysis.core.inputs import TextInputs
+from analysis.core.precision import bf16_units, head_product
+from analysis.probe.certified import CertifiedHead
+from analysis.probe.reconstruction import ProbeConfig, Scores, probe, score_rows
+from analysis.probe.rowstats import row_stats
 from models.loading import ModelSpec, load_model
 from tests.test_reconstruction import TEXTS
 
@@ -33,7 +34,7 @@ def test_the_capability_can_be_forced_either_way(monkeypatch):
 
 
 def test_without_the_override_the_capability_is_read_off_the_cpu(monkeypatch):
-    from analysis.precision import _cpu_flags, bf16_pays
+    from analysis.core.precision import _cpu_flags, bf16_pays
 
     monkeypatch.delenv("LAYERLENS_BF16_UNITS", raising=False)
     has_units = bool({"amx_bf16", "avx512_bf16"} & _cpu_flags()) and torch.ops.mkldnn._is_mkldnn_bf16_supported()
@@ -142,7 +143,7 @@ def test_score_rows_with_the_certified_head_equals_score_rows_in_float32(bf16_on
 
 def test_the_bf16_copy_belongs_to_its_weight_not_to_a_reused_address():
     """A freed model's memory is reused by the next of the same shape: the copy must be the new weight's."""
-    from analysis.precision import _bf16_copy
+    from analysis.probe.certified import _bf16_copy
 
     for seed in range(5):
         torch.manual_seed(seed)
@@ -173,7 +174,7 @@ def test_a_rank_with_a_few_near_tokens_is_settled_token_by_token(bf16_on):
 
 
 def test_run_json_names_the_mode_and_an_approximate_run_states_its_agreement_with_float32():
-    from analysis.precision import AGREEMENT_TEXTS
+    from analysis.core.precision import AGREEMENT_TEXTS
 
     inputs = TextInputs(tuple(SENTENCES * 8))
     exact = probe(load_model(ModelSpec("demo", device="cpu")), inputs, ProbeConfig())

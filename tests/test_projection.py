@@ -17,7 +17,8 @@ from sklearn.preprocessing import StandardScaler
 from transformers import AutoModel, AutoTokenizer
 
 from analysis.cli import main
-from analysis.inputs import InputError, TextInputs, parse
+from analysis.core.inputs import InputError, TextInputs, parse
+from analysis.core.store import ArrayStore
 from analysis.projection import (
     AtlasConfig,
     align_signs,
@@ -28,7 +29,6 @@ from analysis.projection import (
     project,
     representations,
 )
-from analysis.store import ArrayStore
 from models.loading import ModelSpec, load_model
 
 WORDS = ["the", "a", "film", "is", "good", "bad", "not", "very", "movie", "and", "it", "was", "i", "liked", "hated",
@@ -396,7 +396,7 @@ def test_a_sentence_encoders_own_pooling_is_named_as_such(tiny_dirs, tmp_path):
 
 def test_an_approximate_atlas_states_its_cka_with_float32_per_layer():
     from analysis.core.cka import linear_cka
-    from analysis.precision import AGREEMENT_ROWS
+    from analysis.core.precision import AGREEMENT_ROWS
     from analysis.projection import AtlasConfig, atlas, extract
     from models.loading import ModelSpec, load_model
 

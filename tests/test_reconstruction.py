@@ -7,8 +7,8 @@ import pytest
 import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-from analysis.inputs import TextInputs
-from analysis.reconstruction import (
+from analysis.core.inputs import TextInputs
+from analysis.probe.reconstruction import (
     LAYER_COLUMNS,
     ProbeConfig,
     Stopped,
@@ -17,7 +17,7 @@ from analysis.reconstruction import (
     probe,
     score_rows,
 )
-from analysis.token_sink import TokenSink
+from analysis.probe.token_sink import TokenSink
 from models.loading import ModelSpec, load_model
 
 TEXTS = ["the film is good .", "i hated it , very dull !", "not a movie", "fun", "the the the the a a a",

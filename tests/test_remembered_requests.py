@@ -5,7 +5,7 @@ button is clicked again (issue 34, item 10)."""
 import pytest
 
 import analysis.compare.run
-import analysis.reconstruction
+import analysis.probe.reconstruction
 from tests.test_app import run_page
 from ui.sidebar import KEY_DTYPE, KEY_MODEL, KEY_OTHER, OTHER
 
@@ -62,7 +62,7 @@ def test_changing_the_sidebar_model_does_not_rerun_a_comparison(monkeypatch, tin
 
 
 def test_changing_the_sidebar_model_or_precision_does_not_rerun_the_probe(monkeypatch, tiny_dirs):
-    calls = counting(monkeypatch, analysis.reconstruction, "probe")
+    calls = counting(monkeypatch, analysis.probe.reconstruction, "probe")
     at = run_page(PROBE, model=str(tiny_dirs["bert"]))
     at.text_area(key="probe_text").set_value("the film is good .\nfun and very dull !").run()
     at.button(key="probe_run").click().run()

@@ -1,7 +1,7 @@
 import numpy as np
 import torch
 
-from analysis.rowstats import row_stats_numpy, row_stats_torch
+from analysis.probe.rowstats import row_stats_numpy, row_stats_torch
 
 
 def test_numba_kernel_matches_torch():

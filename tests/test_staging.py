@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from analysis.cli import main
-from analysis.inputs import InputError
-from analysis.staging import check_replaceable, clean_stale, staged
+from analysis.core.inputs import InputError
+from analysis.core.staging import check_replaceable, clean_stale, staged
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,11 +1,11 @@
-"""The on-disk array cache (analysis.store): entries are whole or absent."""
+"""The on-disk array cache (analysis.core.store): entries are whole or absent."""
 
 import os
 
 import numpy as np
 import pytest
 
-from analysis.store import ArrayStore
+from analysis.core.store import ArrayStore
 
 
 def test_an_entry_created_in_place_is_stored_whole(tmp_path):

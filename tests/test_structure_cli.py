@@ -121,8 +121,8 @@ def test_a_labelled_set_adds_the_task_label_scored_as_the_atlas_scores_it(tiny_d
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
+    from analysis.core.inputs import read_file
     from analysis.core.scores import wilson_interval
-    from analysis.inputs import read_file
     from analysis.projection import extract
     from models.loading import load_model
     from models.spec import ModelSpec

@@ -15,9 +15,9 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from analysis.core.scores import wilson_interval
+from analysis.core.treebank import read_conllu
 from analysis.structure import mdl, probes
 from analysis.structure.summary import LayerCounts, best_layer, center_of_gravity, resample_weights, summarise
-from analysis.structure.treebank import read_conllu
 from tests.conftest import FIXTURES
 
 SENTENCES = read_conllu(FIXTURES / "ud_tiny_train.conllu").sentences

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from analysis.core.treebank import read_conllu
 from analysis.structure import mdl, probes
 from analysis.structure.options import StructureOptions
 from analysis.structure.run import run_structure
-from analysis.structure.treebank import read_conllu
 from models.loading import load_model
 from models.spec import ModelSpec
 from tests.conftest import FIXTURES

@@ -9,8 +9,8 @@ import torch
 from scipy.sparse.csgraph import minimum_spanning_tree
 from scipy.stats import spearmanr
 
+from analysis.core.treebank import read_conllu
 from analysis.structure import structural
-from analysis.structure.treebank import read_conllu
 from tests.conftest import FIXTURES
 
 TRAIN = read_conllu(FIXTURES / "ud_tiny_train.conllu").sentences

@@ -1,4 +1,4 @@
-"""CoNLL-U reading (analysis.structure.treebank): UD's words, skipped ranges and empty nodes, tree distances and
+"""CoNLL-U reading (analysis.core.treebank): UD's words, skipped ranges and empty nodes, tree distances and
 depths against networkx, readable errors naming file and line."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from analysis.inputs import InputError
-from analysis.structure.treebank import read_conllu
+from analysis.core.inputs import InputError
+from analysis.core.treebank import read_conllu
 from tests.conftest import FIXTURES
 
 TRAIN, TEST = FIXTURES / "ud_tiny_train.conllu", FIXTURES / "ud_tiny_test.conllu"

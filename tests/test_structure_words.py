@@ -11,9 +11,9 @@ import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import AlbertConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer, RobertaConfig
 
-from analysis.activations import encode_words
-from analysis.store import ArrayStore
-from analysis.structure.treebank import read_conllu
+from analysis.core.activations import encode_words
+from analysis.core.store import ArrayStore
+from analysis.core.treebank import read_conllu
 from analysis.structure.words import extract
 from models.loading import ModelSpec, load_model
 from tests.conftest import FIXTURES

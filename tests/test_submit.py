@@ -3,7 +3,7 @@
 import pytest
 
 from analysis import options as schema
-from analysis.inputs import InputError
+from analysis.core.inputs import InputError
 from jobs.store import JobStore
 from jobs.submit import SubmitError, submit, submit_sweep, validate
 

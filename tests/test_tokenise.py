@@ -1,11 +1,11 @@
-"""Every path tokenises through one function (analysis.activations.encode_truncated), which ignores the padding
+"""Every path tokenises through one function (analysis.core.activations.encode_truncated), which ignores the padding
 and truncation a checkpoint's tokenizer.json stores (sentence-transformers' fixed padding to 128) and applies
 LayerLens's own: the probe, the atlas, the tuned lens and fine-tuning see the same ids."""
 
 import pytest
 
-from analysis.activations import encode, encode_truncated
-from analysis.inputs import TextInputs
+from analysis.core.activations import encode, encode_truncated
+from analysis.core.inputs import TextInputs
 from analysis.taskdata import prepare
 from models.loading import ModelSpec, load_encoder, load_model
 from tests.conftest import save_tiny, tiny_tokenizer
@@ -54,7 +54,7 @@ def test_fine_tuning_ids_ignore_the_stored_padding(padded_dir, strategy, max_len
 @pytest.mark.parametrize("max_length", [8, 64])
 @pytest.mark.parametrize("pairs", [None, PAIRS])
 def test_probe_and_lens_ids_ignore_the_stored_padding(padded_dir, plain_dir, max_length, pairs):
-    from analysis.lens import Batches
+    from analysis.probe.lens import Batches
 
     inputs = TextInputs(TEXTS, pairs)
     expected = encode(tiny_tokenizer(), inputs, max_length)

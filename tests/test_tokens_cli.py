@@ -83,7 +83,7 @@ def test_extract_in_two_processes_writes_the_shards_of_one(tmp_path):
 
     import numpy as np
 
-    from analysis.parallel import launch_command
+    from analysis.core.parallel import launch_command
 
     root = Path(__file__).resolve().parents[1]
     args = ["-m", "analysis", "tokens", "extract", "--model", "demo", "--input", str(FIXTURES / "ud_tiny_train.conllu"),

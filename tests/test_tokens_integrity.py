@@ -21,7 +21,7 @@ import torch
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
 from analysis.cli import main
-from analysis.inputs import InputError
+from analysis.core.inputs import InputError
 from analysis.tokens.geometry import geometry
 from analysis.tokens.maps import layer_map
 from analysis.tokens.search import across_layers, brute_force
@@ -276,7 +276,7 @@ def test_two_processes_store_the_float32_shards_of_one(tiny_dirs, tmp_path, text
     import subprocess
     import sys
 
-    from analysis.parallel import launch_command
+    from analysis.core.parallel import launch_command
 
     def scale(model):
         model.bert.embeddings.LayerNorm.weight.mul_(1e5)

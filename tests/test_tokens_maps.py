@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.inputs import InputError
+from analysis.core.inputs import InputError
 from analysis.tokens import maps
 from analysis.tokens.maps import layer_map, pca_map, umap_map, umap_sample_rows
 from tests.test_tokens_search import planted

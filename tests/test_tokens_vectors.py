@@ -17,10 +17,10 @@ import pytest
 import torch
 from transformers import AutoModel
 
-from analysis.activations import max_input_length
-from analysis.inputs import InputError, TextInputs
-from analysis.store import ArrayStore
-from analysis.structure.treebank import read_conllu
+from analysis.core.activations import max_input_length
+from analysis.core.inputs import InputError, TextInputs
+from analysis.core.store import ArrayStore
+from analysis.core.treebank import read_conllu
 from analysis.tokens.corpus import from_texts, from_treebank, read_corpus
 from analysis.tokens.vectors import TokenVectors, extract
 from models.loading import ModelSpec, load_model
@@ -162,8 +162,8 @@ def test_read_corpus_reads_text_files_and_treebanks(bert, tmp_path):
 
 KILLED = textwrap.dedent("""
     import os, signal, sys
-    from analysis.inputs import TextInputs
-    from analysis.store import ArrayStore
+    from analysis.core.inputs import TextInputs
+    from analysis.core.store import ArrayStore
     from analysis.tokens.corpus import from_texts
     from analysis.tokens.vectors import extract
     from models.loading import ModelSpec, load_model

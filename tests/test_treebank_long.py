@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from analysis.inputs import InputError
-from analysis.structure.treebank import read_conllu
+from analysis.core.inputs import InputError
+from analysis.core.treebank import read_conllu
 
 
 def chain(path, n: int, sent_id: str = "long-1"):

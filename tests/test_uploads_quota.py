@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from analysis.inputs import InputError
+from analysis.core.inputs import InputError
 from jobs.store import JobStore
 from tests.test_app import run_page
 
@@ -30,7 +30,7 @@ def rows(n_bytes: int, seed: int) -> bytes:
 
 
 def test_an_upload_over_the_cap_is_refused_saying_the_cap_the_use_and_how_to_delete(home):
-    from analysis.dataroots import save_upload, uploads
+    from analysis.core.dataroots import save_upload, uploads
 
     first = save_upload(rows(600_000, 1), "a.csv")
     assert save_upload(rows(600_000, 1), "again.csv") == first  # the same content again takes no more room
@@ -42,7 +42,7 @@ def test_an_upload_over_the_cap_is_refused_saying_the_cap_the_use_and_how_to_del
     assert f"holds {first.stat().st_size / MB:.2f} MB in 1 file" in message, message
     assert "delete" in message and "\n" not in message, message
     assert sorted(p.name for p in uploads().iterdir()) == before  # nothing written, nothing partial left
-    from analysis.dataroots import list_uploads
+    from analysis.core.dataroots import list_uploads
 
     assert [(u.name, u.size) for u in list_uploads()] == [(first.name, first.stat().st_size)]
 
@@ -50,7 +50,7 @@ def test_an_upload_over_the_cap_is_refused_saying_the_cap_the_use_and_how_to_del
 def test_a_partial_file_left_by_a_killed_save_is_cleared_and_counted_until_then(home):
     """A save killed mid-write (SIGKILL) leaves its hidden temporary file: it takes room, so it counts, and the
     next save (which holds the folder's lock, so no other save is writing) removes it."""
-    from analysis.dataroots import save_upload, uploads, uploads_used
+    from analysis.core.dataroots import save_upload, uploads, uploads_used
 
     folder = uploads()
     folder.mkdir(parents=True)
@@ -63,7 +63,7 @@ def test_a_partial_file_left_by_a_killed_save_is_cleared_and_counted_until_then(
 
 @pytest.mark.parametrize("setting", ["0", "-5", "lots", "1.5"])
 def test_a_bad_cap_setting_is_one_line(home, monkeypatch, setting):
-    from analysis.dataroots import save_upload
+    from analysis.core.dataroots import save_upload
 
     monkeypatch.setenv("LAYERLENS_UPLOADS_MAX_MB", setting)
     with pytest.raises(InputError, match="LAYERLENS_UPLOADS_MAX_MB must be a whole number of at least 1"):
@@ -71,14 +71,14 @@ def test_a_bad_cap_setting_is_one_line(home, monkeypatch, setting):
 
 
 def test_the_default_cap(home, monkeypatch):
-    from analysis.dataroots import UPLOADS_MAX_MB, uploads_cap
+    from analysis.core.dataroots import UPLOADS_MAX_MB, uploads_cap
 
     monkeypatch.delenv("LAYERLENS_UPLOADS_MAX_MB")
     assert uploads_cap() == UPLOADS_MAX_MB * MB == 1024 * MB
 
 
 def test_delete_reaches_only_the_uploads_folder(home, tmp_path):
-    from analysis.dataroots import delete_upload, list_uploads, save_upload, uploads
+    from analysis.core.dataroots import delete_upload, list_uploads, save_upload, uploads
 
     saved = save_upload(rows(1000, 4), "a.csv")
     outside = tmp_path / "keep.csv"
@@ -98,7 +98,7 @@ def test_delete_reaches_only_the_uploads_folder(home, tmp_path):
 def test_the_pages_that_save_uploads_list_them_and_delete_them(home, tiny_dirs):
     """The jobs, Linguistic structure and Token atlas pages list the uploads (name, size) with the folder's use
     against the cap; Delete removes the chosen file, and a file a queued job reads cannot be chosen."""
-    from analysis.dataroots import list_uploads, save_upload
+    from analysis.core.dataroots import list_uploads, save_upload
 
     for page, key, radio in (("pages/5_Fine_Tune_Jobs.py", "job", ("job_source", "Upload a file")),
                              ("pages/6_Linguistic_structure.py", "structure", None),

@@ -158,7 +158,7 @@ def tail(path: Path, lines: int = 5) -> str:
 
 
 def log_dir() -> Path:
-    from analysis.store import layerlens_home
+    from analysis.core.store import layerlens_home
 
     folder = layerlens_home() / "cache" / "embedding_atlas"
     folder.mkdir(parents=True, exist_ok=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from analysis.csvout import safe
-from analysis.dataroots import (
+from analysis.core.csvout import safe
+from analysis.core.dataroots import (
     MB,
     TEXT_SUFFIXES,
     data_roots,
@@ -18,7 +18,7 @@ from analysis.dataroots import (
     uploads_cap,
     uploads_used,
 )
-from analysis.inputs import (
+from analysis.core.inputs import (
     DEMO_LABELLED,
     DEMO_WORDORDER,
     FORMATS,
@@ -184,7 +184,7 @@ def _hub_rows(name, config, split, text, pair, label) -> TextInputs:
 
 
 def server_file(key: str, container=None, suffixes: tuple[str, ...] = TEXT_SUFFIXES) -> str | None:
-    """A data file on the server, picked from those under the data roots (:mod:`analysis.dataroots`) whose type the
+    """A data file on the server, picked from those under the data roots (:mod:`analysis.core.dataroots`) whose type the
     page reads (``suffixes``: texts by default), never typed as a path; None when there is none (said)."""
     files = server_files(suffixes)
     box = container or st

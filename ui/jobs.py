@@ -6,7 +6,7 @@ import time
 
 import pandas as pd
 
-from analysis.csvout import safe
+from analysis.core.csvout import safe
 
 
 def _ago(t: float | None) -> str:
@@ -98,8 +98,8 @@ def lens_job_form(model: str) -> None:
                       key="lens_source")
     corpus, column = "demo", "text"
     if source != "Demo set's texts":
-        from analysis.dataroots import browser_source
-        from analysis.inputs import InputError
+        from analysis.core.dataroots import browser_source
+        from analysis.core.inputs import InputError
         from ui.inputs import server_file
 
         c1, c2 = st.columns([3, 1])
@@ -133,7 +133,7 @@ def structure_job_form(spec, train, test, options, label_data=None) -> None:
 
     import streamlit as st
 
-    from analysis.inputs import InputError
+    from analysis.core.inputs import InputError
     from analysis.options import FinetuneOptions
     from jobs.submit import SubmitError, submit
     from ui.options import option_input
@@ -266,7 +266,7 @@ def tokens_jobs(store=None) -> list:
 
 def finished_tokens_jobs(store=None) -> list:
     """The succeeded ``tokens`` jobs, newest first. ``TokenVectors.open(job.artifacts)`` opens a job's
-    extraction (its ``run.json`` names the cache directory; an :class:`analysis.inputs.InputError` when the cache
+    extraction (its ``run.json`` names the cache directory; an :class:`analysis.core.inputs.InputError` when the cache
     was cleared since); ``job.metrics``: ``vectors``, ``rows``, ``layers``, ``hidden``, ``shards``, ``disk_bytes``,
     ``index`` (``index.csv``'s rows)."""
     return [j for j in tokens_jobs(store) if j.status == "succeeded"]

@@ -12,9 +12,9 @@ from collections.abc import Callable
 
 import streamlit as st
 
-from analysis.csvout import safe
-from analysis.dataroots import browser_model
-from analysis.inputs import InputError
+from analysis.core.csvout import safe
+from analysis.core.dataroots import browser_model
+from analysis.core.inputs import InputError
 from models.loading import RANDOM_PREFIX, LoadedModel, ModelLoadError, ModelSpec
 
 
@@ -141,7 +141,7 @@ def compared_model(compare: str, base: str) -> tuple[str, str | None, str]:
     model ``base``: ``job:N`` is job N's fine-tuned encoder read by the pre-trained MLM head of the model it
     started from, labelled ``job #N (head, model)``; ``random`` is ``random:<base>`` (its architecture with
     seeded random weights, head included); anything else is a model name labelled as itself, with its own head.
-    Every model it names passes :func:`analysis.dataroots.browser_model`, a job's recorded base (its lent head,
+    Every model it names passes :func:`analysis.core.dataroots.browser_model`, a job's recorded base (its lent head,
     which a job submitted from the CLI may have named anywhere) and its checkpoint included."""
     if compare.strip().lower() == "random":
         return f"{RANDOM_PREFIX}{base.removeprefix(RANDOM_PREFIX)}", None, f"{base} with random weights"
@@ -184,7 +184,8 @@ def for_each_model(what: str, request_key: str, loaded: LoadedModel, compare: st
 def table(frame, headers: dict[str, tuple[str, str]], container=None, **kwargs) -> None:
     """A dataframe whose columns carry the analysis' own header names and help (``headers``: column ->
     (header, help)), numbers to 4 decimals (text columns as text). Text cells are shown formula-neutralised
-    (:func:`analysis.csvout.safe`), so the download in Streamlit's table toolbar is as safe as our own CSV files."""
+    (:func:`analysis.core.csvout.safe`), so the download in Streamlit's table toolbar is as safe as our own CSV
+    files."""
     from pandas.api.types import is_numeric_dtype
 
     config = {col: st.column_config.NumberColumn(name, help=text, format="%.4f") if is_numeric_dtype(frame[col])

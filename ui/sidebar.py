@@ -8,10 +8,10 @@ from pathlib import Path
 import streamlit as st
 import torch
 
-from analysis.dataroots import browser_model
-from analysis.inputs import InputError
-from analysis.lens import label as lens_label
-from analysis.precision import mode
+from analysis.core.dataroots import browser_model
+from analysis.core.inputs import InputError
+from analysis.core.precision import mode
+from analysis.probe.lens import label as lens_label
 from models.cache import ModelCache, shared_cache
 from models.loading import DEMO_NAME, RANDOM_SEED, SUGGESTED_MODELS, LoadedModel, ModelLoadError, ModelSpec
 from ui.results import CHART_FORMAT, SIDEBAR_SPEC, stopped_note
@@ -20,7 +20,7 @@ KEY_MODEL, KEY_OTHER = "ll_model", "ll_model_other"
 KEY_REVISION, KEY_DEVICE, KEY_DTYPE = "ll_revision", "ll_device", "ll_dtype"
 KEY_HEAD_FROM = "ll_head_from"
 KEY_HEAD_REFUSED = "ll_head_refused"  # (spec, reason) of a borrowed MLM head that could not be lent
-OTHER = "other: hub id or local path…"  # a local folder under the model roots (analysis.dataroots.model_roots)
+OTHER = "other: hub id or local path…"  # a local folder under the model roots (analysis.core.dataroots.model_roots)
 
 
 @st.cache_resource
@@ -221,7 +221,7 @@ def has_line(loaded: LoadedModel) -> str:
 
 def available_lenses(loaded: LoadedModel) -> list:
     """The tuned lenses trained for this model's weights (bundled, under LAYERLENS_HOME/lenses, lens jobs)."""
-    from analysis.lens import find
+    from analysis.probe.lens import find
 
     return find(loaded) if loaded.mlm_head else []
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from analysis.inputs import InputError, TextInputs
+from analysis.core.inputs import InputError, TextInputs
 from models.loading import LoadedModel
 
 PAIRINGS = ("index", "relative")
@@ -36,10 +36,10 @@ def _shown(tokens: list[str], limit: int = 12) -> str:
 def same_tokens(models: list[LoadedModel], inputs: TextInputs, max_length: int | None,
                 names: list[str] | None = None) -> None:
     """Refuse, naming the first row that differs, when any model's tokenizer gives other input ids than the first
-    model's on a row of ``inputs`` (tokenised as the extraction tokenises them: :func:`analysis.activations.encode`
+    model's on a row of ``inputs`` (tokenised as the extraction tokenises them: :func:`analysis.core.activations.encode`
     at each model's own length limit under ``max_length``). Only the rows being compared are checked: two
     tokenizers that differ in a way these rows never show compare as one."""
-    from analysis.activations import encode, max_input_length
+    from analysis.core.activations import encode, max_input_length
 
     names = names or [m.spec.name for m in models]
 

@@ -38,7 +38,7 @@ from analysis.compare.run import (
     reconstructions,
     run_info,
 )
-from analysis.inputs import InputError, TextInputs
+from analysis.core.inputs import InputError, TextInputs
 from models.loading import LoadedModel, ModelSpec
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from analysis.inputs import TextInputs
+from analysis.core.inputs import TextInputs
 from models.loading import LoadedModel
 
 
@@ -33,7 +33,7 @@ def own_predictions(loaded: LoadedModel, inputs: TextInputs, max_length: int | N
     """``(predicted class per row, which head predicted)``; ``(None, None)`` for a model without a classifier head."""
     checkpoint = job_checkpoint(loaded)
     if checkpoint is not None:
-        from analysis.activations import position_limit
+        from analysis.core.activations import position_limit
         from analysis.finetune import load_checkpoint
         from analysis.taskdata import prepare
         from analysis.training import evaluate

@@ -1,8 +1,8 @@
 """Reconstruction accuracy per layer for two checkpoints on the same tokens, and its change (issue 28, 2.; Kao et al.
 2020 Fig. 2: a pre-trained model against its fine-tuned version, every layer read by the pre-trained MLM head).
 
-Each model is read by the reconstruction probe (:func:`analysis.reconstruction.probe`, unmasked, special tokens not
-counted): its own MLM head, or one lent by ``ModelSpec.head_from`` (``--head-from``; a ``job:N`` is read by the head
+Each model is read by the reconstruction probe (:func:`analysis.probe.reconstruction.probe`, unmasked, special tokens
+not counted): its own MLM head, or one lent by ``ModelSpec.head_from`` (``--head-from``; a ``job:N`` is read by the head
 of the model it was fine-tuned from). Same tokenizer and texts, so both models are scored on the same tokens and
 the two predictions of a token pair up. Per layer:
 
@@ -21,7 +21,7 @@ import numpy as np
 from analysis.compare.movers import mcnemar
 from analysis.core.scores import wilson_interval
 
-RESAMPLES = 2000  # as the probe's own sentence bootstrap (analysis.reconstruction.BOOTSTRAP_RESAMPLES)
+RESAMPLES = 2000  # as the probe's own sentence bootstrap (analysis.probe.reconstruction.BOOTSTRAP_RESAMPLES)
 COLUMNS = ["recon_tokens", "recon_accuracy_a", "recon_ci_low_a", "recon_ci_high_a", "recon_accuracy_b",
            "recon_ci_low_b", "recon_ci_high_b", "recon_change", "recon_change_ci_low", "recon_change_ci_high",
            "recon_mcnemar_a_only", "recon_mcnemar_b_only", "recon_mcnemar_p"]

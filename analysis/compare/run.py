@@ -34,8 +34,8 @@ from analysis.compare.movers import mcnemar, movement, neighbour_overlap, procru
 from analysis.compare.predictions import own_predictions
 from analysis.compare.recon import COLUMNS, RESAMPLES, reconstruction_rows
 from analysis.core.cka import constant_layer, cross_cka, paired_cka
+from analysis.core.inputs import InputError, TextInputs
 from analysis.core.scores import majority_baseline, wilson_interval
-from analysis.inputs import InputError, TextInputs
 from models.loading import LoadedModel
 
 NEIGHBOURS = 10
@@ -244,7 +244,7 @@ def reconstructions(models: list[LoadedModel], inputs: TextInputs, config: Compa
     ``pairs`` (default: the first model with each other): a model is read only when it is in a pair whose two
     models both have an MLM head (own or lent): the change needs both, and a checkpoint without a head against its
     ``random:`` twin (whose random head it lacks) would otherwise spend the probe's time on one side only."""
-    from analysis.reconstruction import ProbeConfig, probe, require_mlm_head
+    from analysis.probe.reconstruction import ProbeConfig, probe, require_mlm_head
 
     names = names or [m.spec.name for m in models]
     pairs = pairs or [(0, i) for i in range(1, len(models))]

@@ -1,6 +1,6 @@
 """What each layer knows about linguistic structure (issue 27), one module per technique:
 
-- :mod:`~analysis.structure.treebank`: CoNLL-U treebanks (UD words, heads, relations; trees' distances, depths);
+- :mod:`~analysis.core.treebank`: CoNLL-U treebanks (UD words, heads, relations; trees' distances, depths);
 - :mod:`~analysis.structure.words`: word vectors per layer from subwords (first or mean), cached on disk;
 - :mod:`~analysis.structure.probes`: UPOS and dependency-relation probes, control tasks (Hewitt & Liang 2019);
 - :mod:`~analysis.structure.mdl`: online codelength (Voita & Titov 2020);

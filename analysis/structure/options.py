@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from analysis.inputs import InputError
+from analysis.core.inputs import InputError
 from analysis.options import BACKENDS, MAX_SEED, Dtype, Options, _same
 
 TASKS = ("upos", "deprel", "distance", "depth")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.inputs import InputError
+from analysis.core.inputs import InputError
 
 FILES = ("probes.csv", "mdl.csv", "summary.csv", "trees.jsonl", "run.json")
 
@@ -19,7 +19,7 @@ def run_info(result, loaded, processes: int = 1, label_data: str | None = None) 
     """What ``run.json`` holds: the run's facts, the model (name, fingerprint, spec), its precision mode, the
     number of processes and the versions."""
     from analysis import versions
-    from analysis.precision import model_mode
+    from analysis.core.precision import model_mode
 
     info = dict(result.info)
     if label_data is not None and info.get("label_task"):
@@ -30,8 +30,8 @@ def run_info(result, loaded, processes: int = 1, label_data: str | None = None) 
 
 def write_outputs(result, out: Path, info: dict) -> None:
     """The five files of ``result`` into the folder ``out`` (which exists), ``info`` as ``run.json``
-    (:func:`run_info`). The CSVs go through :func:`analysis.csvout.to_csv` (no spreadsheet formulas)."""
-    from analysis.csvout import to_csv
+    (:func:`run_info`). The CSVs go through :func:`analysis.core.csvout.to_csv` (no spreadsheet formulas)."""
+    from analysis.core.csvout import to_csv
 
     out = Path(out)
     to_csv(result.probes, out / "probes.csv")

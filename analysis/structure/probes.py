@@ -33,8 +33,8 @@ from collections import Counter
 import numpy as np
 
 from analysis.core.scores import class_baseline, majority_class, wilson_interval
+from analysis.core.treebank import Sentence
 from analysis.structure.softmax import fit_softmax
-from analysis.structure.treebank import Sentence
 
 PROBES = ("linear", "mlp")
 LABEL_TASKS = ("upos", "deprel")

@@ -17,15 +17,15 @@ import pandas as pd
 import torch
 from threadpoolctl import threadpool_limits
 
+from analysis.core.inputs import InputError, TextInputs
+from analysis.core.parallel import ONE, Ranks
 from analysis.core.scores import class_baseline, majority_class, wilson_interval
-from analysis.inputs import InputError, TextInputs
-from analysis.parallel import ONE, Ranks
+from analysis.core.store import ArrayStore
+from analysis.core.treebank import Treebank
 from analysis.projection import check_labels, out_of_fold, parse_layers, representations
-from analysis.store import ArrayStore
 from analysis.structure import mdl, probes, structural
 from analysis.structure.options import StructureOptions, check_rank
 from analysis.structure.summary import BOOTSTRAP, LayerCounts, resample_weights, summarise
-from analysis.structure.treebank import Treebank
 from analysis.structure.words import WordVectors, extract
 from models.loading import LoadedModel
 

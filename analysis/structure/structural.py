@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from scipy.stats import rankdata
 
-from analysis.structure.treebank import Sentence
+from analysis.core.treebank import Sentence
 
 STRUCTURAL_TASKS = ("distance", "depth")
 DEFAULT_RANK = 128

@@ -1,6 +1,6 @@
 """Word vectors per layer from subword vectors, aligned through the tokenizer's word ids.
 
-A treebank's words are given pre-split; :func:`analysis.activations.encode_words` tokenises them with the
+A treebank's words are given pre-split; :func:`analysis.core.activations.encode_words` tokenises them with the
 model's own special tokens and records which word each subword belongs to (WordPiece, SentencePiece and
 byte-level BPE alike; a byte-level BPE reads every word as preceded by a space). A word's vector at layer ``l``
 is its **first** subword's hidden state (the default, as in Hewitt & Manning 2019 and Hewitt & Liang 2019) or
@@ -8,7 +8,7 @@ the **mean** of its subwords' states (Tenney et al. 2019 pool spans; an option h
 
 A sentence longer than the model's limit is never cut: it is dropped and counted (``too_long``), as is a
 sentence with a word the tokenizer turns into nothing (``no_subword``). The ``(L + 1, words, hidden)`` float32
-array is cached on disk (:mod:`analysis.store`, like the atlas' vectors) by model fingerprint, words, pooling
+array is cached on disk (:mod:`analysis.core.store`, like the atlas' vectors) by model fingerprint, words, pooling
 and limit, written there batch by batch through a memory map (the whole array is never in memory), and handed
 back memory-mapped so a probe holds one layer at a time.
 """
@@ -23,7 +23,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from analysis.activations import (
+from analysis.core.activations import (
     Encoded,
     bucket_indices,
     encode_words,
@@ -32,9 +32,9 @@ from analysis.activations import (
     make_batch,
     max_input_length,
 )
-from analysis.inputs import InputError
-from analysis.parallel import ONE, Ranks
-from analysis.store import ArrayStore, key_of
+from analysis.core.inputs import InputError
+from analysis.core.parallel import ONE, Ranks
+from analysis.core.store import ArrayStore, key_of
 from models.loading import LoadedModel
 
 WORD_VECTORS = ("first", "mean")
@@ -112,7 +112,7 @@ def extract(loaded: LoadedModel, sentences: list[list[str]], pooling: str = "fir
     words, pooling and limit were seen before.
 
     Under a launcher (``ranks``) each process runs its share of the batches and the main process writes them in
-    place (:mod:`analysis.parallel`, as the atlas's extraction); only the main process gets the vectors (the
+    place (:mod:`analysis.core.parallel`, as the atlas's extraction); only the main process gets the vectors (the
     others get None)."""
     if pooling not in WORD_VECTORS:
         raise InputError(f"unknown word vector '{pooling}'; choose one of {', '.join(WORD_VECTORS)}")

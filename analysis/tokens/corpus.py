@@ -1,12 +1,12 @@
 """A corpus tokenised once, with one metadata row per *counted* token (the non-special ones, as the probe counts
-them: :func:`analysis.activations.counted_mask`).
+them: :func:`analysis.core.activations.counted_mask`).
 
-Plain texts (any file :func:`analysis.inputs.read_file` reads, ``.txt`` one text per line) go through the one
-tokenisation, :func:`analysis.activations.encode` (texts over the model's limit cut at their end, counted); a
+Plain texts (any file :func:`analysis.core.inputs.read_file` reads, ``.txt`` one text per line) go through the one
+tokenisation, :func:`analysis.core.activations.encode` (texts over the model's limit cut at their end, counted); a
 token's *word* is the tokenizer's pre-tokenizer word (its ``word_ids``) spelled as in the text. A CoNLL-U treebank
-(:func:`analysis.structure.treebank.read_conllu`) is tokenised from its words by
-:func:`analysis.activations.encode_words`, as the structure analysis does (a sentence over the limit, or with a word
-that has no subword, is left out and counted), and each token carries its word's UPOS and DEPREL.
+(:func:`analysis.core.treebank.read_conllu`) is tokenised from its words
+by :func:`analysis.core.activations.encode_words`, as the structure analysis does (a sentence over the limit, or
+with a word that has no subword, is left out and counted), and each token carries its word's UPOS and DEPREL.
 
 Row ``r`` of the metadata is row ``r`` of every layer's vectors; rows run text by text, position by position.
 """
@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.activations import Encoded, bare_backend, encode, encode_words
-from analysis.inputs import CONLLU_SUFFIXES, InputError, TextInputs
+from analysis.core.activations import Encoded, bare_backend, encode, encode_words
+from analysis.core.inputs import CONLLU_SUFFIXES, InputError, TextInputs
 
 
 @dataclasses.dataclass
@@ -106,7 +106,7 @@ def _frame(tokenizer, encoded: Encoded, words: list[list[int | None]], spans: li
 
 
 def from_texts(tokenizer, inputs: TextInputs, max_length: int) -> TokenCorpus:
-    """Plain texts: :func:`analysis.activations.encode` (head truncation); the word of each token from the
+    """Plain texts: :func:`analysis.core.activations.encode` (head truncation); the word of each token from the
     tokenizer's own pre-tokenisation of the text (the same encoding ``encode`` starts from), spelled as in the
     text by its character offsets."""
     if inputs.pairs is not None:
@@ -147,7 +147,7 @@ def from_texts(tokenizer, inputs: TextInputs, max_length: int) -> TokenCorpus:
 
 
 def from_treebank(tokenizer, treebank, max_length: int) -> TokenCorpus:
-    """A treebank's sentences through :func:`analysis.activations.encode_words` (the structure analysis's
+    """A treebank's sentences through :func:`analysis.core.activations.encode_words` (the structure analysis's
     alignment); sentences over ``max_length`` tokens or with a word without subwords are left out (counted)."""
     sentences = [list(s.words) for s in treebank.sentences]
     enc = encode_words(tokenizer, sentences, max_length)
@@ -192,13 +192,13 @@ def read_corpus(tokenizer, path: Path, max_length: int, column: str = "text", la
 
 def read_source(path: Path, column: str = "text", label_column: str | None = None, limit: int | None = None):
     """:func:`read_corpus`'s file before tokenisation: a treebank (``read_conllu``) or texts (``TextInputs``, through
-    :func:`analysis.inputs.read_file`: any of its formats, gzipped too), streamed and read up to ``limit`` only;
+    :func:`analysis.core.inputs.read_file`: any of its formats, gzipped too), streamed and read up to ``limit`` only;
     bad input is an :class:`InputError` naming it (a job checks its corpus with this at submit)."""
     path = Path(path)
     if is_conllu(path):
-        from analysis.structure.treebank import read_conllu
+        from analysis.core.treebank import read_conllu
 
         return read_conllu(path, limit)
-    from analysis.inputs import read_file
+    from analysis.core.inputs import read_file
 
     return read_file(path, column, limit=limit, label_column=label_column)

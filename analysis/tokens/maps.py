@@ -20,8 +20,8 @@ import warnings
 
 import numpy as np
 
-from analysis.inputs import InputError
-from analysis.staging import npy_damage, open_npy
+from analysis.core.inputs import InputError
+from analysis.core.staging import npy_damage, open_npy
 from analysis.tokens.vectors import TokenVectors, _save_npy, _write_atomic
 
 CHUNK = 65_536

@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.inputs import InputError
-from analysis.staging import npy_damage, open_npy
+from analysis.core.inputs import InputError
+from analysis.core.staging import npy_damage, open_npy
 from analysis.tokens.vectors import TokenVectors, _write_atomic
 
 KINDS = ("flat", "hnsw", "ivf")
@@ -151,7 +151,7 @@ class MappedFlat:
 
 
 def _write_flat(tv: TokenVectors, layer: int, path: Path, progress=None) -> None:
-    """The flat index file: its blocks reserved before it is mapped (:func:`analysis.staging.open_npy`: a full disk
+    """The flat index file: its blocks reserved before it is mapped (:func:`analysis.core.staging.open_npy`: a full disk
     is one line, not a SIGBUS), written whole or not at all."""
     def fill(tmp: Path) -> None:
         out = open_npy(tmp, np.float32, (tv.rows, tv.hidden))

@@ -1,7 +1,7 @@
 """Every counted token's vector at the chosen layers, on disk as float16 shards (issue 29 item 1).
 
 Layout of an extraction directory (``LAYERLENS_HOME/cache/token_vectors/<key>/``, the key made by
-:func:`analysis.store.key_of` from the model fingerprint, the data's hash, the layers, the length limit and the
+:func:`analysis.core.store.key_of` from the model fingerprint, the data's hash, the layers, the length limit and the
 shard size, as the atlas keys its vectors):
 
 - ``manifest.json``: model, fingerprint, ``layers`` (hidden-state indices, Hugging Face's numbering), ``hidden``,
@@ -22,10 +22,10 @@ before the manifest (the commit point), :meth:`TokenVectors.open` checks every p
 line naming the file and saying to re-run the extraction, which rewrites what is missing or damaged.
 
 Shards hold whole texts, in order. Each is written in place through a memory map on a temporary file beside it
-(its blocks reserved first: :func:`analysis.staging.open_npy`, so a full disk is one line, not a SIGBUS) and
+(its blocks reserved first: :func:`analysis.core.staging.open_npy`, so a full disk is one line, not a SIGBUS) and
 renamed when full: a run killed at any point leaves only whole shards (and a temporary file that the next run
 removes); the next run computes the missing shards only. Under ``accelerate launch`` (``ranks``) every process
-runs its share of each shard's batches and the main process writes them (:mod:`analysis.parallel`).
+runs its share of each shard's batches and the main process writes them (:mod:`analysis.core.parallel`).
 """
 
 from __future__ import annotations
@@ -39,12 +39,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.inputs import InputError
-from analysis.parallel import ONE, Ranks
-from analysis.staging import clean_stale_files as clean_stale  # noqa: F401  (the tokens job's name for it)
-from analysis.staging import npy_damage, open_npy
-from analysis.staging import write_atomic as _write_atomic
-from analysis.store import ArrayStore, key_of
+from analysis.core.inputs import InputError
+from analysis.core.parallel import ONE, Ranks
+from analysis.core.staging import clean_stale_files as clean_stale  # noqa: F401  (the tokens job's name for it)
+from analysis.core.staging import npy_damage, open_npy
+from analysis.core.staging import write_atomic as _write_atomic
+from analysis.core.store import ArrayStore, key_of
 from analysis.tokens.corpus import TokenCorpus
 
 log = logging.getLogger(__name__)
@@ -340,7 +340,7 @@ def extract(loaded, corpus: TokenCorpus, layers: list[int] | None = None, batch_
     there: the shard being written is removed, the shards written before stay (whole or absent)."""
     import torch
 
-    from analysis.activations import Encoded, bucket_indices, counted_mask, halving_on_oom, hidden_states, make_batch
+    from analysis.core import activations as act
 
     n_states = loaded.num_layers + 1
     layers = list(range(n_states)) if layers is None else [int(x) for x in layers]
@@ -362,7 +362,7 @@ def extract(loaded, corpus: TokenCorpus, layers: list[int] | None = None, batch_
         manifest = {"version": VERSION, "key": key, "model": loaded.spec.name, "fingerprint": loaded.fingerprint,
                     "layers": layers, "hidden": hidden, "rows": corpus.n_rows, "dtype": "float16",
                     "max_length": corpus.encoded.max_length, "texts": len(corpus.encoded),
-                    "source": corpus.source, "counted": "non-special tokens (analysis.activations.counted_mask)",
+                    "source": corpus.source, "counted": "non-special tokens (analysis.core.activations.counted_mask)",
                     "nonfinite": {str(x): 0 for x in layers}, "shards": shards}
         shard_of = np.repeat(np.arange(len(plan)), [m["rows"] for m in shards])
         manifest = _write_metadata(directory, manifest, lambda: corpus.tokens.assign(shard=shard_of), corpus.texts)
@@ -380,9 +380,9 @@ def extract(loaded, corpus: TokenCorpus, layers: list[int] | None = None, batch_
         layer)``: float16, each layer's counted rows taken and halved before they are stacked (stacking the float32
         (layers, batch, seq, hidden) first held ~0.3 GB more at bert-base, batch 64); float32 when a value would
         overflow float16; None when a value is NaN or infinite already."""
-        batch = make_batch(corpus.encoded, idx, pad, loaded.spec.device)
-        states = hidden_states(loaded, batch)
-        mask = counted_mask(batch, special, include_special=False)
+        batch = act.make_batch(corpus.encoded, idx, pad, loaded.spec.device)
+        states = act.hidden_states(loaded, batch)
+        mask = act.counted_mask(batch, special, include_special=False)
         halves, bad, wide = [], [], False
         for i in pick.tolist():
             x = states[i][mask]
@@ -399,16 +399,16 @@ def extract(loaded, corpus: TokenCorpus, layers: list[int] | None = None, batch_
         return idx, counts, torch.stack(halves).cpu().numpy(), bad
 
     def compute(idx):
-        return list(halving_on_oom(run, idx)) if idx is not None else []
+        return list(act.halving_on_oom(run, idx)) if idx is not None else []
 
     done_rows = sum(int(corpus.counts[a:b].sum()) for i, (a, b) in enumerate(plan) if i not in todo)
     for i in todo:
         a, b = plan[i]
         texts = list(range(a, b))
-        sub = Encoded([corpus.encoded.input_ids[t] for t in texts],
+        sub = act.Encoded([corpus.encoded.input_ids[t] for t in texts],
                       None if corpus.encoded.token_type_ids is None else
                       [corpus.encoded.token_type_ids[t] for t in texts], corpus.encoded.max_length, 0)
-        batches = ranks.broadcast([[texts[j] for j in idx] for idx in bucket_indices(sub, batch_size, loaded)]
+        batches = ranks.broadcast([[texts[j] for j in idx] for idx in act.bucket_indices(sub, batch_size, loaded)]
                                   if ranks.is_main else None)
         if not ranks.is_main:
             again = True

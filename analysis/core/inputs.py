@@ -2,7 +2,7 @@
 
 Formats: ``.txt`` (one text per line, blank lines skipped), ``.csv``, ``.tsv`` (read with quoting off: the
 shared datasets contain bare quotes), ``.jsonl`` (one JSON object per line), each plain or gzipped (``.txt.gz``).
-Every file is streamed (:mod:`analysis.textfiles`) and a reader with a row limit stops there: a file is never held
+Every file is streamed (:mod:`analysis.core.textfiles`) and a reader with a row limit stops there: a file is never held
 whole, and a compressed one yields at most ``LAYERLENS_MAX_DECOMPRESSED_MB``. Every problem raises
 :class:`InputError` with a message for the user; nothing in a file is ever executed.
 """
@@ -20,10 +20,10 @@ from functools import partial
 from itertools import islice, repeat
 from pathlib import Path
 
-from analysis.textfiles import InputError, Lines, is_empty, open_blocks
+from analysis.core.textfiles import InputError, Lines, is_empty, open_blocks
 
 FORMATS = ("txt", "csv", "tsv", "jsonl")
-CONLLU_SUFFIXES = (".conllu", ".conllu.gz")  # CoNLL-U treebanks (analysis.structure.treebank reads them)
+CONLLU_SUFFIXES = (".conllu", ".conllu.gz")  # CoNLL-U treebanks (analysis.core.treebank reads them)
 DEMO_LABELLED = Path(__file__).resolve().parent / "data" / "demo_sentiment.csv"  # the bundled labelled set
 # the bundled set on which layers differ: Conneau et al. 2018's bigram shift on UD English-EWT sentences (CC BY-SA
 # 4.0), written by scripts/make_demo_wordorder.py

@@ -54,7 +54,7 @@ class ArrayStore:
             return None
 
     def put(self, kind: str, key: str, array: np.ndarray) -> None:
-        from analysis.staging import NoSpace, write_atomic
+        from analysis.core.staging import NoSpace, write_atomic
 
         path = self.path(kind, key)
 
@@ -71,12 +71,12 @@ class ArrayStore:
     @contextlib.contextmanager
     def create(self, kind: str, key: str, shape: tuple[int, ...], dtype=np.float32) -> Iterator[np.ndarray]:
         """A new entry written in place: yields a writable array (memory-mapped on a temporary file beside the
-        entry, its blocks reserved first: :func:`analysis.staging.open_npy`) to fill, then flushes it and renames
+        entry, its blocks reserved first: :func:`analysis.core.staging.open_npy`) to fill, then flushes it and renames
         it into place; on an exception the temporary file is removed and nothing is stored. A writer fills an
         array larger than memory a slice at a time. Where the disk refuses (full, read-only), the array is an
         ordinary one in memory and is not stored, when it fits in half the available memory; otherwise the
         disk's error is raised (a full disk: one line naming the folder and the size)."""
-        from analysis.staging import NoSpace, open_npy, temporary
+        from analysis.core.staging import NoSpace, open_npy, temporary
 
         path = self.path(kind, key)
         try:

@@ -28,7 +28,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from analysis.inputs import InputError
+from analysis.core.inputs import InputError
 
 MARKERS = ("run.json", "info.json", "duplication.json", "metrics.json")  # files only a LayerLens output has
 STAGING = ".staging-"

@@ -6,7 +6,7 @@ empty nodes (``8.1``, enhanced dependencies only) are not words and are skipped 
 FORM, UPOS, HEAD (0 = the root) and DEPREL, from the line's ten tab-separated fields; a sentence's ``sent_id`` is
 its ``# sent_id = ...`` comment. Malformed input is an :class:`InputError` naming the file and line.
 
-A file is streamed line by line (:func:`analysis.textfiles.open_lines`: a gzipped one yields at most
+A file is streamed line by line (:func:`analysis.core.textfiles.open_lines`: a gzipped one yields at most
 ``LAYERLENS_MAX_DECOMPRESSED_MB``), reading stops at the sentence limit, and a sentence may have at most
 ``LAYERLENS_MAX_SENTENCE_WORDS`` words (default 1,000): reading a sentence is linear in its length.
 """
@@ -20,13 +20,13 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.textfiles import InputError, open_lines, setting
+from analysis.core.textfiles import InputError, open_lines, setting
 
 WORD_ID = re.compile(r"^[1-9][0-9]*$")
 RANGE_ID = re.compile(r"^[1-9][0-9]*-[1-9][0-9]*$")
 EMPTY_ID = re.compile(r"^[0-9]+\.[1-9][0-9]*$")
 # The words one sentence may have. Every model family here reads at most 512 tokens and every word is at least one
-# of them, so a sentence over ~510 words is always left out as too long (analysis.activations.encode_words); UD
+# of them, so a sentence over ~510 words is always left out as too long (analysis.core.activations.encode_words); UD
 # English-EWT's longest dev/test sentence has 81 words. 1,000 reads every sentence a model could take, and bounds
 # a sentence's (n, n) tree distances at 8 MB.
 MAX_SENTENCE_WORDS = 1000

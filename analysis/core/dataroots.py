@@ -19,14 +19,14 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-from analysis.inputs import CONLLU_SUFFIXES, FORMATS, InputError
-from analysis.store import layerlens_home
-from analysis.textfiles import setting
+from analysis.core.inputs import CONLLU_SUFFIXES, FORMATS, InputError
+from analysis.core.store import layerlens_home
+from analysis.core.textfiles import setting
 
 BUNDLED = Path(__file__).resolve().parent / "data"
 MAX_LISTED = 2000  # files offered in a select box
 HUB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
-# what each picker offers: the files its page can read (analysis.inputs.read_file: any of them gzipped too)
+# what each picker offers: the files its page can read (analysis.core.inputs.read_file: any of them gzipped too)
 TEXT_SUFFIXES = tuple(f".{f}{gz}" for f in FORMATS for gz in ("", ".gz"))  # texts: .txt one per line, or a column
 LABELLED_SUFFIXES = tuple(s for s in TEXT_SUFFIXES if not s.startswith(".txt"))  # labels need named columns
 TREEBANK_SUFFIXES = CONLLU_SUFFIXES
@@ -104,7 +104,7 @@ def megabytes(n: int) -> str:
     return f"{n / MB:,.2f} MB"
 
 
-UPLOAD_SUFFIXES = (".conllu.gz", ".conllu")  # besides the text formats (analysis.inputs.safe_suffix)
+UPLOAD_SUFFIXES = (".conllu.gz", ".conllu")  # besides the text formats (analysis.core.inputs.safe_suffix)
 
 
 def save_upload(data: bytes, name: str) -> Path:
@@ -117,7 +117,7 @@ def save_upload(data: bytes, name: str) -> Path:
     holds the lock while it writes) and are removed."""
     import hashlib
 
-    from analysis.inputs import safe_suffix
+    from analysis.core.inputs import safe_suffix
 
     folder = uploads()
     suffix = next((s for s in UPLOAD_SUFFIXES if name.lower().endswith(s)), None) or safe_suffix(name)

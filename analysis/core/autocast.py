@@ -1,9 +1,9 @@
 """What training runs its products in: bfloat16 autocast with float32 master weights, or float32 (issue 26).
 
-The decision is :func:`analysis.precision.bf16_pays` (a GPU with bfloat16, or a CPU whose bf16 units a timed
+The decision is :func:`analysis.core.precision.bf16_pays` (a GPU with bfloat16, or a CPU whose bf16 units a timed
 product shows at least 1.5x faster than float32; ``LAYERLENS_BF16_UNITS=0/1`` forces it), made in one place for
 fine-tuning (:mod:`analysis.training`), further pre-training (:func:`analysis.finetune.further_pretrain`) and
-tuned-lens training (:mod:`analysis.lens`). The recipe is mixed-precision training (Micikevicius et al. 2018,
+tuned-lens training (:mod:`analysis.probe.lens`). The recipe is mixed-precision training (Micikevicius et al. 2018,
 "Mixed Precision Training", ICLR): products in 16 bits, float32 master weights that the optimizer updates, and
 reductions such as the loss's softmax in float32. With bfloat16's 8 exponent bits no loss scaling is needed
 (Kalamkar et al. 2019, "A Study of BFLOAT16 for Deep Learning Training"), which is what the HF Trainer's
@@ -31,14 +31,14 @@ CPU_MIN_HIDDEN = 512  # measured (docs/benchmarks.md, issue 26): hidden 768 gain
 
 def training_autocast(device, hidden_size: int | None = None) -> str:
     """``"bfloat16"`` when training on ``device`` should run in bfloat16 autocast (float32 master weights), else
-    ``"float32"``: :func:`analysis.precision.bf16_pays`, and on a CPU a model of hidden size at least
+    ``"float32"``: :func:`analysis.core.precision.bf16_pays`, and on a CPU a model of hidden size at least
     ``CPU_MIN_HIDDEN`` (on this project's AVX512-BF16 CPU bf16 autocast made bert-base-sized training 1.5-2.2x
     faster but the demo model's (hidden 256) tuned lens 2.1x slower and the tests' tiny models ~10x slower:
     small products gain little and pay the casts). ``LAYERLENS_BF16_UNITS=1`` forces bfloat16 at any size.
     Run metadata records this value (``autocast``)."""
     import os
 
-    from analysis.precision import FORCE_ENV, bf16_pays
+    from analysis.core.precision import FORCE_ENV, bf16_pays
 
     device = str(device)
     if not bf16_pays(device):

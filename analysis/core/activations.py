@@ -15,12 +15,14 @@ from collections.abc import Iterator
 import torch
 from tokenizers import Encoding, Tokenizer
 
-from analysis.inputs import InputError, TextInputs
-from analysis.options import TRUNCATIONS
+from analysis.core.inputs import InputError, TextInputs
 from models.cache import free_bytes, is_out_of_memory
 from models.loading import LoadedModel
 
 log = logging.getLogger(__name__)
+
+
+TRUNCATIONS = ("head", "tail", "head+tail")  # which tokens a text over the length limit keeps
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,7 +2,7 @@
 probe (Belrose et al. 2023, "Eliciting latent predictions from transformers with the tuned lens", adapted from
 decoders to encoders).
 
-Reading a layer with the model's own MLM head (Kao et al.; :mod:`analysis.reconstruction`) is the encoder's
+Reading a layer with the model's own MLM head (Kao et al.; :mod:`analysis.probe.reconstruction`) is the encoder's
 logit lens. The tuned lens reads hidden state ``l`` (0..L-1) as ``head(h + A_l h + b_l)``; the last layer is read
 by the head directly. ``A_l`` and ``b_l`` start at zero, so an untrained lens *is* the raw probe. The model and
 its head (its own pre-trained MLM head, or the ``--head-from`` one) are frozen.
@@ -19,8 +19,8 @@ Training, as the decoder recipe with what an encoder needs:
   translators; Adam (amsgrad, lr 1e-3 x scale, linear warm-up over min(1000, steps / 5)) as an option;
 - the encoder runs once per batch without a graph; each layer's translator, head and loss are then
   back-propagated one layer at a time, so training memory does not grow with the number of layers;
-- in bfloat16 autocast where :func:`analysis.precision.bf16_pays` (:mod:`analysis.autocast`; Micikevicius et al.
-  2018 mixed precision, float32 translators as master weights), the frozen encoder and head through bfloat16
+- in bfloat16 autocast where :func:`analysis.core.precision.bf16_pays` (:mod:`analysis.core.autocast`; Micikevicius et
+  al. 2018 mixed precision, float32 translators as master weights), the frozen encoder and head through bfloat16
   shadow copies of their weights (:class:`Frozen`); the held-out measurements stay float32.
 Deviations from the reference (docs/tuned_lens.md says why): no per-step re-centring of the translators (the
 reference's ``normalize_`` relied on its unembedding starting with a LayerNorm; here the translator sits before the
@@ -53,7 +53,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from analysis.inputs import InputError
+from analysis.core.inputs import InputError
 from models.loading import LoadedModel
 from models.spec import DEMO_DIR
 
@@ -223,7 +223,7 @@ def finished(directory: Path) -> bool:
 def search_roots() -> list[Path]:
     """Where lenses are looked for: beside the demo model (its bundled lens), ``LAYERLENS_HOME/lenses`` and the
     artifacts of lens jobs (``LAYERLENS_HOME/jobs/<id>/artifacts``)."""
-    from analysis.store import layerlens_home
+    from analysis.core.store import layerlens_home
 
     return [DEMO_DIR, layerlens_home() / "lenses", layerlens_home() / "jobs"]
 
@@ -307,12 +307,12 @@ def make_optimizer(lens: TunedLens, options, steps: int):
 
 
 class Batches:
-    """Tokenised texts (:func:`analysis.activations.encode`) and the batch of every step: a seeded permutation per
+    """Tokenised texts (:func:`analysis.core.activations.encode`) and the batch of every step: a seeded permutation per
     pass over the texts; batches padded and counted as the probe's (``make_batch``, ``counted_mask``)."""
 
     def __init__(self, loaded: LoadedModel, texts: list[str], batch_size: int, max_length: int, seed: int):
-        from analysis.activations import encode, max_input_length
-        from analysis.inputs import TextInputs
+        from analysis.core.activations import encode, max_input_length
+        from analysis.core.inputs import TextInputs
 
         self.encoded = encode(loaded.tokenizer, TextInputs(tuple(texts)), min(max_length, max_input_length(loaded)))
         self.ids = self.encoded.input_ids
@@ -326,7 +326,7 @@ class Batches:
 
     def batch(self, rows: list[int]):
         """``(batch, counted)``: the padded batch on the model's device and its counted positions (on the CPU)."""
-        from analysis.activations import counted_mask, make_batch
+        from analysis.core.activations import counted_mask, make_batch
 
         tok = self.loaded.tokenizer
         batch = make_batch(self.encoded, rows, tok.pad_token_id, self.loaded.spec.device)
@@ -336,7 +336,7 @@ class Batches:
 @dataclasses.dataclass
 class Frozen:
     """The frozen encoder (``base_model``) and MLM head a lens step runs: in bfloat16 autocast, their shadows with
-    bfloat16 ``nn.Linear`` weights (:func:`analysis.autocast.bf16_shadow`: the same results as autocast's own
+    bfloat16 ``nn.Linear`` weights (:func:`analysis.core.autocast.bf16_shadow`: the same results as autocast's own
     casts, made once instead of on every call; measured in docs/benchmarks.md)."""
 
     encoder: nn.Module
@@ -346,7 +346,7 @@ class Frozen:
     @classmethod
     def of(cls, loaded: LoadedModel, mode: str) -> Frozen | None:
         """The shadows for ``mode`` ``"bfloat16"``; None (``loaded``'s own) for ``"float32"``."""
-        from analysis.autocast import BF16, bf16_shadow
+        from analysis.core.autocast import BF16, bf16_shadow
 
         if mode != BF16:
             return None
@@ -355,7 +355,7 @@ class Frozen:
                    loaded.num_layers)
 
     def hidden_states(self, batch, input_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """As :func:`analysis.activations.hidden_states`, with the shadow encoder."""
+        """As :func:`analysis.core.activations.hidden_states`, with the shadow encoder."""
         out = self.encoder(**batch.model_inputs(input_ids), output_hidden_states=True, return_dict=True)
         if len(out.hidden_states) != self.num_layers + 1:
             raise RuntimeError(f"the model returned {len(out.hidden_states)} hidden states for {self.num_layers} "
@@ -369,7 +369,7 @@ def layer_losses(loaded: LoadedModel, lens: TunedLens, batch, counted: torch.Ten
     lens at the chosen positions (back-propagated one layer at a time with ``backward``). Returns each layer's
     mean KL (L values, the last layer is the reference) and the number of positions. ``frozen``: the encoder and
     head to run instead of ``loaded``'s (their bfloat16 shadows under autocast, :meth:`Frozen.of`)."""
-    from analysis.activations import hidden_states
+    from analysis.core.activations import hidden_states
 
     gen = torch.Generator().manual_seed(options.seed * 1_000_003 + step)
     masked, selected = mask_like_pretraining(batch.input_ids.cpu(), counted, options.mask_fraction,
@@ -397,7 +397,7 @@ def layer_losses(loaded: LoadedModel, lens: TunedLens, batch, counted: torch.Ten
 def evaluate(loaded: LoadedModel, lens: TunedLens | None, batches: Batches, options, rows: list[int]) -> dict:
     """Held-out KL to the final layer and top-1 agreement with it, per hidden state 0..L, at masked and at
     unmasked positions (masks seeded as in training), for the lens (or the raw head with None)."""
-    from analysis.activations import hidden_states
+    from analysis.core.activations import hidden_states
 
     n_states = loaded.num_layers + 1
     sums = {kind: np.zeros((2, n_states)) for kind in ("masked", "unmasked")}
@@ -435,8 +435,8 @@ def train(loaded: LoadedModel, texts: list[str], options, out: Path, progress: C
     losses)`` after every step. Returns ``training.json``'s dict, or None when stopped (a partial lens)."""
     from safetensors.torch import save_file
 
-    from analysis.autocast import autocast, training_autocast
-    from analysis.reconstruction import require_mlm_head
+    from analysis.core.autocast import autocast, training_autocast
+    from analysis.probe.reconstruction import require_mlm_head
 
     require_mlm_head(loaded)
     if len(texts) < options.eval_texts + 1:
@@ -569,7 +569,7 @@ def _resume_source(out: Path, run: dict, earlier: Iterable[Path]) -> Path | None
 
 def _clean_stale_temporaries(out: Path) -> None:
     """Remove the temporary files (:func:`_atomic`) in ``out`` of processes that were killed while writing."""
-    from analysis.staging import pid_alive
+    from analysis.core.staging import pid_alive
 
     for tmp in Path(out).glob(".*.tmp-*"):
         pid = tmp.name.rsplit(".tmp-", 1)[1]

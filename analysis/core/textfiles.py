@@ -1,5 +1,5 @@
-"""Text files read one line at a time, with caps, for every reader of user files (:mod:`analysis.inputs`: texts
-and tables; :mod:`analysis.structure.treebank`: CoNLL-U): a file is never held whole, a reader that stops at its
+"""Text files read one line at a time, with caps, for every reader of user files (:mod:`analysis.core.inputs`: texts
+and tables; :mod:`analysis.core.treebank`: CoNLL-U): a file is never held whole, a reader that stops at its
 limit reads no further, and a compressed file yields at most ``LAYERLENS_MAX_DECOMPRESSED_MB`` (issue 34.2: a 39 KB
 ``.txt.gz`` of 20 million one-letter lines took 6.9 GB when read whole). :class:`InputError` (a problem with what a
 user gave, its message written for the user) lives here so that every reader can raise it.

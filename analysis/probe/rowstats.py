@@ -37,7 +37,7 @@ def _row_scan(logits, targets, tol, pred, rank, near, near_ids, top_ids, top_val
             x = row[j]
             if x > t + margin:  # with margin 0: strictly greater, the rank's definition
                 greater += 1
-            elif x >= t - margin and j != target:  # within the margin: not sure which side (analysis.precision)
+            elif x >= t - margin and j != target:  # within the margin: not sure which side (analysis.core.precision)
                 if close < cap:
                     near_ids[i, close] = j
                 close += 1

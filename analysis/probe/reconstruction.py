@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from analysis.activations import (
+from analysis.core.activations import (
     bucket_indices,
     counted_mask,
     encode,
@@ -37,12 +37,13 @@ from analysis.activations import (
     make_batch,
     max_input_length,
 )
-from analysis.inputs import InputError, TextInputs
-from analysis.memory import release_freed_memory
-from analysis.parallel import ONE, Ranks
-from analysis.precision import PRECISIONS, Certified, CertifiedHead, describe, dtype_of, head_product
-from analysis.rowstats import row_stats
-from analysis.token_sink import TokenSink
+from analysis.core.inputs import InputError, TextInputs
+from analysis.core.memory import release_freed_memory
+from analysis.core.parallel import ONE, Ranks
+from analysis.core.precision import PRECISIONS, describe, dtype_of, head_product
+from analysis.probe.certified import Certified, CertifiedHead
+from analysis.probe.rowstats import row_stats
+from analysis.probe.token_sink import TokenSink
 from models.loading import LoadedModel
 
 MODES = ("unmasked", "masked")
@@ -64,7 +65,7 @@ class ProbeConfig:
     mask_fraction: float = 0.15
     seed: int = 0
     logits_budget_bytes: int = 32 * 2**20
-    precision: str = "float32"  # analysis.precision: "float32", or "certified" (bf16 product, float32 tables)
+    precision: str = "float32"  # analysis.core.precision: "float32", or "certified" (bf16 product, float32 tables)
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -105,7 +106,7 @@ class ProbeResult:
     max_length: int
     seconds: float
     layer_names: list[str]
-    precision: dict = dataclasses.field(default_factory=dict)  # analysis.precision.describe: what ran in what
+    precision: dict = dataclasses.field(default_factory=dict)  # analysis.core.precision.describe: what ran in what
 
     def __post_init__(self):
         assert list(self.layers.columns)[:len(LAYER_COLUMNS)] == LAYER_COLUMNS
@@ -142,7 +143,7 @@ def score_rows(head: Callable, stacked: torch.Tensor, targets: torch.Tensor, top
     Positions are taken in chunks with all their layers in one call of the head, so each layer's logits are
     computed once and the final layer's are at hand for the divergence; peak memory is one
     ``(rows_per_chunk, vocab)`` block of logits (and its log-probabilities with ``divergence``). With
-    ``certified`` (:class:`analysis.precision.CertifiedHead`, not with ``divergence``) the vocabulary product runs
+    ``certified`` (:class:`analysis.core.precision.CertifiedHead`, not with ``divergence``) the vocabulary product runs
     in bfloat16 and every row is certified equal to the float32 head's, or recomputed in float32.
     """
     layers, n = stacked.shape[:2]
@@ -207,12 +208,12 @@ def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig = ProbeCo
           divergence: bool = False, check_agreement: bool = True) -> ProbeResult | None:
     """Run the reconstruction probe on ``inputs``. Per-token rows go to ``sink`` (in memory by default).
 
-    ``lens`` (:class:`analysis.lens.TunedLens`) reads hidden state ``l < L`` as ``head(h + A_l h + b_l)`` instead
+    ``lens`` (:class:`analysis.probe.lens.TunedLens`) reads hidden state ``l < L`` as ``head(h + A_l h + b_l)`` instead
     of ``head(h)``; ``check_agreement`` (for a bfloat16/float16 model) stores :func:`approximate_check` in the
     result's ``precision``; ``divergence`` (on with a lens) adds each layer's mean KL to the final layer's distribution
     and its top-1 agreement with the final layer to the layer table (``kl_to_final``, ``agreement``).
 
-    Under a launcher (``ranks``, :mod:`analysis.parallel`) each process probes its share of the batches and the
+    Under a launcher (``ranks``, :mod:`analysis.core.parallel`) each process probes its share of the batches and the
     main process merges them in plan order: it alone gets the result (others get None), calls ``progress`` (for
     the whole run) and ``should_stop``, and writes to ``sink``. The rows and numbers equal one process's."""
     require_mlm_head(loaded)
@@ -311,12 +312,12 @@ def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig = ProbeCo
 
 
 def approximate_check(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig, lens=None) -> dict:
-    """For a model in bfloat16/float16 (the approximate mode, :func:`analysis.precision.mode`): the same probe on
-    the first :data:`~analysis.precision.AGREEMENT_TEXTS` texts, once as it ran and once with the model in float32,
+    """For a model in bfloat16/float16 (the approximate mode, :func:`analysis.core.precision.mode`): the same probe on
+    the first :data:`~analysis.core.precision.AGREEMENT_TEXTS` texts, once as it ran and once with the model in float32,
     compared token by token: ``{"agreement": {...}}`` with the texts and tokens compared, per layer the share of
     predictions identical, the largest difference in a layer's accuracy and in a target's probability. ``{}``
     for a float32 model."""
-    from analysis.precision import AGREEMENT_TEXTS, reference_spec
+    from analysis.core.precision import AGREEMENT_TEXTS, reference_spec
     from models.loading import load_model
 
     if loaded.model.dtype == torch.float32:
