@@ -23,7 +23,7 @@ from analysis.core.inputs import CONLLU_SUFFIXES, FORMATS, InputError
 from analysis.core.store import layerlens_home
 from analysis.core.textfiles import setting
 
-BUNDLED = Path(__file__).resolve().parent / "data"
+BUNDLED = Path(__file__).resolve().parents[1] / "data"
 MAX_LISTED = 2000  # files offered in a select box
 HUB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
 # what each picker offers: the files its page can read (analysis.core.inputs.read_file: any of them gzipped too)

@@ -24,10 +24,10 @@ from analysis.core.textfiles import InputError, Lines, is_empty, open_blocks
 
 FORMATS = ("txt", "csv", "tsv", "jsonl")
 CONLLU_SUFFIXES = (".conllu", ".conllu.gz")  # CoNLL-U treebanks (analysis.core.treebank reads them)
-DEMO_LABELLED = Path(__file__).resolve().parent / "data" / "demo_sentiment.csv"  # the bundled labelled set
+DEMO_LABELLED = Path(__file__).resolve().parents[1] / "data" / "demo_sentiment.csv"  # the bundled labelled set
 # the bundled set on which layers differ: Conneau et al. 2018's bigram shift on UD English-EWT sentences (CC BY-SA
 # 4.0), written by scripts/make_demo_wordorder.py
-DEMO_WORDORDER = Path(__file__).resolve().parent / "data" / "demo_wordorder.csv"
+DEMO_WORDORDER = Path(__file__).resolve().parents[1] / "data" / "demo_wordorder.csv"
 
 
 @dataclasses.dataclass(frozen=True)
