@@ -44,8 +44,8 @@ from analysis.cli_tokens import add_tokens_arguments, cmd_tokens
 from analysis.core.csvout import to_csv
 from analysis.core.inputs import PROBE_ROW_LIMIT, InputError, check_row_limit
 from analysis.core.parallel import is_main_process
-from analysis.options import ATLAS_METHODS as METHODS
-from analysis.options import ATLAS_POOLINGS as POOLINGS
+from analysis.core.projection import METHODS
+from analysis.core.vectors import POOLINGS
 from analysis.options import COLOR_BY
 from jobs.store import StoreError
 from models.spec import DTYPE_NAMES, ModelLoadError
@@ -179,8 +179,9 @@ def add_atlas_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_atlas(args: argparse.Namespace) -> int:
     """Layer atlas: per-layer sentence vectors in 2-D, separability per layer, layer x layer CKA."""
-    from analysis.core.inputs import from_hub_dataset, read_file
-    from analysis.projection import AtlasConfig, atlas, layers_note, max_rows, parse_layers
+    from analysis.atlas.atlas import AtlasConfig, atlas
+    from analysis.core.inputs import from_hub_dataset, max_rows, read_file
+    from analysis.core.layers import layers_note, parse_layers
     from models.loading import load_model
 
     if args.out is None:

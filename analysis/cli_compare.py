@@ -15,7 +15,7 @@ from analysis.cli_base import (
     prepare_out,
     write_json,
 )
-from analysis.options import ATLAS_POOLINGS
+from analysis.core.vectors import POOLINGS
 
 
 def add_compare_arguments(p: argparse.ArgumentParser) -> None:
@@ -42,7 +42,7 @@ def add_compare_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--pair-column", help="column holding the second text of a pair")
     g.add_argument("--label-column", default="label", help="column holding the class labels, if any (default: "
                    "label; without it the probe columns are left out)")
-    g.add_argument("--pooling", choices=ATLAS_POOLINGS, default="cls", help="sentence vector (default cls)")
+    g.add_argument("--pooling", choices=POOLINGS, default="cls", help="sentence vector (default cls)")
     g.add_argument("--max-length", type=positive_int, help="cut texts to this many tokens (default: the limit)")
     g.add_argument("--batch-size", type=positive_int, default=32, help="texts per forward pass (default 32)")
     g.add_argument("--folds", type=positive_int, default=5, help="folds of the linear probe (default 5)")

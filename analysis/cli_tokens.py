@@ -80,7 +80,7 @@ def add_tokens_arguments(p: argparse.ArgumentParser) -> None:
 
 def _extract(args: argparse.Namespace, ranks, spec, progress=None):
     from analysis.core.activations import max_input_length
-    from analysis.projection import parse_layers
+    from analysis.core.layers import parse_layers
     from analysis.tokens.corpus import read_corpus
     from analysis.tokens.vectors import extract
     from models.loading import load_model
@@ -140,7 +140,7 @@ def _cmd_extract(args: argparse.Namespace) -> int:
 def _layers_of(args, tv) -> list[int]:
     if args.layers in (None, "all"):
         return tv.layers
-    from analysis.projection import parse_layers
+    from analysis.core.layers import parse_layers
 
     chosen = parse_layers(args.layers, max(tv.layers) + 1)
     for layer in chosen:

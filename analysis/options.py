@@ -27,8 +27,6 @@ from analysis.core.inputs import InputError
 from models.spec import DEMO_NAME, DEVICES, DTYPE_NAMES, SUGGESTED_MODELS
 
 # The layer atlas's choices (its full options become a schema here too, as the fine-tuning ones did).
-ATLAS_POOLINGS = ("cls", "mean", "model")  # model: a sentence encoder's own pooling
-ATLAS_METHODS = ("pca", "umap", "tsne")
 COLOR_BY = ("label", "prediction", "correct")  # a classifier's own predictions can colour the atlas
 
 MAX_SEED = 2**32 - 1  # numpy's and scikit-learn's random_state take no more

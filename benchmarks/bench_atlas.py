@@ -4,7 +4,7 @@
 
 1. Extraction of every layer's [CLS] vector for SST-2 texts. Naive: what a user would write: padded batches of 32
    in file order through the full masked-LM model with ``output_hidden_states=True``, ``h[:, 0]`` per layer.
-   Engine: :func:`analysis.projection.extract` (length buckets, encoder only). Both must agree.
+   Engine: :func:`analysis.atlas.atlas.extract` (length buckets, encoder only). Both must agree.
 2. PCA of a 100k x 768 matrix: scikit-learn's full-SVD solver (naive) vs the engine's ``project`` (scikit-learn's
    default, which picks the exact covariance-eigendecomposition solver for tall matrices). Both must agree up
    to the sign of each axis.
@@ -21,7 +21,8 @@ import numpy as np
 import torch
 
 from analysis.core.inputs import read_file
-from analysis.projection import extract, project
+from analysis.core.projection import project
+from analysis.core.vectors import extract
 from models.loading import ModelSpec, load_model
 
 DATA = Path(os.environ.get("LAYERLENS_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))

@@ -24,7 +24,7 @@ from analysis.compare.movers import movement, neighbour_overlap
 from analysis.compare.run import CompareConfig, aligned_maps, compare_pair
 from analysis.core.cka import cross_cka, paired_cka
 from analysis.core.inputs import TextInputs
-from analysis.projection import out_of_fold
+from analysis.core.separability import out_of_fold
 
 
 def anon_mb() -> float:

@@ -34,8 +34,8 @@ def child(args) -> None:
     import torch
     from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
 
+    import analysis.atlas.atlas as projection
     import analysis.core.activations as activations
-    import analysis.projection as projection
     from analysis.core.inputs import TextInputs
     from models.loading import ModelSpec, load_model
 

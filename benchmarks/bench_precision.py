@@ -101,7 +101,7 @@ def atlas_extraction(loaded, low, inputs, repeats: int) -> None:
     """The atlas's vector extraction (encoder only, [CLS] of every layer) in float32 and in bfloat16, with each
     layer's linear CKA between the two and the encoder's GEMM throughput against the peak of a layer's shape."""
     from analysis.core.cka import linear_cka
-    from analysis.projection import extract
+    from analysis.core.vectors import extract
 
     times, vectors = {}, {}
     for name, model in (("float32", loaded), ("bfloat16", low)):

@@ -64,7 +64,7 @@ def _timed(fn) -> float:
 def extraction(args, loaded, train, test) -> None:
     from analysis.core.inputs import TextInputs
     from analysis.core.store import ArrayStore
-    from analysis.projection import extract as atlas_extract
+    from analysis.core.vectors import extract as atlas_extract
     from analysis.structure.words import extract
 
     for name, bank in (("train", train), ("test", test)):

@@ -180,7 +180,7 @@ def run_tokens_job(store: JobStore, job, out: Path) -> dict:
 
     from analysis.core.activations import max_input_length
     from analysis.core.csvout import to_csv
-    from analysis.projection import parse_layers
+    from analysis.core.layers import parse_layers
     from analysis.tokens.corpus import read_corpus
     from analysis.tokens.search import index_row
     from analysis.tokens.vectors import clean_stale, extract

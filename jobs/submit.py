@@ -86,8 +86,8 @@ def validate_structure(config: dict, browser: bool = False) -> tuple[dict, str]:
     rank against the model's config, the backend. From the ``browser`` the treebanks and the labelled set are
     files under the data roots and the model a hub id or a folder under the model roots, before anything is
     read."""
+    from analysis.core.layers import parse_layers
     from analysis.core.treebank import read_conllu
-    from analysis.projection import parse_layers
     from analysis.structure.options import StructureJobOptions, check_rank
 
     try:
@@ -101,7 +101,7 @@ def validate_structure(config: dict, browser: bool = False) -> tuple[dict, str]:
             read_conllu(path, options.max_sentences)
         if options.label_data:
             from analysis.core.inputs import read_file
-            from analysis.projection import check_labels
+            from analysis.core.separability import check_labels
 
             labelled = read_file(Path(options.label_data), options.text_column, options.pair_column,
                                  label_column=options.label_column)
@@ -166,7 +166,7 @@ def validate_tokens(config: dict, browser: bool = False) -> tuple[dict, str]:
     CoNLL-U treebank whole, so a malformed line is refused now, naming it; texts with their columns), the layers
     against the model's config, the backend. From the ``browser`` the corpus is a file under the data roots and
     the model a hub id or a folder under the model roots, before anything is read."""
-    from analysis.projection import parse_layers
+    from analysis.core.layers import parse_layers
     from analysis.tokens.corpus import read_source
 
     try:

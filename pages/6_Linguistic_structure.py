@@ -8,10 +8,10 @@ import streamlit as st
 
 from analysis.core.csvout import to_csv
 from analysis.core.dataroots import TREEBANK_SUFFIXES, data_roots, save_upload, server_file_picker_label, server_files
-from analysis.core.inputs import InputError
+from analysis.core.inputs import InputError, max_rows
+from analysis.core.layers import parse_layers
 from analysis.core.precision import mode
 from analysis.core.treebank import read_conllu
-from analysis.projection import max_rows, parse_layers
 from analysis.structure.options import SAMPLE, TASKS, StructureOptions
 from analysis.structure.output import read_outputs
 from analysis.structure.plots import sentence_trees, task_curves, upos_across_layers

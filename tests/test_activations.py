@@ -14,8 +14,8 @@ from analysis.core.activations import (
     max_input_length,
 )
 from analysis.core.inputs import TextInputs
+from analysis.core.vectors import extract
 from analysis.probe.reconstruction import ProbeConfig, probe
-from analysis.projection import extract
 from models.loading import ModelSpec, load_model
 
 CPU_OOM = RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "

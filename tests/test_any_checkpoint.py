@@ -120,7 +120,7 @@ def sentence_transformers_dir(mlm_dir, out, mode="mean", normalize=False):
 def test_a_sentence_encoders_normalize_module_is_applied(tiny_dirs, tmp_path, mode):
     """sentence-transformers' 2_Normalize is part of the model's pooling: the pooled vector, L2-normalised."""
     from analysis.core.store import ArrayStore
-    from analysis.projection import representations
+    from analysis.core.vectors import representations
 
     path = sentence_transformers_dir(tiny_dirs["bert"], tmp_path / "st", mode=mode, normalize=True)
     loaded = load_model(ModelSpec(str(path), device="cpu"))
@@ -143,7 +143,7 @@ def test_a_sentence_encoders_normalize_module_is_applied(tiny_dirs, tmp_path, mo
 
 def test_a_sentence_encoders_own_pooling_is_read_and_used(tiny_dirs, tmp_path):
     from analysis.core.store import ArrayStore
-    from analysis.projection import representations
+    from analysis.core.vectors import representations
 
     path = sentence_transformers_dir(tiny_dirs["bert"], tmp_path / "st")
     loaded = load_model(ModelSpec(str(path), device="cpu"))
@@ -217,8 +217,8 @@ def test_pages_say_what_a_classifier_has_and_read_it_with_a_borrowed_head(tiny_d
 
 
 def test_the_atlas_colours_a_classifier_by_its_own_predictions(tiny_dirs, tmp_path):
+    from analysis.atlas.atlas import AtlasConfig, atlas
     from analysis.core.store import ArrayStore
-    from analysis.projection import AtlasConfig, atlas
 
     clf = save_as(tiny_dirs["bert"], AutoModelForSequenceClassification, tmp_path / "clf", num_labels=2,
                   id2label={0: "neg", 1: "pos"})

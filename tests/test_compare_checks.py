@@ -229,7 +229,7 @@ def test_the_reconstruction_of_another_depth_follows_the_layer_pairs(models_dir)
 # --- item 9: the map is drawn as movement is measured ------------------------------------------------------------
 
 def test_the_shared_map_draws_b_rotated_onto_a():
-    from analysis.projection import exact_pca
+    from analysis.core.projection import exact_pca
 
     rng = np.random.default_rng(0)
     a = rng.standard_normal((3, 50, 8)).astype(np.float32)

@@ -120,7 +120,7 @@ def test_the_epochs_map_is_one_pca_of_the_base_and_every_epoch_pooled():
     from scipy.linalg import orthogonal_procrustes
 
     from analysis.compare.run import aligned_maps, aligned_maps_many
-    from analysis.projection import exact_pca
+    from analysis.core.projection import exact_pca
 
     rng = np.random.default_rng(0)
     a = rng.standard_normal((3, 20, 6))

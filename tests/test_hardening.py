@@ -5,8 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analysis.core.inputs import InputError, parse, safe_suffix
+from analysis.core.layers import parse_layers
 from analysis.duplication import parse_plan
-from analysis.projection import parse_layers
 
 NAMES = ["x.txt", "x.csv", "x.tsv", "x.jsonl"]
 

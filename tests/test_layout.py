@@ -183,7 +183,6 @@ KNOWN = {
     "package circle: analysis <-> analysis/probe",
     # modules over 500 lines, to be split (lens: translator / training; projection: core pieces / atlas)
     "size: analysis/probe/lens.py",
-    "size: analysis/projection.py",
 }
 
 

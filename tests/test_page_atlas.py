@@ -3,8 +3,8 @@
 import pandas as pd
 import pytest
 
+from analysis.atlas.atlas import AtlasConfig, atlas
 from analysis.core.inputs import read_file
-from analysis.projection import AtlasConfig, atlas
 from models.loading import ModelSpec, load_model
 from tests.test_app import run_page
 from ui.inputs import DEMO_LABELLED

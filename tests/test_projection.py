@@ -16,19 +16,15 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from transformers import AutoModel, AutoTokenizer
 
+from analysis.atlas.atlas import AtlasConfig, atlas
 from analysis.cli import main
+from analysis.core.cka import linear_cka
 from analysis.core.inputs import InputError, TextInputs, parse
+from analysis.core.layers import parse_layers
+from analysis.core.projection import align_signs, project
+from analysis.core.separability import check_labels
 from analysis.core.store import ArrayStore
-from analysis.projection import (
-    AtlasConfig,
-    align_signs,
-    atlas,
-    check_labels,
-    linear_cka,
-    parse_layers,
-    project,
-    representations,
-)
+from analysis.core.vectors import representations
 from models.loading import ModelSpec, load_model
 
 WORDS = ["the", "a", "film", "is", "good", "bad", "not", "very", "movie", "and", "it", "was", "i", "liked", "hated",
@@ -313,14 +309,14 @@ def test_pca_is_exact_on_a_flat_spectrum(shape):
 @pytest.mark.parametrize("spec, message", [("", "no layers given"), ("2:9", "layer 9 in '2:9' does not exist"),
                                            ("-20:3", "layer -20"), ("0,7", "layer 7 does not exist")])
 def test_layers_out_of_range_or_empty_are_errors_not_clamped(spec, message):
-    from analysis.projection import parse_layers
+    from analysis.core.layers import parse_layers
 
     with pytest.raises(InputError, match=re.escape(message)):
         parse_layers(spec, 5)
 
 
 def test_more_of_the_last_layers_than_the_model_has_is_all_of_them_and_said():
-    from analysis.projection import layers_note, parse_layers
+    from analysis.core.layers import layers_note, parse_layers
 
     assert parse_layers("-6:", 5) == [0, 1, 2, 3, 4]
     assert layers_note("-6:", 5) == "layers -6: asks for the last 6 hidden states; this model has 5: all are shown"
@@ -330,7 +326,7 @@ def test_more_of_the_last_layers_than_the_model_has_is_all_of_them_and_said():
 @pytest.mark.parametrize("shape", [(50, 8), (6, 20)])  # covariance eigendecomposition and full SVD
 def test_pca_explained_variance_is_scikit_learns(shape):
     """Issue 24.10: the share of variance on each PCA axis, from the same exact PCA as the coordinates."""
-    from analysis.projection import exact_pca
+    from analysis.core.projection import exact_pca
 
     x = np.random.default_rng(3).normal(size=shape) * np.linspace(3, 0.5, shape[1])
     scores, ratio = exact_pca(x, variance=True)
@@ -358,7 +354,7 @@ def test_atlas_records_the_variance_of_each_pca_panel(tiny_dirs, tmp_path):
 def test_the_projection_is_its_own_stage_of_the_progress(tiny_dirs, tmp_path, monkeypatch):
     """Issue 24.10: the bar sat full at 'scoring layers 4/4' while t-SNE ran: the projection stage starts at 0
     before the first layer is projected, and the atlas says how long each stage took."""
-    import analysis.projection as projection
+    import analysis.core.projection as projection
 
     events, real = [], projection.project
     monkeypatch.setattr(projection, "project", lambda *a, **k: (events.append("project"), real(*a, **k))[1])
@@ -388,16 +384,17 @@ def test_a_sentence_encoders_own_pooling_is_named_as_such(tiny_dirs, tmp_path):
     result = atlas(loaded, labelled(30), AtlasConfig(pooling="model", layers="-1:", folds=3),
                    store=ArrayStore(tmp_path / "store"))
     assert result.info["pooling_name"] == "checkpoint's own pooling (max of the tokens, sentence-transformers)"
-    from analysis.projection import pooling_name
+    from analysis.atlas.atlas import pooling_name
 
     assert pooling_name("model", "mean+normalize") == ("checkpoint's own pooling (mean of the tokens, then "
                                                        "L2-normalised, sentence-transformers)")
 
 
 def test_an_approximate_atlas_states_its_cka_with_float32_per_layer():
+    from analysis.atlas.atlas import AtlasConfig, atlas
     from analysis.core.cka import linear_cka
     from analysis.core.precision import AGREEMENT_ROWS
-    from analysis.projection import AtlasConfig, atlas, extract
+    from analysis.core.vectors import extract
     from models.loading import ModelSpec, load_model
 
     texts = tuple(f"text number {i} is {'good' if i % 2 else 'bad'} ." for i in range(40))

@@ -123,7 +123,7 @@ def test_a_labelled_set_adds_the_task_label_scored_as_the_atlas_scores_it(tiny_d
 
     from analysis.core.inputs import read_file
     from analysis.core.scores import wilson_interval
-    from analysis.projection import extract
+    from analysis.core.vectors import extract
     from models.loading import load_model
     from models.spec import ModelSpec
 

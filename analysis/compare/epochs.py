@@ -4,7 +4,7 @@
 Every epoch of a job leaves ``epochs/<e>/val_cls.npy``: the [CLS] vector of every hidden state of the validation
 rows, ``(L + 1, n, hidden)`` float16, in the order of ``val_ids.json`` (:func:`analysis.training.save_epoch`). These
 are compared with the base model's [CLS] vectors of the same rows, tokenised as the job tokenised them (its length
-limit and truncation), extracted once and cached (:func:`analysis.projection.representations`). Per epoch and layer:
+limit and truncation), extracted once and cached (:func:`analysis.atlas.atlas.representations`). Per epoch and layer:
 the CKA, the probe accuracies with McNemar, movers and neighbours, as :func:`analysis.compare.run.compare_pair`
 computes them for any pair; the aligned map is one PCA per layer of the base and every epoch (each rotated onto the
 base, as its movement is measured) pooled, so the epoch slider moves only what changed. A job keeps one
@@ -133,7 +133,7 @@ def compare_epochs(base: LoadedModel, run: JobRun, config: CompareConfig | None 
     """``run``'s epochs each against ``base`` on the job's validation rows (module docstring). ``checkpoint``: the
     job's fine-tuned encoder with a lent MLM head (:meth:`JobRun.checkpoint_spec`), for the reconstruction change
     at :meth:`JobRun.checkpoint_epoch`. The tables have :class:`CompareResult`'s columns plus ``epoch``."""
-    from analysis.projection import representations
+    from analysis.core.vectors import representations
 
     config = config or CompareConfig()
     if config.pooling != "cls":

@@ -5,9 +5,9 @@ Two kinds of classifier head are read, each as it predicts:
   LayerLens head it was trained with (:func:`analysis.finetune.load_checkpoint`), on the rows tokenised as the job
   tokenised (its length limit and truncation), as :func:`analysis.training.evaluate` scores it;
 - a Hugging Face sequence classifier (``*ForSequenceClassification``): its own head
-  (:func:`analysis.projection.classify`), class names from its ``id2label``.
+  (:func:`analysis.atlas.atlas.classify`), class names from its ``id2label``.
 A masked LM or bare encoder has none: its column stays blank. The probe columns of the movers table are the other
-"prediction": the linear probe's out-of-fold prediction at that layer (:func:`analysis.projection.out_of_fold`).
+"prediction": the linear probe's out-of-fold prediction at that layer (:func:`analysis.atlas.atlas.out_of_fold`).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def own_predictions(loaded: LoadedModel, inputs: TextInputs, max_length: int | N
         return [names[i] for i in ev.predictions], (f"the job's own LayerLens head '{meta['head']}' "
                                                     f"({checkpoint / 'head.safetensors'})")
     if loaded.task == "SequenceClassification":
-        from analysis.projection import classify
+        from analysis.atlas.atlas import classify
 
         predicted, _ = classify(loaded, inputs, max_length, batch_size)
         return predicted, f"the checkpoint's own {loaded.architecture or 'sequence classification'} head"

@@ -15,7 +15,7 @@ by relative depth; the cross matrix has every pair of layers):
 A layer whose vectors are the same for every row (layer 0's [CLS]) has no CKA, movement or neighbour overlap.
 Before anything is read: the same tokenizer and the same input ids on every row, and enough rows
 (:mod:`analysis.compare.checks`).
-Vectors come from the atlas's cache (:func:`analysis.projection.representations`): a model already extracted on
+Vectors come from the atlas's cache (:func:`analysis.atlas.atlas.representations`): a model already extracted on
 these rows is not extracted again.
 """
 
@@ -102,7 +102,7 @@ def map_layer(x: np.ndarray, ys: list[np.ndarray], rotations: list[np.ndarray], 
     rotated by ``rotations`` (each onto ``x``): exact PCA of them pooled, rotated onto ``previous`` (the layer
     before's pooled coords) by 2-D Procrustes. All zeros where a side's vectors are the same for every row (no
     direction to draw)."""
-    from analysis.projection import exact_pca
+    from analysis.core.projection import exact_pca
 
     parts = [x, *(np.asarray(y, np.float64) @ r for y, r in zip(ys, rotations, strict=True))]
     pooled = np.concatenate(parts)
@@ -140,7 +140,7 @@ def compare_pair(a: np.ndarray, b: np.ndarray, names: tuple[str, str], inputs: T
     ``threadpoolctl.threadpool_limits(1, "blas")`` (as :func:`compare` does). Measured on the 2-core machine with
     another process busy: OpenBLAS's two threads took 3.6 s for a 768 x 768 ``eigh`` that one thread does in 0.11 s
     (its threads spin-wait for the busy core)."""
-    from analysis.projection import out_of_fold
+    from analysis.core.separability import out_of_fold
 
     name_a, name_b = names
     labels = np.asarray(inputs.labels) if inputs.labels else None
@@ -301,7 +301,7 @@ def compare(models: list[LoadedModel], inputs: TextInputs, config: CompareConfig
             progress=None, names: list[str] | None = None) -> CompareResult:
     """Compare ``models[1:]`` each with ``models[0]`` on ``inputs`` (module docstring). ``names``: how the tables
     name each model (default its ``spec.name``; ``job #3 (cls, demo)`` for a job's checkpoint)."""
-    from analysis.projection import representations
+    from analysis.core.vectors import representations
 
     names = list(names) if names is not None else [m.spec.name for m in models]
     if len(models) < 2:

@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import random
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
@@ -430,3 +431,8 @@ def from_text_area(text: str, limit: int | None = None) -> TextInputs:
     if not text.strip():
         raise InputError("no text given: type or paste at least one sentence")
     return parse(text, "typed.txt", limit=limit)
+
+
+def max_rows() -> int:
+    """The atlas' row limit (``LAYERLENS_ATLAS_MAX_ROWS``, default 20,000)."""
+    return int(os.environ.get("LAYERLENS_ATLAS_MAX_ROWS", 20_000))

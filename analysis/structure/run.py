@@ -18,18 +18,19 @@ import torch
 from threadpoolctl import threadpool_limits
 
 from analysis.core.inputs import InputError, TextInputs
+from analysis.core.layers import parse_layers
 from analysis.core.parallel import ONE, Ranks
 from analysis.core.scores import class_baseline, majority_class, wilson_interval
+from analysis.core.separability import check_labels, out_of_fold
 from analysis.core.store import ArrayStore
 from analysis.core.treebank import Treebank
-from analysis.projection import check_labels, out_of_fold, parse_layers, representations
+from analysis.core.vectors import Progress, representations
 from analysis.structure import mdl, probes, structural
 from analysis.structure.options import StructureOptions, check_rank
 from analysis.structure.summary import BOOTSTRAP, LayerCounts, resample_weights, summarise
 from analysis.structure.words import WordVectors, extract
 from models.loading import LoadedModel
 
-Progress = Callable[[str, int, int], None]
 PRIMARY = {"upos": "accuracy", "deprel": "accuracy", "distance": "uuas", "depth": "root_acc", "label": "accuracy"}
 
 
@@ -188,7 +189,7 @@ def run_structure(loaded: LoadedModel, train: Treebank, test: Treebank, options:
     process and the probes run in the main one; the others return None.
 
     ``labelled``: a labelled set of texts (the atlas's input): its task label becomes one more task, ``label``,
-    scored per layer as the atlas scores it (:func:`analysis.projection.separability`'s probe, out of fold on the
+    scored per layer as the atlas scores it (:func:`analysis.atlas.atlas.separability`'s probe, out of fold on the
     sentence vectors pooled by ``label_pooling``, from the atlas's cache), so the summary says where the task
     label peaks beside POS and syntax. Its intervals resample the labelled texts.
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -35,10 +34,10 @@ from analysis.core.activations import (
 from analysis.core.inputs import InputError
 from analysis.core.parallel import ONE, Ranks
 from analysis.core.store import ArrayStore, key_of
+from analysis.core.vectors import Progress
 from models.loading import LoadedModel
 
 WORD_VECTORS = ("first", "mean")
-Progress = Callable[[str, int, int], None]
 
 
 @dataclasses.dataclass

@@ -45,10 +45,10 @@ from analysis.core.staging import clean_stale_files as clean_stale  # noqa: F401
 from analysis.core.staging import npy_damage, open_npy
 from analysis.core.staging import write_atomic as _write_atomic
 from analysis.core.store import ArrayStore, key_of
+from analysis.core.vectors import Progress
 from analysis.tokens.corpus import TokenCorpus
 
 log = logging.getLogger(__name__)
-Progress = Callable[[str, int, int], None]
 VERSION = 2  # 2: float32 shards where float16 overflows, non-finite values refused, every part checked on open
 SHARD_BYTES = 256 * 2**20  # a shard's size on disk when not given: ~256 MB (the resume granularity)
 KIND = "token_vectors"
