@@ -243,8 +243,10 @@ def add_duplicate_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_duplicate(args: argparse.Namespace) -> int:
     """Layer duplication: export a deeper model (and probe it) without training."""
+    from analysis.compare.duplication import sweep
     from analysis.core.inputs import read_file
-    from analysis.duplication import check_depth, duplicate_first, export, loads_with, parse_plan, preview, sweep
+    from analysis.duplication.export import export, loads_with
+    from analysis.duplication.plan import check_depth, duplicate_first, parse_plan, preview
     from analysis.probe.reconstruction import probe
     from models.loading import _config_and_family, load_model
 

@@ -185,8 +185,8 @@ def compare_job(args: argparse.Namespace, config):
 def group_models(args: argparse.Namespace):
     """``--group G``: ``(specs, names, rows, info)``: the model the group's jobs started from, then each finished
     job's fine-tuned model; the rows of ``--data``, else the first job's held-out rows."""
-    from analysis.finetune import held_out_rows
     from analysis.options import resolve
+    from analysis.training.finetune import held_out_rows
     from jobs.store import JobStore
     from models.spec import ModelSpec
 

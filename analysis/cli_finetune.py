@@ -129,7 +129,7 @@ def finetune_options(args: argparse.Namespace):
 def cmd_finetune(args: argparse.Namespace, callbacks: list = ()) -> int:
     """Fine-tune a classifier head (and the encoder) on labelled data."""
     from analysis.core.parallel import is_main_process
-    from analysis.finetune import run_options
+    from analysis.training.finetune import run_options
 
     if args.out is None:
         raise UserError("--out DIR is required: fine-tuning writes metrics.json, predictions.csv, checkpoint/, ...")

@@ -106,7 +106,7 @@ class Options(BaseModel):
 
 
 class FinetuneConfig(Options):
-    """The training engine's hyper-parameters (:func:`analysis.training.train`)."""
+    """The training engine's hyper-parameters (:func:`analysis.training.train.train`)."""
 
     head: str = Field("cls", title="head", description="cls, pooler, layer-K, first4-|last4-concat|mean|max, "
                       "all-concat, lstm, attention, scalar-mix, gru-share-C, gru-cat-C, gru-share-C-linear")
@@ -185,7 +185,7 @@ class FinetuneOptions(FinetuneConfig):
 
     @model_validator(mode="after")
     def _fold_seeds(self):
-        """Fold k runs with seed + k (analysis.finetune): the last fold's seed must be a seed too."""
+        """Fold k runs with seed + k (analysis.training.finetune): the last fold's seed must be a seed too."""
         if self.seed + self.folds - 1 > MAX_SEED:
             raise ValueError(f"seed: with {self.folds} folds the folds use seeds {self.seed} to "
                              f"{self.seed + self.folds - 1}, and a seed must be at most {MAX_SEED}")

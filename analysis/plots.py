@@ -63,7 +63,7 @@ def accuracy_curve(runs: dict[str, pd.DataFrame], layer_names: dict[str, list[st
     ``runs`` maps a label (e.g. a model name) to a ``layers`` table (:data:`LAYER_COLUMNS`) and ``layer_names``
     to its own model's layer names (the hover's). Each run sits at its own layer indices, or with ``relative``
     at ``layer / L`` (:func:`depth`). ``positions`` optionally places a run's layers on another run's axis (a
-    duplicated model's original layers at their last copy, :func:`analysis.duplication.aligned_positions`);
+    duplicated model's original layers at their last copy, :func:`analysis.duplication.plan.aligned_positions`);
     only then, or when every run has the same layers, do the ticks carry layer names.
     """
     fig = go.Figure()

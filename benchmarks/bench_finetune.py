@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from analysis.core.inputs import read_file
-from analysis.finetune import Splits, read_split, run_finetune
-from analysis.taskdata import label_ids, prepare
-from analysis.training import Classifier, FinetuneConfig, train
+from analysis.core.inputs import read_file, read_split
+from analysis.training.finetune import Splits, run_finetune
+from analysis.training.taskdata import label_ids, prepare
+from analysis.training.train import Classifier, FinetuneConfig, train
 from models.loading import ModelSpec, load_encoder
 
 DATA = Path(os.environ.get("LAYERLENS_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))

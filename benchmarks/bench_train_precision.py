@@ -8,7 +8,7 @@
   1,000 SST-2 train rows, batch 16, max length 128, dynamic padding. A whole epoch (63 steps) takes too long on 2
   cores: ``--warmup`` steps, then ``--steps`` timed ones (the time between the ends of consecutive steps, data
   loading included, as the Trainer's own loop sees it); examples/s, padded tokens/s and the epoch extrapolated
-  (steps per epoch x mean step). Our engine (:func:`analysis.training.train`, length-grouped batches) in float32
+  (steps per epoch x mean step). Our engine (:func:`analysis.training.train.train`, length-grouped batches) in float32
   and in bf16 autocast (``LAYERLENS_BF16_UNITS`` forced), the HF Trainer with ``bf16=True, use_cpu=True``
   (default random sampler and ``group_by_length``). Training FLOPs are estimated as 6 x parameters x tokens
   and set against the GEMM peaks measured in the same run on a layer's shape (2,048 x 768 by 768 x 3,072).
@@ -102,8 +102,8 @@ class StepTimer:
 
 
 def engine_run(model_dir: Path, inputs, labels, args, flag: str, profile: bool = False) -> dict:
-    from analysis.taskdata import prepare
-    from analysis.training import Classifier, FinetuneConfig, train
+    from analysis.training.taskdata import prepare
+    from analysis.training.train import Classifier, FinetuneConfig, train
     from models.loading import ModelSpec, load_encoder
 
     with units(flag):
@@ -219,7 +219,7 @@ def finetune_part(args) -> None:
     from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
 
     from analysis.core.inputs import read_file
-    from analysis.taskdata import label_ids
+    from analysis.training.taskdata import label_ids
 
     inputs = read_file(data_file("sst2/train.tsv", "sst2_dev_200.tsv"), limit=args.rows, label_column="label")
     labels = label_ids(inputs.labels)

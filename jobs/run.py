@@ -1,8 +1,8 @@
 """One job's process: ``python -m jobs.run ID [--root DIR]`` (started by the worker).
 
-Runs :func:`analysis.finetune.run_options` on the job's stored options with its artifacts in ``<root>/<ID>/artifacts``
-(a ``lens`` job: :func:`train_lens`; a ``structure`` job: :func:`run_structure_job`; a ``tokens`` job:
-:func:`run_tokens_job`),
+Runs :func:`analysis.training.finetune.run_options` on the job's stored options with its artifacts in
+``<root>/<ID>/artifacts`` (a ``lens`` job: :func:`train_lens`; a ``structure`` job: :func:`run_structure_job`; a
+``tokens`` job: :func:`run_tokens_job`),
 writes progress (step, epoch, loss, learning rate, per-epoch validation metrics) to the job database at most
 once a second and at every epoch, and records ``succeeded`` with the metrics at the end. A failure ends the
 process with the traceback in the job's log; the worker records it.
@@ -290,8 +290,8 @@ def main() -> int:
     job = store.get(a.job_id)
     main_process = is_main_process()
     from analysis.core.inputs import InputError
-    from analysis.finetune import run_options
     from analysis.options import resolve
+    from analysis.training.finetune import run_options
     from models.loading import ModelLoadError
 
     quiet_libraries()

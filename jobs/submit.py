@@ -22,10 +22,10 @@ from typing import Literal
 from pydantic import Field
 
 from analysis.core.inputs import InputError
-from analysis.finetune import fold_splits, split_off, split_reader
-from analysis.heads import build_head
 from analysis.options import BACKENDS, MAX_SEED, Dtype, Options, _same, resolve
-from analysis.taskdata import label_ids
+from analysis.training.finetune import fold_splits, split_off, split_reader
+from analysis.training.heads import build_head
+from analysis.training.taskdata import label_ids
 from jobs.backends import check_available, launch
 from jobs.store import JobStore
 from jobs.worker import ensure_worker
@@ -190,8 +190,8 @@ def validate_tokens(config: dict, browser: bool = False) -> tuple[dict, str]:
 
 def check_held_out(options, train) -> None:
     """The validation rows the run will hold out of ``train`` (with ``val_fraction``), held out now with the
-    run's own function (:func:`analysis.finetune.split_off`), so a fraction that leaves a class without a row in
-    the held-out or the training part is refused at submit, not after the model has loaded. k-fold: every class
+    run's own function (:func:`analysis.training.finetune.split_off`), so a fraction that leaves a class without a row
+    in the held-out or the training part is refused at submit, not after the model has loaded. k-fold: every class
     needs a row per fold, and with early stopping each fold's training rows are split as the run splits them."""
     def hold_out(rows, seed: int) -> None:
         try:

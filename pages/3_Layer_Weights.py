@@ -9,9 +9,9 @@ import streamlit as st
 
 from analysis.core.inputs import InputError
 from analysis.core.projection import project_layers
-from analysis.heads import near_uniform
 from analysis.plots import atlas_grid, label_colours, layer_weight_heatmap, mean_weight_lines
-from analysis.training import read_weights
+from analysis.training.heads import near_uniform
+from analysis.training.train import read_weights
 from jobs.store import JobStore, StoreError
 from models.anatomy import layer_name
 from ui.jobs import score_line

@@ -5,22 +5,12 @@ from pathlib import Path
 import plotly.graph_objects as go
 import streamlit as st
 
+from analysis.compare.duplication import compare, sweep
 from analysis.core.csvout import to_csv
 from analysis.core.inputs import InputError
 from analysis.core.store import layerlens_home
-from analysis.duplication import (
-    EXPORT_NAME_RULE,
-    aligned_positions,
-    check_export_name,
-    compare,
-    default_export_name,
-    duplicate_first,
-    duplicate_last,
-    export,
-    loads_with,
-    parse_plan,
-    sweep,
-)
+from analysis.duplication.export import EXPORT_NAME_RULE, check_export_name, default_export_name, export, loads_with
+from analysis.duplication.plan import aligned_positions, duplicate_first, duplicate_last, parse_plan
 from analysis.plots import accuracy_curve, cka_heatmap
 from analysis.probe.reconstruction import LAYER_HEADERS
 from models.loading import DTYPES, checkpoint_dtype

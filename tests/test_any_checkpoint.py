@@ -185,8 +185,8 @@ def test_cli_probe_with_head_from_and_its_errors(tiny_dirs, tmp_path, capsys):
 
 
 def test_fine_tuning_a_classifier_replaces_its_task_head_and_says_so(tiny_dirs, tmp_path):
-    from analysis.finetune import run_options
     from analysis.options import resolve
+    from analysis.training.finetune import run_options
 
     clf = save_as(tiny_dirs["bert"], AutoModelForSequenceClassification, tmp_path / "clf")
     run_options(resolve({"model": str(clf), "train": "demo", "epochs": 1, "max_steps": 2, "head": "attention"}),
@@ -240,7 +240,7 @@ def test_the_atlas_colours_a_classifier_by_its_own_predictions(tiny_dirs, tmp_pa
 
 
 def test_duplicating_a_bare_encoder_exports_an_encoder(tiny_dirs, tmp_path):
-    from analysis.duplication import export
+    from analysis.duplication.export import export
 
     bare = save_as(tiny_dirs["bert"], AutoModel, tmp_path / "bare")
     out = export(load_model(ModelSpec(str(bare), device="cpu")), [0, 0, 1, 2], tmp_path / "deeper")
@@ -283,7 +283,8 @@ def test_duplicating_a_sentence_encoder_keeps_its_class_pooler_and_files(tiny_di
     from transformers import BertModel
 
     from analysis.cli import main
-    from analysis.duplication import export, preview
+    from analysis.duplication.export import export
+    from analysis.duplication.plan import preview
 
     path = sentence_transformers_dir(tiny_dirs["bert"], tmp_path / "st", normalize=True)
     loaded = load_model(ModelSpec(str(path), device="cpu"))

@@ -67,7 +67,8 @@ def headless_demo(out: Path, pooling: str | None = None) -> Path:
 
 def deep_demo(out: Path) -> Path:
     """The demo model (4 layers) with its last three layers duplicated by the project's export: 7 layers."""
-    from analysis.duplication import duplicate_last, export
+    from analysis.duplication.export import export
+    from analysis.duplication.plan import duplicate_last
 
     return export(load_model(ModelSpec("demo", device="cpu")), duplicate_last(4, 3), out)
 

@@ -28,8 +28,8 @@ def home(tmp_path, monkeypatch):
 
 def run_job(store, bert4, tmp_path, name="run", group=None, seed=0, **options):  # noqa: F811
     """A finished job as the worker leaves it (run_options in this process), 3 epochs on a tiny BERT."""
-    from analysis.finetune import run_options
     from analysis.options import resolve
+    from analysis.training.finetune import run_options
 
     train = write_tsv(tmp_path / "train.tsv", synthetic(32))
     val = write_tsv(tmp_path / "val.tsv", synthetic(16, seed=1))

@@ -9,17 +9,11 @@ import torch
 from transformers import AutoModelForMaskedLM
 
 from analysis.cli import main
+from analysis.compare.duplication import sweep, token_states
 from analysis.core.cka import linear_cka
 from analysis.core.inputs import InputError, TextInputs
-from analysis.duplication import (
-    duplicate_first,
-    duplicate_last,
-    export,
-    parse_plan,
-    preview,
-    sweep,
-    token_states,
-)
+from analysis.duplication.export import export
+from analysis.duplication.plan import duplicate_first, duplicate_last, parse_plan, preview
 from analysis.probe.reconstruction import probe
 from models.loading import ModelSpec, load_model
 
@@ -180,9 +174,9 @@ def test_export_is_saved_in_the_source_checkpoints_dtype_not_the_caches(tiny_dir
 
 def test_a_deeper_model_names_its_layers_by_source_through_export_and_fine_tuning(tiny_dirs, tmp_path):
     """'5 ← 3' on the preview, the export, a second duplication of the export and a fine-tuned export."""
-    from analysis.finetune import Splits, run_finetune
     from analysis.plots import accuracy_curve
-    from analysis.training import FinetuneConfig
+    from analysis.training.finetune import Splits, run_finetune
+    from analysis.training.train import FinetuneConfig
     from tests.test_training import synthetic
 
     loaded = loaded_of(tiny_dirs["bert"])  # 3 layers
@@ -206,7 +200,7 @@ def test_a_deeper_model_names_its_layers_by_source_through_export_and_fine_tunin
 
 
 def test_the_original_layers_sit_at_their_last_copy_on_the_deeper_axis():
-    from analysis.duplication import aligned_positions
+    from analysis.duplication.plan import aligned_positions
     from analysis.plots import accuracy_curve
 
     assert aligned_positions([0, 0, 1, 1, 2, 3], 4, "bert") == [0, 2, 4, 5, 6]  # the paper's k = 2 on 4 layers
@@ -220,7 +214,7 @@ def test_the_original_layers_sit_at_their_last_copy_on_the_deeper_axis():
 @pytest.mark.parametrize("model", ["/tmp/_x/model", "./.hidden", "org/name", "_tmp_pytest_model", "demo",
                                    "/", "..", "~/my model (v2)", "a" * 300, "/tmp/x/-weird..name.."])
 def test_the_default_export_name_passes_the_exports_own_rule(model):
-    from analysis.duplication import check_export_name, default_export_name
+    from analysis.duplication.export import check_export_name, default_export_name
 
     name = default_export_name(model, [0, 0, 1, 2])
     assert check_export_name(name) == name
@@ -228,7 +222,7 @@ def test_the_default_export_name_passes_the_exports_own_rule(model):
 
 
 def test_a_refused_export_name_states_the_rule():
-    from analysis.duplication import check_export_name
+    from analysis.duplication.export import check_export_name
 
     for bad in ("_x", ".hidden", "a/b", "a..b", "", "é"):
         with pytest.raises(InputError, match="starts with a letter or digit") as info:

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from analysis.core.inputs import InputError, parse, safe_suffix
 from analysis.core.layers import parse_layers
-from analysis.duplication import parse_plan
+from analysis.duplication.plan import parse_plan
 
 NAMES = ["x.txt", "x.csv", "x.tsv", "x.jsonl"]
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from analysis.heads import GRUHead, build_head, group_features, head_names, trainable_parameters
+from analysis.training.heads import GRUHead, build_head, group_features, head_names, trainable_parameters
 
 L, H, B, T = 4, 8, 3, 5
 

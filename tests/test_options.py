@@ -108,7 +108,8 @@ def test_a_job_with_bad_num_processes_is_not_queued(tmp_path, value):
 
 def test_the_default_learning_rate_follows_the_models_size_not_its_name(tmp_path):
     """The demo model (hidden 256) and a deeper export of it get the same default; bert-base-sized models 2e-5."""
-    from analysis.duplication import duplicate_first, export
+    from analysis.duplication.export import export
+    from analysis.duplication.plan import duplicate_first
     from jobs.submit import job_name
     from models.loading import ModelSpec, load_model
 

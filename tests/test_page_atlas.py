@@ -71,7 +71,7 @@ def figure(element) -> dict:
 
 def deeper_export(tiny_dirs, tmp_path_factory):
     """A 5-layer duplication export of the 3-layer tiny BERT, made as the duplication page makes it."""
-    from analysis.duplication import export
+    from analysis.duplication.export import export
 
     out = tmp_path_factory.mktemp("deeper") / "bert_deeper"
     if not out.is_dir():

@@ -5,8 +5,9 @@ import json
 import pandas as pd
 from transformers import AutoModelForMaskedLM
 
+from analysis.compare.duplication import compare
 from analysis.core.inputs import TextInputs
-from analysis.duplication import compare, duplicate_first
+from analysis.duplication.plan import duplicate_first
 from models.loading import ModelSpec, load_model
 from tests.test_app import run_page
 from ui.results import CHART_FORMAT

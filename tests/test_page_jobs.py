@@ -5,8 +5,8 @@ import json
 import pandas as pd
 import pytest
 
-from analysis.finetune import Splits, run_finetune
-from analysis.training import FinetuneConfig
+from analysis.training.finetune import Splits, run_finetune
+from analysis.training.train import FinetuneConfig
 from jobs.store import JobStore
 from models.loading import ModelSpec
 from tests.test_app import run_page
@@ -196,7 +196,7 @@ def test_the_atlas_comparison_uses_the_jobs_held_out_rows(home, bert4, tmp_path)
                        "batch_size": 8})
     job_id = home.submit(options.to_dict(), "cpu", "held-out")
     home.claim("cpu", 10)
-    from analysis.finetune import run_options
+    from analysis.training.finetune import run_options
 
     home.finish(job_id, "succeeded", metrics=run_options(options, home.directory(job_id) / "artifacts"))
     at = run_page(WEIGHTS, model=str(bert4))

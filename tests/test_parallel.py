@@ -99,7 +99,7 @@ def test_a_bad_input_is_said_once(tmp_path, processes):
 def test_share_splits_a_global_batch_and_pads_an_empty_share_with_weight_zero():
     import torch
 
-    from analysis.training import share
+    from analysis.training.train import share
 
     batch = {"labels": torch.arange(5), "input_ids": torch.arange(10).view(5, 2)}
     parts = [share(batch, Ranks(r, 2)) for r in range(2)]

@@ -4,8 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.heads import near_uniform
 from analysis.plots import label_colours, layer_weight_heatmap, mean_weight_lines
+from analysis.training.heads import near_uniform
 
 
 def weights_frame(w: np.ndarray) -> pd.DataFrame:
@@ -171,7 +171,7 @@ def test_models_of_different_depth_keep_their_own_layers(which):
 def test_a_duplicated_model_aligned_on_its_own_axis_keeps_its_tick_names():
     """The duplication page's chart: the original's layers placed at their last copy are in the deeper model's
     coordinates, so the ticks may say "new ← source"."""
-    from analysis.duplication import aligned_positions
+    from analysis.duplication.plan import aligned_positions
     from analysis.plots import accuracy_curve
 
     names = depth_names()

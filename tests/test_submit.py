@@ -87,8 +87,9 @@ def test_what_run_time_refuses_is_refused_at_submit(store, tmp_path):
 
 
 def test_the_run_refuses_the_same_fractions(tmp_path):
-    """What submit now refuses is what the run itself refuses (the same analysis.finetune.split_off)."""
-    from analysis.finetune import read_split, split_off
+    """What submit now refuses is what the run itself refuses (the same analysis.training.finetune.split_off)."""
+    from analysis.core.inputs import read_split
+    from analysis.training.finetune import split_off
 
     rows = read_split("demo", "text", None, "label")
     for fraction in (0.999, 0.001):

@@ -6,7 +6,7 @@ import pytest
 
 from analysis.core.activations import encode, encode_truncated
 from analysis.core.inputs import TextInputs
-from analysis.taskdata import prepare
+from analysis.training.taskdata import prepare
 from models.loading import ModelSpec, load_encoder, load_model
 from tests.conftest import save_tiny, tiny_tokenizer
 

@@ -11,10 +11,10 @@ from transformers import AutoModelForMaskedLM, BertConfig
 from analysis.cli import main
 from analysis.core.activations import encode_truncated, truncate_indices
 from analysis.core.inputs import InputError, TextInputs
-from analysis.finetune import Splits, further_pretrain, load_checkpoint, majority_vote, run_finetune, split_off
-from analysis.heads import head_names
-from analysis.taskdata import label_ids, prepare
-from analysis.training import Classifier, FinetuneConfig, evaluate, layer_of, parameter_groups, train
+from analysis.training.finetune import Splits, further_pretrain, load_checkpoint, majority_vote, run_finetune, split_off
+from analysis.training.heads import head_names
+from analysis.training.taskdata import label_ids, prepare
+from analysis.training.train import Classifier, FinetuneConfig, evaluate, layer_of, parameter_groups, train
 from models.loading import ModelSpec, load_encoder
 from tests.conftest import tiny_tokenizer
 

@@ -2,8 +2,8 @@
 ``epochs/<e>/``, no recomputation"; Song et al. 2020 Fig. 2 sets epoch 1 against epoch 6).
 
 Every epoch of a job leaves ``epochs/<e>/val_cls.npy``: the [CLS] vector of every hidden state of the validation
-rows, ``(L + 1, n, hidden)`` float16, in the order of ``val_ids.json`` (:func:`analysis.training.save_epoch`). These
-are compared with the base model's [CLS] vectors of the same rows, tokenised as the job tokenised them (its length
+rows, ``(L + 1, n, hidden)`` float16, in the order of ``val_ids.json`` (:func:`analysis.training.train.save_epoch`).
+These are compared with the base model's [CLS] vectors of the same rows, tokenised as the job tokenised them (its length
 limit and truncation), extracted once and cached (:func:`analysis.atlas.atlas.representations`). Per epoch and layer:
 the CKA, the probe accuracies with McNemar, movers and neighbours, as :func:`analysis.compare.run.compare_pair`
 computes them for any pair; the aligned map is one PCA per layer of the base and every epoch (each rotated onto the
@@ -84,7 +84,7 @@ class JobRun:
 
     def checkpoint_epoch(self) -> int | None:
         """The epoch whose weights ``checkpoint/`` holds: the last one trained, or under early stopping the first
-        epoch of least validation loss (what :func:`analysis.training.train` restores)."""
+        epoch of least validation loss (what :func:`analysis.training.train.train` restores)."""
         history = self.metrics.get("history") or []
         if not history or not (self.artifacts / "checkpoint").is_dir():
             return None
@@ -110,9 +110,9 @@ def job_run(artifacts: Path, config: dict, metrics: dict | None, label: str) -> 
 
 def validation_rows(run: JobRun) -> TextInputs:
     """The rows the epochs' vectors are of, in their order: the job's validation file, else the rows it held out of
-    its training file (the same stratified split, :func:`analysis.finetune.split_off`); checked against
+    its training file (the same stratified split, :func:`analysis.training.finetune.split_off`); checked against
     ``val_ids.json`` (an :class:`InputError` if the data changed since)."""
-    from analysis.finetune import split_off, split_reader
+    from analysis.training.finetune import split_off, split_reader
 
     options = run.options
     read = split_reader(options)

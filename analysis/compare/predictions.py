@@ -2,8 +2,8 @@
 
 Two kinds of classifier head are read, each as it predicts:
 - a fine-tuning job's checkpoint (``checkpoint/encoder`` beside ``head.json`` and ``head.safetensors``): the
-  LayerLens head it was trained with (:func:`analysis.finetune.load_checkpoint`), on the rows tokenised as the job
-  tokenised (its length limit and truncation), as :func:`analysis.training.evaluate` scores it;
+  LayerLens head it was trained with (:func:`analysis.training.finetune.load_checkpoint`), on the rows tokenised as the
+  job tokenised (its length limit and truncation), as :func:`analysis.training.train.evaluate` scores it;
 - a Hugging Face sequence classifier (``*ForSequenceClassification``): its own head
   (:func:`analysis.atlas.atlas.classify`), class names from its ``id2label``.
 A masked LM or bare encoder has none: its column stays blank. The probe columns of the movers table are the other
@@ -34,9 +34,9 @@ def own_predictions(loaded: LoadedModel, inputs: TextInputs, max_length: int | N
     checkpoint = job_checkpoint(loaded)
     if checkpoint is not None:
         from analysis.core.activations import position_limit
-        from analysis.finetune import load_checkpoint
-        from analysis.taskdata import prepare
-        from analysis.training import evaluate
+        from analysis.training.finetune import load_checkpoint
+        from analysis.training.taskdata import prepare
+        from analysis.training.train import evaluate
 
         model, tokenizer, meta = load_checkpoint(checkpoint, loaded.spec.device)
         names = sorted(meta["labels"], key=meta["labels"].get)

@@ -2,12 +2,12 @@
 
 The decision is :func:`analysis.core.precision.bf16_pays` (a GPU with bfloat16, or a CPU whose bf16 units a timed
 product shows at least 1.5x faster than float32; ``LAYERLENS_BF16_UNITS=0/1`` forces it), made in one place for
-fine-tuning (:mod:`analysis.training`), further pre-training (:func:`analysis.finetune.further_pretrain`) and
-tuned-lens training (:mod:`analysis.probe.lens`). The recipe is mixed-precision training (Micikevicius et al. 2018,
-"Mixed Precision Training", ICLR): products in 16 bits, float32 master weights that the optimizer updates, and
-reductions such as the loss's softmax in float32. With bfloat16's 8 exponent bits no loss scaling is needed
-(Kalamkar et al. 2019, "A Study of BFLOAT16 for Deep Learning Training"), which is what the HF Trainer's
-``bf16=True`` does on a CPU too (``torch.autocast("cpu", dtype=torch.bfloat16)``).
+fine-tuning (:mod:`analysis.training.train`), further pre-training
+(:func:`analysis.training.finetune.further_pretrain`) and tuned-lens training (:mod:`analysis.probe.lens`). The recipe
+is mixed-precision training (Micikevicius et al. 2018, "Mixed Precision Training", ICLR): products in 16 bits, float32
+master weights that the optimizer updates, and reductions such as the loss's softmax in float32. With bfloat16's 8
+exponent bits no loss scaling is needed (Kalamkar et al. 2019, "A Study of BFLOAT16 for Deep Learning Training"), which
+is what the HF Trainer's ``bf16=True`` does on a CPU too (``torch.autocast("cpu", dtype=torch.bfloat16)``).
 
 A frozen model (the tuned lens's encoder and MLM head) pays autocast's weight casts on every call: PyTorch
 caches a cast only for leaf tensors that require gradients. :func:`bf16_shadow` gives it bfloat16 copies of its

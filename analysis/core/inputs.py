@@ -436,3 +436,16 @@ def from_text_area(text: str, limit: int | None = None) -> TextInputs:
 def max_rows() -> int:
     """The atlas' row limit (``LAYERLENS_ATLAS_MAX_ROWS``, default 20,000)."""
     return int(os.environ.get("LAYERLENS_ATLAS_MAX_ROWS", 20_000))
+
+
+def read_split(source: str, text_column: str = "text", pair_column: str | None = None,
+               label_column: str | None = "label") -> TextInputs:
+    """A data split from ``demo`` (the bundled sentiment set), ``hf:NAME[/CONFIG]:SPLIT`` (a Hugging Face
+    dataset) or a .csv/.tsv/.jsonl path."""
+    if source == "demo":
+        return read_file(DEMO_LABELLED, "text", pair_column and "aspect", label_column=label_column and "label")
+    if source.startswith("hf:"):
+        name, _, split = source[3:].partition(":")
+        dataset, _, subset = name.partition("/")
+        return from_hub_dataset(dataset, subset or None, split or "train", text_column, pair_column, label_column)
+    return read_file(source, text_column, pair_column, label_column=label_column)

@@ -603,7 +603,7 @@ def _optimizer_state(opt: torch.optim.Optimizer, tensors: dict, meta: dict) -> d
 
 def read_corpus(options) -> list[str]:
     """The texts of ``options.corpus`` (the forms of a fine-tuning split: a file, ``demo``, ``hf:NAME:SPLIT``)."""
-    from analysis.finetune import read_split
+    from analysis.core.inputs import read_split
 
     if not options.corpus:
         raise InputError("no texts: set corpus (a .txt file, 'demo' or hf:NAME[/CONFIG]:SPLIT)")

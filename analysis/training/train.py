@@ -1,4 +1,4 @@
-"""Fine-tuning an encoder with a layer-pooling head (:mod:`analysis.heads`): the engine behind
+"""Fine-tuning an encoder with a layer-pooling head (:mod:`analysis.training.heads`): the engine behind
 ``python -m analysis finetune`` and the dashboard's jobs.
 
 - AdamW, no weight decay on biases and LayerNorm weights; linear warm-up (``warmup`` of the steps) then linear
@@ -42,9 +42,9 @@ from analysis.core.autocast import autocast as _autocast
 from analysis.core.csvout import to_csv
 from analysis.core.parallel import ONE, Ranks, ranks_for
 from analysis.core.scores import classification_metrics, majority_class
-from analysis.heads import HeadOutput, build_head, trainable_parameters
 from analysis.options import FinetuneConfig
-from analysis.taskdata import TaskData, batch_order, batches, padded
+from analysis.training.heads import HeadOutput, build_head, trainable_parameters
+from analysis.training.taskdata import TaskData, batch_order, batches, padded
 
 log = logging.getLogger(__name__)
 

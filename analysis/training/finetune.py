@@ -30,11 +30,11 @@ import torch
 from analysis.core.activations import encode_truncated, position_limit
 from analysis.core.autocast import BF16, autocast, training_autocast
 from analysis.core.csvout import to_csv
-from analysis.core.inputs import DEMO_LABELLED, InputError, TextInputs
+from analysis.core.inputs import InputError, TextInputs, read_split
 from analysis.core.parallel import Ranks, ranks_for
 from analysis.core.scores import majority_class
-from analysis.taskdata import TaskData, label_ids, prepare
-from analysis.training import (
+from analysis.training.taskdata import TaskData, label_ids, prepare
+from analysis.training.train import (
     Callback,
     Classifier,
     FinetuneConfig,
@@ -52,21 +52,6 @@ class Splits:
     train: TextInputs
     val: TextInputs | None = None
     test: TextInputs | None = None
-
-
-def read_split(source: str, text_column: str = "text", pair_column: str | None = None,
-               label_column: str | None = "label") -> TextInputs:
-    """A data split from ``demo`` (the bundled sentiment set), ``hf:NAME[/CONFIG]:SPLIT`` (a Hugging Face
-    dataset) or a .csv/.tsv/.jsonl path."""
-    from analysis.core.inputs import from_hub_dataset, read_file
-
-    if source == "demo":
-        return read_file(DEMO_LABELLED, "text", pair_column and "aspect", label_column=label_column and "label")
-    if source.startswith("hf:"):
-        name, _, split = source[3:].partition(":")
-        dataset, _, subset = name.partition("/")
-        return from_hub_dataset(dataset, subset or None, split or "train", text_column, pair_column, label_column)
-    return read_file(source, text_column, pair_column, label_column=label_column)
 
 
 def split_off(data, fraction: float, seed: int = 0):
@@ -208,7 +193,7 @@ def run_finetune(spec: ModelSpec, splits: Splits, config: FinetuneConfig, out: P
                   f"none: the last of {config.epochs} epoch(s) is scored (the per-epoch history selects nothing)")
         result.update(evaluated_on=name, history=state.history, steps=state.step, stopped=len(state.history)
                       < config.epochs and state.step < state.total_steps,
-                      steps_per_process=ranks.all_gather(state.step),  # equal: see analysis.training.share
+                      steps_per_process=ranks.all_gather(state.step),  # equal: see analysis.training.train.share
                       epoch_chosen_on=chosen,
                       # early stopping scored on the rows that chose its epoch: optimistic, and said so
                       scored_on_selection_rows=bool(config.early_stopping and test_data is None))
