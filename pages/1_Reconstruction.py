@@ -5,8 +5,8 @@ import streamlit as st
 from analysis.core.csvout import to_csv
 from analysis.core.inputs import InputError
 from analysis.core.precision import bf16_units, precision_line
-from analysis.plots import accuracy_curve, divergence_curves, mismatch_html, token_heatmap
 from analysis.probe import lens
+from analysis.probe.plots import accuracy_curve, divergence_curves, mismatch_html, token_heatmap
 from analysis.probe.reconstruction import LAYER_HEADERS, ProbeConfig, probe
 from models.loading import ModelSpec
 from ui.inputs import EXAMPLES, text_inputs

@@ -6,13 +6,14 @@ import dataclasses
 import streamlit as st
 
 from analysis.atlas.atlas import COLOR_BY, AtlasConfig, atlas
+from analysis.atlas.plots import atlas_grid, separability_curve
 from analysis.core.csvout import to_csv
+from analysis.core.figures import cka_heatmap
 from analysis.core.inputs import InputError, max_rows
 from analysis.core.layers import layers_note, parse_layers
 from analysis.core.precision import precision_line
 from analysis.core.projection import METHOD_NAMES, METHODS
 from analysis.core.separability import SEPARABILITY_HEADERS
-from analysis.plots import atlas_grid, cka_heatmap, separability_curve
 from models.loading import ModelSpec
 from ui.inputs import labelled_inputs
 from ui.navigation import compare_link

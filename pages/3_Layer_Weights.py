@@ -7,10 +7,12 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from analysis.atlas.plots import atlas_grid
+from analysis.core.figures import label_colours
 from analysis.core.inputs import InputError
 from analysis.core.projection import project_layers
-from analysis.plots import atlas_grid, label_colours, layer_weight_heatmap, mean_weight_lines
 from analysis.training.heads import near_uniform
+from analysis.training.plots import layer_weight_heatmap, mean_weight_lines
 from analysis.training.train import read_weights
 from jobs.store import JobStore, StoreError
 from models.anatomy import layer_name

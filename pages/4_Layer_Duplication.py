@@ -7,11 +7,12 @@ import streamlit as st
 
 from analysis.compare.duplication import compare, sweep
 from analysis.core.csvout import to_csv
+from analysis.core.figures import cka_heatmap
 from analysis.core.inputs import InputError
 from analysis.core.store import layerlens_home
 from analysis.duplication.export import EXPORT_NAME_RULE, check_export_name, default_export_name, export, loads_with
 from analysis.duplication.plan import aligned_positions, duplicate_first, duplicate_last, parse_plan
-from analysis.plots import accuracy_curve, cka_heatmap
+from analysis.probe.plots import accuracy_curve
 from analysis.probe.reconstruction import LAYER_HEADERS
 from models.loading import DTYPES, checkpoint_dtype
 from ui.inputs import EXAMPLES, text_inputs

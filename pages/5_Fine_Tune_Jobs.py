@@ -8,12 +8,13 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from analysis.core.dataroots import LABELLED_SUFFIXES, browser_model, browser_source, save_upload
+from analysis.core.figures import plain
 from analysis.core.inputs import FORMATS, InputError, columns_of
 from analysis.core.scores import classification_metrics
 from analysis.options import PRESETS, SWEEPABLE, grid, model_config, model_defaults, resolve, sources
-from analysis.plots import history_chart, plain
 from analysis.training.finetune import majority_vote
 from analysis.training.heads import head_names
+from analysis.training.plots import history_chart
 from jobs import backends
 from jobs.store import FINISHED, JobStore, StoreError
 from jobs.submit import SubmitError, submit, submit_sweep

@@ -18,8 +18,8 @@ from analysis.compare.plots import (
 from analysis.compare.run import CompareConfig, compare
 from analysis.core.csvout import to_csv
 from analysis.core.dataroots import browser_model
+from analysis.core.figures import cka_heatmap, plain
 from analysis.core.inputs import InputError, max_rows
-from analysis.plots import cka_heatmap, plain
 from jobs.store import JobStore, StoreError
 from models.anatomy import layer_name
 from models.loading import ModelLoadError, ModelSpec

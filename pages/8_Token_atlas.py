@@ -10,10 +10,10 @@ import streamlit as st
 
 from analysis.core.csvout import to_csv
 from analysis.core.dataroots import data_roots, save_upload, server_file_picker_label, server_files
+from analysis.core.figures import plain
 from analysis.core.inputs import LABEL_HINTS, InputError, columns_of, guess_text_column
 from analysis.core.layers import parse_layers
 from analysis.core.store import ArrayStore
-from analysis.plots import plain
 from analysis.tokens.density import HOWS, map_figure, rasterise, sample_rows, warm_up
 from analysis.tokens.plots import GEOMETRY_LINES, bands_caption, geometry_figure
 from analysis.tokens.search import find_rows, marked, neighbours, summary

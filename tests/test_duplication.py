@@ -174,7 +174,7 @@ def test_export_is_saved_in_the_source_checkpoints_dtype_not_the_caches(tiny_dir
 
 def test_a_deeper_model_names_its_layers_by_source_through_export_and_fine_tuning(tiny_dirs, tmp_path):
     """'5 ← 3' on the preview, the export, a second duplication of the export and a fine-tuned export."""
-    from analysis.plots import accuracy_curve
+    from analysis.probe.plots import accuracy_curve
     from analysis.training.finetune import Splits, run_finetune
     from analysis.training.train import FinetuneConfig
     from tests.test_training import synthetic
@@ -201,7 +201,7 @@ def test_a_deeper_model_names_its_layers_by_source_through_export_and_fine_tunin
 
 def test_the_original_layers_sit_at_their_last_copy_on_the_deeper_axis():
     from analysis.duplication.plan import aligned_positions
-    from analysis.plots import accuracy_curve
+    from analysis.probe.plots import accuracy_curve
 
     assert aligned_positions([0, 0, 1, 1, 2, 3], 4, "bert") == [0, 2, 4, 5, 6]  # the paper's k = 2 on 4 layers
     assert aligned_positions([0, 2], 3, "bert") == [0, 1, None, 2]  # a dropped layer has no place

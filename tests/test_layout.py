@@ -176,9 +176,8 @@ KNOWN = {
     "jobs: jobs/submit.py -> analysis/training/taskdata.py",
     "jobs: jobs/submit.py -> analysis/structure/options.py",
     "jobs: jobs/submit.py -> analysis/tokens/corpus.py",
-    # private names across packages (the options schema's _same, loading's helpers, the plots' _rgba)
+    # private names across packages (the options schema's _same, loading's helpers)
     "private: analysis/cli.py -> models/loading.py",
-    "private: analysis/compare/plots.py -> analysis/plots.py",
     "private: analysis/options.py -> models/loading.py",
     "private: analysis/structure/options.py -> analysis/options.py",
     "private: jobs/submit.py -> analysis/options.py",

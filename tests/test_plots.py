@@ -4,8 +4,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.plots import label_colours, layer_weight_heatmap, mean_weight_lines
+from analysis.core.figures import label_colours
 from analysis.training.heads import near_uniform
+from analysis.training.plots import layer_weight_heatmap, mean_weight_lines
 
 
 def weights_frame(w: np.ndarray) -> pd.DataFrame:
@@ -46,7 +47,8 @@ def test_labels_are_shown_as_text_never_rendered():
     """Issue 20.9: a class label with HTML or markdown is escaped in every figure that shows labels."""
     import pandas as pd
 
-    from analysis.plots import atlas_grid, layer_weight_heatmap, mean_weight_lines
+    from analysis.atlas.plots import atlas_grid
+    from analysis.training.plots import layer_weight_heatmap, mean_weight_lines
     from ui.results import md_plain
 
     hostile = '<a href="http://evil">click</a>'
@@ -83,7 +85,8 @@ def test_a_label_is_shown_exactly_as_typed_with_bidi_controls_made_visible():
     """Issue 25.12: quotes were shown as &quot;, and U+202E reversed the rest of a legend entry."""
     import re
 
-    from analysis.plots import atlas_grid, plain, separability_curve
+    from analysis.atlas.plots import atlas_grid, separability_curve
+    from analysis.core.figures import plain
     from ui.results import md_plain
 
     coords = pd.DataFrame({"layer": [0] * 4, "example_id": range(4), "x": [0.0, 1, 2, 3], "y": [0.0, 1, 0, 1],
@@ -141,7 +144,8 @@ def named_traces(fig, label: str) -> list:
 def test_models_of_different_depth_keep_their_own_layers(which):
     """Issue 24.2: a 4-layer and a 7-layer model: each curve at its own indices with its own names (hover), and
     no model's names under the other's points; relative depth puts layer i of L at i / L, said on the axis."""
-    from analysis.plots import accuracy_curve, separability_curve
+    from analysis.atlas.plots import separability_curve
+    from analysis.probe.plots import accuracy_curve
 
     names = depth_names()
     assert names["deeper"][3] == "3 ← 2"
@@ -172,7 +176,7 @@ def test_a_duplicated_model_aligned_on_its_own_axis_keeps_its_tick_names():
     """The duplication page's chart: the original's layers placed at their last copy are in the deeper model's
     coordinates, so the ticks may say "new ← source"."""
     from analysis.duplication.plan import aligned_positions
-    from analysis.plots import accuracy_curve
+    from analysis.probe.plots import accuracy_curve
 
     names = depth_names()
     fig = accuracy_curve({"original": probe_layers(5), "deeper": probe_layers(8)},
@@ -182,7 +186,7 @@ def test_a_duplicated_model_aligned_on_its_own_axis_keeps_its_tick_names():
 
 
 def test_divergence_curves_take_relative_depth_too():
-    from analysis.plots import divergence_curves
+    from analysis.probe.plots import divergence_curves
 
     names = depth_names()
     runs = {label: probe_layers(len(n)).assign(kl_to_final=np.linspace(2, 0, len(n)),
@@ -196,7 +200,9 @@ def test_divergence_curves_take_relative_depth_too():
 
 def test_hover_text_shows_quotes_as_quotes_and_markup_as_text():
     """Issue 24.12: Plotly decodes only &lt; &gt; &amp; (and numeric entities), so &quot; showed literally."""
-    from analysis.plots import atlas_grid, plain, token_heatmap
+    from analysis.atlas.plots import atlas_grid
+    from analysis.core.figures import plain
+    from analysis.probe.plots import token_heatmap
 
     assert plain('say "hi" & <b>bold</b>') == 'say "hi" &amp; &lt;b&gt;bold&lt;/b&gt;'
     tokens = pd.DataFrame({"text_id": 0, "layer": [0, 0, 1, 1], "position": [1, 2, 1, 2],
@@ -218,7 +224,7 @@ def test_hover_text_shows_quotes_as_quotes_and_markup_as_text():
 
 
 def test_pca_panels_say_the_variance_each_axis_explains():
-    from analysis.plots import atlas_grid
+    from analysis.atlas.plots import atlas_grid
 
     coords = pd.DataFrame({"layer": [1] * 4 + [2] * 4, "example_id": list(range(4)) * 2, "x": 0.0, "y": 0.0,
                            "label": ["a", "b"] * 4})
@@ -231,7 +237,7 @@ def test_pca_panels_say_the_variance_each_axis_explains():
 
 def test_a_one_epoch_history_shows_every_point_side_by_side():
     """Issue 24.12: one epoch drew four points on one x (two pairs of nearly equal values hid each other)."""
-    from analysis.plots import history_chart
+    from analysis.training.plots import history_chart
 
     fig = history_chart([{"epoch": 1, "train_loss": 0.7, "val_loss": 0.7, "val_accuracy": 0.5, "val_macro_f1": 0.5}])
     assert all(t.mode == "markers" for t in fig.data)

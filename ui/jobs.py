@@ -1,4 +1,4 @@
-"""Presentation helpers for the job pages: the table of jobs (the charts are in analysis.plots)."""
+"""Presentation helpers for the job pages: the table of jobs (the charts are in analysis.core.figures)."""
 
 from __future__ import annotations
 

@@ -197,9 +197,9 @@ def table(frame, headers: dict[str, tuple[str, str]], container=None, **kwargs) 
 def md_plain(text) -> str:
     """Text from the data or the user inside a Streamlit caption or message (markdown): markdown and HTML
     characters escaped, so a label such as ``[click](http://x)`` or ``**x**`` is shown as typed; controls and
-    bidirectional overrides written out as in charts (:func:`analysis.plots.visible`)."""
+    bidirectional overrides written out as in charts (:func:`analysis.core.figures.visible`)."""
     import re
 
-    from analysis.plots import visible
+    from analysis.core.figures import visible
 
     return re.sub(r"([\\`*_{}\[\]()#+\-.!|<>~$:])", r"\\\1", visible(text))

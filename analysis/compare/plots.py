@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from analysis.plots import COLOURS, _rgba, plain, visible
+from analysis.core.figures import COLOURS, plain, rgba, visible
 
 
 def pair_labels(part: pd.DataFrame, layer_names: list[str], layer_names_b: list[str] | None = None) -> list[str]:
@@ -29,7 +29,7 @@ def paired_cka_curve(summary: pd.DataFrame, layer_names: list[str], layer_names_
         colour = COLOURS[i % len(COLOURS)]
         names = pair_labels(part, layer_names, layer_names_b)
         fig.add_trace(go.Scatter(x=names + names[::-1], y=list(part["cka_ci_high"]) + list(part["cka_ci_low"])[::-1],
-                                 fill="toself", fillcolor=_rgba(colour, 0.15), line={"width": 0}, hoverinfo="skip",
+                                 fill="toself", fillcolor=rgba(colour, 0.15), line={"width": 0}, hoverinfo="skip",
                                  mode="lines", showlegend=False))
         fig.add_trace(go.Scatter(x=names, y=part["cka"], name=visible(name), mode="lines+markers",
                                  line={"color": colour}, hovertemplate="%{x}: CKA %{y:.4f}<extra></extra>"))
@@ -95,7 +95,7 @@ def paired_accuracy_curves(summary: pd.DataFrame, prefix: str, layer_names: list
         x = pair_labels(part, layer_names, layer_names_b)
         fig.add_trace(go.Scatter(x=x + x[::-1], y=list(part[f"{prefix}_ci_high_{side}"])
                                  + list(part[f"{prefix}_ci_low_{side}"])[::-1], fill="toself", mode="lines",
-                                 fillcolor=_rgba(colour, 0.12) if colour.startswith("#") else colour.replace(
+                                 fillcolor=rgba(colour, 0.12) if colour.startswith("#") else colour.replace(
                                      "rgb", "rgba").replace(")", ", 0.12)"), line={"width": 0},
                                  hoverinfo="skip", showlegend=False))
         fig.add_trace(go.Scatter(x=x, y=part[f"{prefix}_accuracy_{side}"], mode="lines+markers", name=visible(name),

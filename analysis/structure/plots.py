@@ -7,7 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis.plots import plain
+from analysis.core.figures import plain
 
 TITLES = {("upos", "accuracy"): "UPOS accuracy", ("deprel", "accuracy"): "DEPREL accuracy<br>(edge probe)",
           ("distance", "uuas"): "UUAS<br>(distance probe)", ("depth", "root_acc"): "root accuracy<br>(depth probe)",

@@ -132,7 +132,7 @@ def map_figure(density: Density, points: pd.DataFrame, colour: str | None = None
     ``customdata`` is its token row, so a selection names rows."""
     import plotly.graph_objects as go
 
-    from analysis.plots import plain
+    from analysis.core.figures import plain
 
     fig = go.Figure()
     (x0, x1), (y0, y1) = density.x_range, density.y_range
