@@ -40,6 +40,7 @@ import torch
 from scipy.stats import rankdata
 
 from analysis.core.treebank import Sentence
+from analysis.core.trees import non_punct, prim_edges, uuas_counts  # noqa: F401  (moved there; kept importable from here)
 
 STRUCTURAL_TASKS = ("distance", "depth")
 DEFAULT_RANK = 128
@@ -185,42 +186,6 @@ def predict(probe: Probe, layer: np.ndarray, offsets: np.ndarray, sentences: lis
 
 
 # --- scores ----------------------------------------------------------------------------------------------------
-
-def prim_edges(dist: np.ndarray) -> set[tuple[int, int]]:
-    """The minimum spanning tree of a complete graph with weights ``dist`` ``(n, n)`` by Prim's algorithm:
-    edges ``(i, j)`` with ``i < j``."""
-    n = len(dist)
-    if n < 2:
-        return set()
-    inside = np.zeros(n, bool)
-    inside[0] = True
-    best = dist[0].astype(float).copy()
-    parent = np.zeros(n, int)
-    edges = set()
-    for _ in range(n - 1):
-        cand = np.where(inside, np.inf, best)
-        j = int(np.argmin(cand))
-        edges.add((min(j, parent[j]), max(j, parent[j])))
-        inside[j] = True
-        closer = dist[j] < best
-        best = np.where(closer, dist[j], best)
-        parent = np.where(closer, j, parent)
-    return edges
-
-
-def non_punct(sentence: Sentence) -> np.ndarray:
-    return np.array([u != "PUNCT" for u in sentence.upos])
-
-
-def uuas_counts(pred: np.ndarray, sentence: Sentence) -> tuple[int, int, set, set]:
-    """``(correct, gold edges, predicted edges, gold edges)`` of one sentence; edges as (i, j) positions, i < j,
-    among its non-punctuation words."""
-    keep = np.flatnonzero(non_punct(sentence))
-    sub = np.ix_(keep, keep)
-    gold_edges = {(int(keep[a]), int(keep[b])) for a, b in prim_edges(sentence.distances()[sub])}
-    pred_edges = {(int(keep[a]), int(keep[b])) for a, b in prim_edges(pred[sub])}
-    return len(gold_edges & pred_edges), len(gold_edges), pred_edges, gold_edges
-
 
 def spearman_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Spearman's rho of each row of ``a`` with the same row of ``b`` (average ranks for ties; NaN for a
