@@ -279,33 +279,38 @@ def quiet_load_report():
         hf_logging.set_verbosity(before)
 
 
-def random_model(auto_class, config, dtype: torch.dtype):
-    """``auto_class.from_config(config)``: transformers' own initialisation of a new model (its
+def random_model(auto_class, config, dtype: torch.dtype, **kwargs):
+    """``auto_class.from_config(config, **kwargs)``: transformers' own initialisation of a new model (its
     ``initializer_range``), seeded with :data:`RANDOM_SEED` without touching the caller's random state."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(RANDOM_SEED)
-        return auto_class.from_config(config).to(dtype)
+        return auto_class.from_config(config, **kwargs).to(dtype)
 
 
-def load_model(spec: ModelSpec) -> LoadedModel:
+def load_model(spec: ModelSpec, attn_implementation: str | None = None) -> LoadedModel:
     """Load any checkpoint of a supported family in eval mode with gradients off. Raises :class:`ModelLoadError`.
 
     The model object is always the family's ``*ForMaskedLM`` (so every analysis finds the encoder and a head
     where it expects them); a checkpoint saved without an MLM head (a bare encoder, a task model, an ELECTRA
     discriminator, a sentence encoder) gets ``mlm_head=None`` and its random head is never used, unless
-    ``spec.head_from`` lends one. Encoder weights must all be present."""
+    ``spec.head_from`` lends one. Encoder weights must all be present.
+
+    ``attn_implementation`` (None: transformers' default, SDPA) is passed to transformers: ``"eager"`` is the
+    path that returns attention weights, asked for only by the attention-heads analysis (``analysis.heads``),
+    which loads its own copy; the shared cache never passes it."""
     start = time.perf_counter()
     spec = spec.resolved()
     kwargs = _hub_kwargs(spec)
+    attention = {"attn_implementation": attn_implementation} if attn_implementation else {}
     config, family = _config_and_family(spec)
     try:
         if spec.random_init:
-            model, info = random_model(AutoModelForMaskedLM, config, DTYPES[spec.dtype]), {}
+            model, info = random_model(AutoModelForMaskedLM, config, DTYPES[spec.dtype], **attention), {}
         else:
             with quiet_load_report():  # a head the checkpoint lacks is expected here, and said in LoadedModel
                 model, info = AutoModelForMaskedLM.from_pretrained(
                     spec.source, config=config, dtype=DTYPES[spec.dtype], use_safetensors=not spec.allow_pickle,
-                    output_loading_info=True, **kwargs,
+                    output_loading_info=True, **attention, **kwargs,
                 )
         tokenizer = AutoTokenizer.from_pretrained(spec.source, **kwargs)
     except (OSError, ValueError) as exc:
