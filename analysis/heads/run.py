@@ -1,0 +1,162 @@
+"""One pass over a corpus (texts or a CoNLL-U treebank) that feeds every head-level result at once: the token
+statistics and the head map (:mod:`analysis.heads.stats`, Clark et al. 2019 §3 and §6) and, for a treebank, the
+heads as parsers (:mod:`analysis.heads.parse`, §4.2) on word-level attention (:mod:`analysis.heads.words`, §4.1).
+
+**Memory bound.** Sentences are sorted by length and batched so that a batch's ``sentences x width^2`` stays under
+``max_cells`` (default 2^17; and at most ``batch_size`` sentences): the model's attention output for a batch is
+at most ``layers x heads x max_cells`` float32 values (bert-base: 144 x 2^17 x 4 B = 75 MB), reduced to sums
+before the next batch. Kept across batches: the statistics' sums ``O(layers x heads x 9)``, the parsing counts
+``O(relations x 2 x layers x heads)``, the head map's ``(layers x heads)^2`` distances. Never ``sentences x layers
+x heads x n^2``.
+
+``progress(stage, done, total)`` is called after every batch (it may raise to stop, as the pages' Stop and the
+jobs' cancel do); ``should_stop()`` returning True raises :class:`Stopped`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+
+import pandas as pd
+import torch
+
+from analysis.core.activations import encode, encode_words, max_input_length
+from analysis.core.inputs import InputError, TextInputs
+from analysis.core.treebank import Treebank
+from analysis.core.vectors import Progress
+from analysis.heads.model import attentions, check_eager, head_shape
+from analysis.heads.parse import Parsing, relations_of
+from analysis.heads.stats import HeadClusters, TokenStatistics, punctuation_ids, sample_tokens
+from analysis.heads.words import pooling_matrices, word_attention
+from models.loading import LoadedModel
+
+MAX_CELLS = 1 << 17
+CLUSTER_TOKENS = 2048
+
+
+class Stopped(Exception):
+    """The run was stopped by its ``should_stop`` hook."""
+
+
+@dataclasses.dataclass
+class HeadsResult:
+    """``heads`` (heads.csv), ``clusters`` (clusters.csv), ``relations`` (relations.csv), ``accuracies`` (every
+    head per relation and direction), ``uuas`` (every head's attention tree); None where not asked for or not
+    possible (parsing needs a treebank). ``info``: what was read, dropped and how long it took."""
+
+    heads: pd.DataFrame | None
+    clusters: pd.DataFrame | None
+    relations: pd.DataFrame | None
+    accuracies: pd.DataFrame | None
+    uuas: pd.DataFrame | None
+    info: dict
+
+
+def batches(lengths: list[int], batch_size: int, max_cells: int) -> list[list[int]]:
+    """Indices by ascending length, cut so that a batch holds at most ``batch_size`` sentences and ``len(batch) x
+    longest^2 <= max_cells`` (a single sentence always makes a batch)."""
+    out, batch = [], []
+    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
+        if batch and (len(batch) == batch_size or (len(batch) + 1) * lengths[i] ** 2 > max_cells):
+            out.append(batch)
+            batch = []
+        batch.append(i)
+    return out + ([batch] if batch else [])
+
+
+def analyse(loaded: LoadedModel, source: TextInputs | Treebank, *, statistics: bool = True, clusters: bool = True,
+            parse: bool = True, relations: list[str] | None = None, batch_size: int = 32, max_cells: int = MAX_CELLS,
+            cluster_tokens: int = CLUSTER_TOKENS, seed: int = 0, progress: Progress | None = None,
+            should_stop: Callable[[], bool] | None = None) -> HeadsResult:
+    """Head statistics, the head map and (``source`` a treebank) heads as parsers, in one pass.
+
+    ``loaded`` must run the eager attention path (:func:`analysis.heads.model.load_eager`). Texts longer than
+    the model's limit are cut (counted); treebank sentences longer than it are dropped (counted), never cut."""
+    model, tokenizer = loaded.model, loaded.tokenizer
+    check_eager(model, f"'{loaded.spec.name}'")
+    layers, heads = head_shape(model)
+    limit = max_input_length(loaded)
+    info: dict = {"model": loaded.spec.name, "layers": layers, "heads": heads}
+    treebank = isinstance(source, Treebank)
+    if treebank:
+        sentences = source.sentences
+        encoded = encode_words(tokenizer, [list(s.words) for s in sentences], limit)
+        dropped = set(encoded.too_long) | set(encoded.no_subword)
+        kept = [i for i in range(len(sentences)) if i not in dropped]
+        info.update(dropped_too_long=len(encoded.too_long), dropped_no_subword=len(encoded.no_subword))
+    else:
+        encoded = encode(tokenizer, source, limit)
+        kept = list(range(len(encoded)))
+        info.update(truncated=encoded.truncated)
+    kept = [i for i in kept if len(encoded.input_ids[i]) > 0]
+    if not kept:
+        raise InputError("the corpus is empty: no sentence to read" if not len(encoded) else
+                         f"every sentence is longer than the model's {limit} tokens or has a word without subwords")
+    parse = parse and treebank
+    if parse:
+        chosen = relations_of([sentences[i] for i in kept], relations)
+        parser = Parsing(layers, heads, chosen)
+    stats = TokenStatistics(layers, heads) if statistics else None
+    lengths = [len(encoded.input_ids[i]) for i in kept]
+    sample = sample_tokens(lengths, cluster_tokens, seed) if clusters else set()
+    heads_map = HeadClusters(layers, heads) if clusters else None
+    punct = torch.from_numpy(punctuation_ids(tokenizer))
+    cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    plan = batches(lengths, batch_size, max_cells)
+    start, done = time.perf_counter(), 0
+    with torch.inference_mode():
+        for idx in plan:
+            if should_stop is not None and should_stop():
+                raise Stopped("stopped")
+            rows = [kept[k] for k in idx]
+            width = max(lengths[k] for k in idx)
+            ids = torch.full((len(idx), width), pad, dtype=torch.long)
+            for b, r in enumerate(rows):
+                ids[b, :len(encoded.input_ids[r])] = torch.tensor(encoded.input_ids[r])
+            n = torch.tensor([lengths[k] for k in idx])
+            mask = (torch.arange(width)[None, :] < n[:, None]).long()
+            inputs = {"input_ids": ids, "attention_mask": mask}
+            if encoded.token_type_ids is not None:
+                types = torch.zeros_like(ids)
+                for b, r in enumerate(rows):
+                    types[b, :len(encoded.token_type_ids[r])] = torch.tensor(encoded.token_type_ids[r])
+                inputs["token_type_ids"] = types
+            device = loaded.spec.device
+            maps = attentions(model, {k: v.to(device) for k, v in inputs.items()}, f"'{loaded.spec.name}'")
+            if len(maps) != layers:
+                raise RuntimeError(f"the model returned {len(maps)} attention maps for {layers} layers")
+            flags = torch.stack([ids == (cls_id if cls_id is not None else -1),
+                                 ids == (sep_id if sep_id is not None else -1),
+                                 punct[ids.clamp(max=len(punct) - 1)] & mask.bool()], -1).float()
+            if parse:
+                words = parser.batch([sentences[r] for r in rows])
+                mean, total = pooling_matrices([encoded.word_ids[r] for r in rows], [len(sentences[r]) for r in rows],
+                                               width)
+            for layer, a in enumerate(maps):
+                a = a.float().cpu()
+                if stats is not None:
+                    stats.add(layer, a, n, flags)
+                if parse:
+                    parser.add(layer, word_attention(a, mean, total), words)
+            if heads_map is not None:
+                picked = [(b, p) for b, k in enumerate(idx) for p in range(lengths[k]) if (k, p) in sample]
+                if picked:
+                    bi, pi = (torch.tensor(v) for v in zip(*picked, strict=True))
+                    heads_map.add(torch.stack([a.float().cpu()[bi, :, pi, :] for a in maps], 1).flatten(1, 2))
+            done += len(idx)
+            if progress is not None:
+                progress("attention", done, len(kept))
+    info.update(sentences=len(kept), tokens=int(sum(lengths)), seconds=round(time.perf_counter() - start, 3),
+                cluster_tokens=heads_map.tokens if heads_map is not None else 0, max_cells=max_cells,
+                interval="95% Student t interval over sentence means", word_attention="Clark et al. 2019 §4.1: "
+                "sum over the attended word's pieces, mean over the attending word's pieces")
+    return HeadsResult(
+        heads=stats.table() if stats is not None else None,
+        clusters=heads_map.table(seed) if heads_map is not None and heads_map.tokens else None,
+        relations=parser.table() if parse else None,
+        accuracies=parser.accuracies() if parse else None,
+        uuas=parser.uuas() if parse else None, info=info)
+
