@@ -1,0 +1,265 @@
+"""Head importance and pruning, Michel et al. 2019 ("Are Sixteen Heads Really Better than One?").
+
+- **Importance** (§4.1, Eq. 2): each head's output is multiplied by a gate ``xi_h`` (all ones;
+  :func:`analysis.heads.model.head_gates`) and ``I_h = |E_x[dL(x)/dxi_h]|``, the derivative of the mean loss
+  over the data: the MLM loss (cross-entropy at masked positions, averaged over the masked tokens) on texts, or a
+  sequence classifier's cross-entropy averaged over a labelled set. ``normalized`` divides each layer's scores by
+  their l2 norm (§4.1, "we normalize the importance scores by layer (using the l2 norm)", after Molchanov et al.
+  2017). A test checks ``I_h`` against a central finite difference of the mean loss on a tiny model.
+- **Pruning curve** (§4.2, Fig. 3): heads masked (``xi_h = 0``) in increasing normalised importance, at
+  ``steps + 1`` evenly spaced shares of all heads (0% ... 100%), against 3 seeded random orders; the score is the
+  classifier's accuracy, or the MLM token accuracy at the masked positions.
+- **Prunable share per layer** (after §3.2, where all heads of a layer but one are removed): within each layer
+  alone, its heads masked in increasing importance until the score drops by more than ``drop`` (1 point), the
+  share of its heads masked before that.
+
+MLM masking here is deterministic and plain: ``mask_prob`` of each text's non-special tokens (at least one),
+chosen with a seeded generator, all replaced by the mask token (BERT's 80/10/10 replacement is a training-time
+device; importance and accuracy are read at [MASK] inputs). The same masked inputs serve every score.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from analysis.core.activations import encode, max_input_length
+from analysis.core.inputs import InputError, TextInputs
+from analysis.core.vectors import Progress
+from analysis.heads.model import head_gates, head_shape
+from analysis.heads.run import Stopped
+from models.loading import LoadedModel
+
+SEEDS = (0, 1, 2)
+
+
+@dataclasses.dataclass
+class LossBatch:
+    """Model inputs ``(batch, seq)`` and targets: ``(batch, seq)`` token ids with -100 where not scored (MLM) or
+    ``(batch,)`` class ids."""
+
+    inputs: dict
+    labels: torch.Tensor
+
+
+@dataclasses.dataclass
+class ImportanceResult:
+    """``importance`` (importance.csv: layer, head, importance, normalized, order, layer_prunable_share),
+    ``pruning`` (pruning.csv: order, seed, fraction, masked, accuracy), ``layers`` (layer, heads,
+    prunable_heads, prunable_share, base_accuracy), ``info``."""
+
+    importance: pd.DataFrame
+    pruning: pd.DataFrame
+    layers: pd.DataFrame
+    info: dict
+
+
+def _pad(rows: list[list[int]], value: int) -> torch.Tensor:
+    out = torch.full((len(rows), max(map(len, rows))), value, dtype=torch.long)
+    for b, r in enumerate(rows):
+        out[b, :len(r)] = torch.tensor(r)
+    return out
+
+
+def _batched(ids: list[list[int]], types: list[list[int]] | None, pad: int, batch_size: int):
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        inputs = {"input_ids": _pad([ids[i] for i in idx], pad),
+                  "attention_mask": _pad([[1] * len(ids[i]) for i in idx], 0)}
+        if types is not None:
+            inputs["token_type_ids"] = _pad([types[i] for i in idx], 0)
+        yield idx, inputs
+
+
+def mlm_batches(loaded: LoadedModel, texts: TextInputs, batch_size: int = 16, mask_prob: float = 0.15,
+                seed: int = 0) -> list[LossBatch]:
+    """``texts`` tokenised (cut at the model's limit), ``mask_prob`` of each text's non-special tokens masked
+    (seeded; at least one per text)."""
+    tokenizer = loaded.tokenizer
+    if tokenizer.mask_token_id is None:
+        raise InputError(f"'{loaded.spec.name}' has no mask token: the MLM loss needs one")
+    if not len(texts):
+        raise InputError("the corpus is empty: no text to read")
+    encoded = encode(tokenizer, texts, max_input_length(loaded))
+    special = set(tokenizer.all_special_ids)
+    rng = np.random.default_rng(seed)
+    ids, labels, kept = [], [], []
+    for r, row in enumerate(encoded.input_ids):
+        candidates = [t for t, i in enumerate(row) if i not in special]
+        if not candidates:
+            continue
+        k = max(1, int(round(mask_prob * len(candidates))))
+        chosen = set(rng.choice(candidates, k, replace=False).tolist())
+        ids.append([tokenizer.mask_token_id if t in chosen else i for t, i in enumerate(row)])
+        labels.append([i if t in chosen else -100 for t, i in enumerate(row)])
+        kept.append(r)
+    if not ids:
+        raise InputError("the corpus is empty: no text has a token to mask")
+    types = encoded.token_type_ids
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    return [LossBatch(inputs, _pad([labels[i] for i in idx], -100))
+            for idx, inputs in _batched(ids, [types[r] for r in kept] if types else None, pad, batch_size)]
+
+
+def classifier_labels(model: nn.Module, name: str = "the classifier") -> dict[str, int]:
+    """A sequence classifier's classes (``config.label2id``); a checkpoint without a classification head or
+    labels is an :class:`InputError`."""
+    config = model.config
+    architectures = getattr(config, "architectures", None) or []
+    label2id = getattr(config, "label2id", None) or {}
+    if not any(a.endswith("ForSequenceClassification") for a in architectures) and not hasattr(model, "classifier"):
+        raise InputError(f"{name} has no sequence-classification head: its loss needs one (a fine-tuned "
+                         "classifier), or give texts for the MLM loss instead")
+    if not label2id:
+        raise InputError(f"{name} has no labels (config.label2id is empty): cannot score a labelled set")
+    return {str(k): int(v) for k, v in label2id.items()}
+
+
+def classifier_batches(tokenizer, data: TextInputs, label2id: dict[str, int], max_length: int,
+                       batch_size: int = 16) -> list[LossBatch]:
+    """A labelled set tokenised (pairs kept, cut at ``max_length``) with its class ids; a label the classifier
+    does not have is an :class:`InputError`."""
+    if not len(data):
+        raise InputError("the labelled set is empty")
+    if data.labels is None:
+        raise InputError("the data has no labels: head importance for a classifier needs a labelled set")
+    unknown = sorted(set(data.labels) - set(label2id))
+    if unknown:
+        raise InputError(f"labels {', '.join(unknown[:5])} are not among the classifier's labels "
+                         f"({', '.join(label2id)})")
+    encoded = encode(tokenizer, data, max_length)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    return [LossBatch(inputs, torch.tensor([label2id[data.labels[i]] for i in idx]))
+            for idx, inputs in _batched(encoded.input_ids, encoded.token_type_ids, pad, batch_size)]
+
+
+def _logits(model: nn.Module, batch: LossBatch) -> torch.Tensor:
+    out = model(**batch.inputs)
+    return out.logits if hasattr(out, "logits") else out
+
+
+def _scored(model: nn.Module, batch: LossBatch) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """``(summed loss, correct predictions, scored targets)`` of one batch."""
+    logits = _logits(model, batch)
+    labels = batch.labels
+    flat = logits.reshape(-1, logits.shape[-1]).float()
+    target = labels.reshape(-1)
+    loss = nn.functional.cross_entropy(flat, target, ignore_index=-100, reduction="sum")
+    scored = target != -100
+    correct = (flat.argmax(-1) == target)[scored].sum()
+    return loss, correct, int(scored.sum())
+
+
+def gate_gradient(model: nn.Module, batches: Sequence[LossBatch], encoder: nn.Module | None = None,
+                  progress: Progress | None = None) -> np.ndarray:
+    """``(layers, heads)`` ``dE[L]/dxi`` at ``xi = 1``: the gradient of the mean loss over every scored target
+    of ``batches`` (Michel Eq. 2 before the absolute value). ``encoder``: the model holding the attention layers
+    (default ``model``)."""
+    encoder = encoder or model
+    gates = torch.ones(head_shape(encoder), requires_grad=True)
+    total = 0
+    with torch.enable_grad(), head_gates(encoder, gates):
+        for k, batch in enumerate(batches):
+            loss, _, n = _scored(model, batch)
+            loss.backward()
+            total += n
+            if progress is not None:
+                progress("importance", k + 1, len(batches))
+    return (gates.grad / max(total, 1)).double().numpy()
+
+
+@torch.no_grad()
+def mean_loss(model: nn.Module, batches: Sequence[LossBatch], gates: torch.Tensor,
+              encoder: nn.Module | None = None) -> tuple[float, float]:
+    """``(mean loss, accuracy)`` over the scored targets of ``batches`` with heads gated by ``gates``."""
+    loss = correct = total = 0.0
+    with head_gates(encoder or model, gates):
+        for batch in batches:
+            batch_loss, batch_correct, n = _scored(model, batch)
+            loss, correct, total = loss + float(batch_loss), correct + float(batch_correct), total + n
+    return loss / max(total, 1), correct / max(total, 1)
+
+
+def normalise(importance: np.ndarray) -> np.ndarray:
+    """Michel §4.1: each layer's scores divided by their l2 norm (a layer of zeros stays zero)."""
+    norm = np.linalg.norm(importance, axis=1, keepdims=True)
+    return importance / np.where(norm > 0, norm, 1)
+
+
+def head_importance(model: nn.Module, batches: Sequence[LossBatch], *, encoder: nn.Module | None = None,
+                    steps: int = 10, seeds: Sequence[int] = SEEDS, drop: float = 0.01,
+                    progress: Progress | None = None, should_stop: Callable[[], bool] | None = None
+                    ) -> ImportanceResult:
+    """Importance, the pruning curve (importance order against ``seeds`` random orders) and each layer's
+    prunable share, for ``model`` scored on ``batches`` (:func:`mlm_batches` or :func:`classifier_batches`)."""
+    if not batches:
+        raise InputError("the corpus is empty: nothing to score")
+    encoder = encoder or model
+    layers, heads = head_shape(encoder)
+
+    def check():
+        if should_stop is not None and should_stop():
+            raise Stopped("stopped")
+
+    raw = np.abs(gate_gradient(model, batches, encoder, progress))
+    normed = normalise(raw)
+    order = np.argsort(normed.ravel(), kind="stable")  # least important first
+    n_heads = layers * heads
+    counts = sorted({int(round(f * n_heads)) for f in np.linspace(0, 1, steps + 1)})
+    orders = [("importance", None, order)] + [("random", s, np.random.default_rng(s).permutation(n_heads))
+                                               for s in seeds]
+    rows, work, done = [], len(orders) * len(counts), 0
+    for name, seed, sequence in orders:
+        for masked in counts:
+            check()
+            gates = torch.ones(n_heads)
+            gates[torch.as_tensor(sequence[:masked], dtype=torch.long)] = 0
+            _, accuracy = mean_loss(model, batches, gates.view(layers, heads), encoder)
+            rows.append({"order": name, "seed": seed, "fraction": masked / n_heads, "masked": masked,
+                         "accuracy": accuracy})
+            done += 1
+            if progress is not None:
+                progress("pruning", done, work)
+    pruning = pd.DataFrame(rows, columns=["order", "seed", "fraction", "masked", "accuracy"])
+    pruning["seed"] = pruning["seed"].astype("Int64")
+    base = float(pruning.loc[(pruning.order == "importance") & (pruning.masked == 0), "accuracy"].iloc[0])
+    layer_rows = []
+    for layer in range(layers):
+        check()
+        gates = torch.ones(layers, heads)
+        prunable = 0
+        for head in np.argsort(normed[layer], kind="stable"):
+            gates[layer, int(head)] = 0
+            _, accuracy = mean_loss(model, batches, gates, encoder)
+            if accuracy < base - drop - 1e-12:
+                break
+            prunable += 1
+        layer_rows.append({"layer": layer + 1, "heads": heads, "prunable_heads": prunable,
+                           "prunable_share": prunable / heads, "base_accuracy": base})
+        if progress is not None:
+            progress("layers", layer + 1, layers)
+    layer_table = pd.DataFrame(layer_rows)
+    rank = np.empty(n_heads, int)
+    rank[order] = np.arange(n_heads)
+    layer_index, head_index = np.divmod(np.arange(n_heads), heads)
+    table = pd.DataFrame({"layer": layer_index + 1, "head": head_index, "importance": raw.ravel(),
+                          "normalized": normed.ravel(), "order": rank,
+                          "layer_prunable_share": layer_table["prunable_share"].to_numpy()[layer_index]})
+    info = {"layers": layers, "heads": heads, "targets": int(sum(int((b.labels != -100).sum()) for b in batches)),
+            "base_accuracy": base, "drop": drop, "seeds": list(seeds), "steps": steps,
+            "importance": "Michel et al. 2019 Eq. 2: |E[dL/dxi_h]|, normalised per layer by the l2 norm"}
+    return ImportanceResult(table, pruning, layer_table, info)
+
+
+def mlm_importance(loaded: LoadedModel, texts: TextInputs, *, batch_size: int = 16, mask_prob: float = 0.15,
+                   seed: int = 0, **options) -> ImportanceResult:
+    """:func:`head_importance` for the MLM loss of ``loaded`` (its own MLM head) on ``texts``."""
+    if loaded.mlm_head is None:
+        raise InputError(f"'{loaded.spec.name}' has no MLM head: give a labelled set and a classifier instead")
+    return head_importance(loaded.model, mlm_batches(loaded, texts, batch_size, mask_prob, seed), **options)
