@@ -14,8 +14,8 @@ import time
 import torch
 
 from analysis.core.activations import hidden_states
-from analysis.options import LensOptions
 from analysis.probe import lens as L
+from analysis.probe.options import LensOptions
 from benchmarks import data_file
 from models.loading import ModelSpec, load_model
 

@@ -262,8 +262,8 @@ def finetune_part(args) -> None:
 
 
 def lens_speed_part(args) -> None:
-    from analysis.options import LensOptions
     from analysis.probe import lens as L
+    from analysis.probe.options import LensOptions
     from benchmarks.bench_lens import texts
     from models.loading import ModelSpec, load_model
 
@@ -305,8 +305,8 @@ def lens_speed_part(args) -> None:
 
 
 def lens_kl_part(args) -> None:
-    from analysis.options import LensOptions
     from analysis.probe import lens as L
+    from analysis.probe.options import LensOptions
     from benchmarks.bench_lens import texts
     from models.loading import ModelSpec, load_model
 
@@ -331,7 +331,7 @@ def lens_kl_part(args) -> None:
 def demo_part(args) -> None:
     import json
 
-    from analysis.cli import main as cli
+    from cli.main import main as cli
 
     print(f"README demo fine-tune (--model demo --train demo --head attention, defaults), seeds "
           f"{', '.join(map(str, range(args.seeds)))}: validation accuracy")

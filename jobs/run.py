@@ -71,8 +71,8 @@ def train_lens(store: JobStore, job, out: Path) -> dict:
     texts) resumes from the furthest such checkpoint of the earlier jobs."""
     import signal
 
-    from analysis.options import LensOptions
     from analysis.probe import lens
+    from analysis.probe.options import LensOptions
     from models.loading import load_model
 
     options = LensOptions(**{k: v for k, v in job.config.items() if k != "kind"})
@@ -182,9 +182,9 @@ def run_tokens_job(store: JobStore, job, out: Path) -> dict:
     from analysis.core.csvout import to_csv
     from analysis.core.layers import parse_layers
     from analysis.tokens.corpus import read_corpus
+    from analysis.tokens.options import TokensJobOptions
     from analysis.tokens.search import index_row
     from analysis.tokens.vectors import clean_stale, extract
-    from jobs.submit import TokensJobOptions
     from models.loading import load_model
 
     options = TokensJobOptions(**{k: v for k, v in job.config.items() if k != "kind"})
@@ -290,8 +290,8 @@ def main() -> int:
     job = store.get(a.job_id)
     main_process = is_main_process()
     from analysis.core.inputs import InputError
-    from analysis.options import resolve
     from analysis.training.finetune import run_options
+    from analysis.training.options import resolve
     from models.loading import ModelLoadError
 
     quiet_libraries()

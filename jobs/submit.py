@@ -1,6 +1,6 @@
 """Submitting a fine-tuning job: every option checked first, so a bad one is a message and nothing is queued.
 
-The options are :class:`analysis.options.FinetuneOptions` (the keys of ``finetune --config`` files), resolved
+The options are :class:`analysis.training.options.FinetuneOptions` (the keys of ``finetune --config`` files), resolved
 as everywhere (schema, model default, preset, given) and stored whole, so a job keeps the values it was
 submitted with. Checked at submit: every option's type and bounds (a negative learning rate, ``num_processes``
 "abc" or 0, an unknown truncation, ...), that the model's config
@@ -11,20 +11,18 @@ A job from the browser (``browser=True``: the jobs page, the lens form) is check
 before anything is read: its data sources are ``demo``, a hub dataset *name* or a file under the data roots
 (:func:`analysis.core.dataroots.browser_source`), its model a hub id or a folder under the model roots
 (:func:`analysis.core.dataroots.browser_model`), pickle loading is off, and a sweep varies only
-:data:`analysis.options.SWEEPABLE`. The CLI trusts its user and reads what it is given.
+:data:`analysis.training.options.SWEEPABLE`. The CLI trusts its user and reads what it is given.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
-
-from pydantic import Field
 
 from analysis.core.inputs import InputError
-from analysis.options import BACKENDS, MAX_SEED, Dtype, Options, _same, resolve
+from analysis.tokens.options import TokensJobOptions
 from analysis.training.finetune import fold_splits, split_off, split_reader
 from analysis.training.heads import build_head
+from analysis.training.options import resolve
 from analysis.training.taskdata import label_ids
 from jobs.backends import check_available, launch
 from jobs.store import JobStore
@@ -59,9 +57,10 @@ def browser_checked(options, files: tuple[str, ...] | None = None):
 
 
 def validate_lens(config: dict, browser: bool = False) -> tuple[dict, str]:
-    """A tuned-lens job: its options (:class:`analysis.options.LensOptions`), the texts, the model's MLM head."""
-    from analysis.options import LensOptions
+    """A tuned-lens job: its options (:class:`analysis.probe.options.LensOptions`), the texts, the model's MLM
+    head."""
     from analysis.probe.lens import read_corpus
+    from analysis.probe.options import LensOptions
     from models.loading import has_own_mlm_head
 
     try:
@@ -119,46 +118,6 @@ def validate_structure(config: dict, browser: bool = False) -> tuple[dict, str]:
     except (InputError, ModelLoadError, ValueError) as exc:
         raise SubmitError(str(exc)) from None
     return {"kind": "structure", **options.to_dict()}, spec.device
-
-
-class TokensJobOptions(Options):
-    """A ``tokens`` job (:func:`jobs.run.run_tokens_job`): ``python -m analysis tokens extract`` of ``corpus``,
-    then, unless ``index`` is ``none``, ``tokens index`` of every extracted layer; the model and where the
-    job runs. Stored whole with the job."""
-
-    model: str = _same("model")
-    revision: str | None = _same("revision")
-    device: str = _same("device")
-    dtype: Dtype = _same("dtype")
-    allow_pickle: bool = _same("allow_pickle")
-    corpus: str = Field(min_length=1, title="corpus", description="texts (.txt one per line, .txt.gz, .csv, "
-                        ".tsv, .jsonl) or a CoNLL-U treebank (.conllu, .conllu.gz: tokens get UPOS and DEPREL)")
-    text_column: str = _same("text_column")
-    label_column: str | None = Field(None, title="label column", description="a label column kept with each "
-                                     "token")
-    limit: int | None = Field(None, ge=1, title="limit", description="read at most this many texts (sentences)")
-    layers: str = Field("all", title="layers", description="hidden states to keep: all, a slice such as -4: "
-                        "or a list such as 0,6,12")
-    shard_rows: int | None = Field(None, ge=1, title="tokens per shard", description="default: about 256 MB "
-                                   "a shard")
-    batch_size: int = Field(32, ge=1, le=4096, title="batch size", description="texts per forward pass")
-    index: Literal["none", "auto", "flat", "ivf", "hnsw"] = Field(
-        "auto", title="index", description="the neighbour index built for every extracted layer (none: "
-        "extract only; auto: flat, exact, up to 1,000,000 tokens, ivf above)")
-    recall_queries: int = Field(200, ge=0, le=100_000, title="recall queries", description="tokens on which "
-                                "an approximate index's recall@10 against exact search is measured (0: none)")
-    seed: int = Field(0, ge=0, le=MAX_SEED, title="seed", description="seed of the IVF training sample and "
-                      "the recall queries")
-    backend: Literal[BACKENDS] = _same("backend")  # type: ignore[valid-type]
-    slurm_partition: str | None = _same("slurm_partition")
-    slurm_time: int = _same("slurm_time")
-    slurm_gpus: int = _same("slurm_gpus")
-
-    def spec(self):
-        from models.spec import ModelSpec
-
-        return ModelSpec(self.model, revision=self.revision, device=self.device, dtype=self.dtype,
-                         allow_pickle=self.allow_pickle)
 
 
 def validate_tokens(config: dict, browser: bool = False) -> tuple[dict, str]:
@@ -267,7 +226,7 @@ def model_label(model: str) -> str:
 def job_name(options: dict) -> str:
     """``attention · demo · demo set · epochs 1, lr 0.003``: head, model, data, the preset and the training
     options that differ from what the model and the preset give by default."""
-    from analysis.options import FinetuneConfig, defaults_for
+    from analysis.training.options import FinetuneConfig, defaults_for
 
     if options.get("kind") == "structure":
         return " · ".join(["linguistic structure", model_label(options.get("model", "demo")),
@@ -314,13 +273,13 @@ def submit(config: dict, store: JobStore | None = None, name: str = "", start_wo
 
 def submit_sweep(config: dict, points: list[dict], store: JobStore | None = None, group: str | None = None,
                  start_worker: bool = True, browser: bool = False) -> tuple[str, list[int]]:
-    """Queue one job per grid point (:func:`analysis.options.grid`) on top of ``config``, all in one ``group``
+    """Queue one job per grid point (:func:`analysis.training.options.grid`) on top of ``config``, all in one ``group``
     (default: ``sweep <time>: <keys>``). Every point is checked before any is queued; from the ``browser`` a
-    point varies only :data:`analysis.options.SWEEPABLE` and each merged point is :func:`browser_checked`.
+    point varies only :data:`analysis.training.options.SWEEPABLE` and each merged point is :func:`browser_checked`.
     Returns the group name and the job ids."""
     import time
 
-    from analysis import options as schema
+    from analysis.training import options as schema
 
     checked = []
     for point in points:

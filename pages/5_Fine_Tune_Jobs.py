@@ -11,9 +11,9 @@ from analysis.core.dataroots import LABELLED_SUFFIXES, browser_model, browser_so
 from analysis.core.figures import plain
 from analysis.core.inputs import FORMATS, InputError, columns_of
 from analysis.core.scores import classification_metrics
-from analysis.options import PRESETS, SWEEPABLE, grid, model_config, model_defaults, resolve, sources
 from analysis.training.finetune import majority_vote
 from analysis.training.heads import head_names
+from analysis.training.options import PRESETS, SWEEPABLE, grid, model_config, model_defaults, resolve, sources
 from analysis.training.plots import history_chart
 from jobs import backends
 from jobs.store import FINISHED, JobStore, StoreError

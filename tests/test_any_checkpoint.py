@@ -164,7 +164,7 @@ def test_a_sentence_encoders_own_pooling_is_read_and_used(tiny_dirs, tmp_path):
 def test_cli_probe_with_head_from_and_its_errors(tiny_dirs, tmp_path, capsys):
     import pandas as pd
 
-    from analysis.cli import main
+    from cli.main import main
 
     clf = save_as(tiny_dirs["bert"], AutoModelForSequenceClassification, tmp_path / "clf")
     texts = tmp_path / "t.txt"
@@ -185,8 +185,8 @@ def test_cli_probe_with_head_from_and_its_errors(tiny_dirs, tmp_path, capsys):
 
 
 def test_fine_tuning_a_classifier_replaces_its_task_head_and_says_so(tiny_dirs, tmp_path):
-    from analysis.options import resolve
     from analysis.training.finetune import run_options
+    from analysis.training.options import resolve
 
     clf = save_as(tiny_dirs["bert"], AutoModelForSequenceClassification, tmp_path / "clf")
     run_options(resolve({"model": str(clf), "train": "demo", "epochs": 1, "max_steps": 2, "head": "attention"}),
@@ -252,7 +252,7 @@ def test_duplicating_a_bare_encoder_exports_an_encoder(tiny_dirs, tmp_path):
 def test_a_headless_checkpoint_is_described_as_saved(tiny_dirs, tmp_path, capsys):
     """all-MiniLM-L6-v2's case: a BertModel (pooler, no MLM head) is reported as a BertModel with its own
     parameters, pooler included, not as the BertForMaskedLM it is read through with a placeholder head."""
-    from analysis.cli import main
+    from cli.main import main
     from tests.test_app import run_page
 
     path = sentence_transformers_dir(tiny_dirs["bert"], tmp_path / "st", normalize=True)
@@ -282,9 +282,9 @@ def test_a_headless_checkpoint_is_described_as_saved(tiny_dirs, tmp_path, capsys
 def test_duplicating_a_sentence_encoder_keeps_its_class_pooler_and_files(tiny_dirs, tmp_path, capsys):
     from transformers import BertModel
 
-    from analysis.cli import main
     from analysis.duplication.export import export
     from analysis.duplication.plan import preview
+    from cli.main import main
 
     path = sentence_transformers_dir(tiny_dirs["bert"], tmp_path / "st", normalize=True)
     loaded = load_model(ModelSpec(str(path), device="cpu"))

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from analysis.core.inputs import InputError
-from analysis.options import grid
+from analysis.training.options import grid
 from jobs import backends
 from jobs.store import JobStore, pid_alive
 from jobs.submit import SubmitError, submit, submit_sweep
@@ -154,7 +154,7 @@ def test_sweep_queues_one_job_per_point_in_one_group(setup):  # noqa: F811
 
 
 def test_cli_grid(setup, tmp_path, monkeypatch, capsys):  # noqa: F811
-    from analysis.cli import main
+    from cli.main import main
 
     store, config = setup
     monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path))

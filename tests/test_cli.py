@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from analysis.cli import main
+from cli.main import main
 from models.loading import ModelSpec, load_model
 
 
@@ -141,7 +141,7 @@ def test_every_readme_example_runs_as_written(tmp_path, monkeypatch):
 
 
 def test_the_layerlens_command_is_the_cli():
-    """`make install` installs this clone editable: the venv has a `layerlens` script that runs analysis.cli:main."""
+    """`make install` installs this clone editable: the venv has a `layerlens` script that runs cli.main:main."""
     from pathlib import Path
 
     script = Path(sys.executable).with_name("layerlens")

@@ -134,7 +134,7 @@ def test_the_cli_writes_the_five_files_and_refuses_in_one_line(tmp_path, tiny_di
 
     import pandas as pd
 
-    from analysis.cli import main
+    from cli.main import main
 
     data = tmp_path / "rows.csv"
     data.write_text("text,label\n" + "".join(f"film number {i} is {'good' if i % 2 else 'bad'} .,{i % 2}\n"

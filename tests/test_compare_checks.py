@@ -82,7 +82,7 @@ def models_dir(tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 def test_tokenizers_that_differ_only_in_normalisation_are_refused_naming_the_first_row(tmp_path, capsys):
-    from analysis.cli import main
+    from cli.main import main
 
     cased = cased_demo(tmp_path / "cased")
     texts = [*TEXTS[:3], "Great Battery , bad screen .", *TEXTS[4:]]
@@ -110,7 +110,7 @@ def test_tokenizers_that_differ_only_in_normalisation_are_refused_naming_the_fir
 # --- item 6: a model against itself ------------------------------------------------------------------------------
 
 def test_a_model_against_itself_in_the_cli_gives_cka_1_no_movement_and_one_map_for_both(tmp_path):
-    from analysis.cli import main
+    from cli.main import main
 
     data = rows_csv(tmp_path / "rows.csv")
     out = tmp_path / "out"
@@ -133,7 +133,7 @@ def test_a_model_against_itself_in_the_cli_gives_cka_1_no_movement_and_one_map_f
 
 @pytest.mark.parametrize("n", [4, 6])  # fewer rows than folds; every class smaller than the folds
 def test_too_few_rows_are_one_line_before_any_work(tmp_path, capsys, monkeypatch, n):
-    from analysis.cli import main
+    from cli.main import main
 
     monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path / "home"))
     data = rows_csv(tmp_path / "rows.csv", TEXTS[:n])
@@ -174,7 +174,7 @@ def test_a_checkpoint_without_a_head_against_its_random_twin_reads_neither_and_s
 
 @pytest.mark.slow
 def test_another_depth_pairs_layers_by_index_or_relative_depth_and_names_those_left_out(models_dir, tmp_path):
-    from analysis.cli import main
+    from cli.main import main
 
     deep = models_dir / "deep"
     if not deep.exists():
@@ -286,7 +286,7 @@ def test_the_probe_chart_draws_the_majority_class_baseline():
 
 
 def test_run_json_says_when_rows_are_fewer_than_the_hidden_size(tmp_path):
-    from analysis.cli import main
+    from cli.main import main
 
     data = rows_csv(tmp_path / "rows.csv")
     assert main(["compare", "--model", "demo", "--model", "random:demo", "--data", str(data), "--out",

@@ -28,8 +28,8 @@ def home(tmp_path, monkeypatch):
 
 def run_job(store, bert4, tmp_path, name="run", group=None, seed=0, **options):  # noqa: F811
     """A finished job as the worker leaves it (run_options in this process), 3 epochs on a tiny BERT."""
-    from analysis.options import resolve
     from analysis.training.finetune import run_options
+    from analysis.training.options import resolve
 
     train = write_tsv(tmp_path / "train.tsv", synthetic(32))
     val = write_tsv(tmp_path / "val.tsv", synthetic(16, seed=1))
@@ -135,7 +135,7 @@ def test_the_epochs_map_is_one_pca_of_the_base_and_every_epoch_pooled():
 
 
 def test_the_cli_compares_a_jobs_epochs_and_a_group_and_refuses_in_one_line(home, bert4, tmp_path, capsys):  # noqa: F811
-    from analysis.cli import main
+    from cli.main import main
 
     job = run_job(home, bert4, tmp_path, group="g1")
     run_job(home, bert4, tmp_path, group="g1", seed=1)
@@ -163,7 +163,7 @@ def test_the_cli_compares_a_jobs_epochs_and_a_group_and_refuses_in_one_line(home
 
 
 def test_the_cli_reads_job_models_and_lends_a_head_with_head_from(home, bert4, tmp_path, capsys):  # noqa: F811
-    from analysis.cli import main
+    from cli.main import main
     from tests.test_compare import fine_tuned_classifier
 
     job = run_job(home, bert4, tmp_path)

@@ -2,8 +2,8 @@
 
 import pandas as pd
 
-from analysis.cli import main
 from analysis.core.csvout import neutralise, safe
+from cli.main import main
 
 HOSTILE = ["=HYPERLINK(\"http://x\",\"y\")", "@SUM(A1)", "+1+cmd|' /C calc'!A0", "-2+3", "\tTAB", "\rCR"]
 

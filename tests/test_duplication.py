@@ -8,13 +8,13 @@ import pytest
 import torch
 from transformers import AutoModelForMaskedLM
 
-from analysis.cli import main
 from analysis.compare.duplication import sweep, token_states
 from analysis.core.cka import linear_cka
 from analysis.core.inputs import InputError, TextInputs
 from analysis.duplication.export import export
 from analysis.duplication.plan import duplicate_first, duplicate_last, parse_plan, preview
 from analysis.probe.reconstruction import probe
+from cli.main import main
 from models.loading import ModelSpec, load_model
 
 TEXTS = TextInputs(("the film is good .", "i hated it , very dull !", "fun and not bad"))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.cli import main
+from cli.main import main
 from jobs.store import JobStore
 from jobs.submit import SubmitError, submit, validate
 from jobs.worker import Worker

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from analysis.core.inputs import InputError, TextInputs
-from analysis.options import LensOptions
 from analysis.probe import lens as L
+from analysis.probe.options import LensOptions
 from analysis.probe.reconstruction import ProbeConfig, probe
 from models.loading import ModelSpec, load_model
 from tests.conftest import TINY_CONFIGS, save_tiny
@@ -247,7 +247,7 @@ import json, os, signal, sys
 from pathlib import Path
 
 from analysis.probe import lens as L
-from analysis.options import LensOptions
+from analysis.probe.options import LensOptions
 from models.loading import ModelSpec, load_model
 
 model, corpus, out, after, options = sys.argv[1], sys.argv[2], Path(sys.argv[3]), int(sys.argv[4]), sys.argv[5]

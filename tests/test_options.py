@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from analysis.cli import main
 from analysis.core.inputs import InputError
-from analysis.options import PRESETS, FinetuneOptions, markdown_table, resolve
+from analysis.core.options import markdown_table
+from analysis.training.options import PRESETS, FinetuneOptions, resolve
+from cli.main import main
 from jobs.store import JobStore
 from jobs.submit import SubmitError, submit
 from tests.test_app import run_page
@@ -83,7 +84,7 @@ def test_a_preset_gives_the_same_options_from_the_cli_a_config_file_a_job_and_th
 def test_job_code_does_not_import_the_cli():
     code = "import sys, jobs.submit, jobs.run, jobs.worker; print(sorted(m for m in sys.modules if 'cli' in m))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert "analysis.cli" not in out, out
+    assert "cli.main" not in out, out
 
 
 def test_no_module_but_the_cli_imports_the_cli():
@@ -91,11 +92,12 @@ def test_no_module_but_the_cli_imports_the_cli():
                  *ROOT.glob("ui/*.py"), *ROOT.glob("pages/*.py"), ROOT / "app.py"]:
         if path.name.startswith("cli") or path.name == "__main__.py":
             continue
-        assert "analysis.cli" not in path.read_text(), f"{path.relative_to(ROOT)} imports the CLI"
+        assert "cli.main" not in path.read_text(), f"{path.relative_to(ROOT)} imports the CLI"
 
 
 def test_the_readme_option_table_is_the_schema():
-    assert markdown_table() in (ROOT / "README.md").read_text(), "regenerate: python -m analysis.options"
+    readme = (ROOT / "README.md").read_text()
+    assert markdown_table(FinetuneOptions) in readme, "regenerate: python -m analysis.training.options"
 
 
 @pytest.mark.parametrize("value", ["abc", 0, -1, 2.5])
@@ -126,7 +128,7 @@ def test_a_sweep_is_capped_before_it_is_expanded(monkeypatch):
     any point is built; LAYERLENS_MAX_SWEEP raises the cap (256 by default)."""
     import itertools
 
-    from analysis.options import grid
+    from analysis.training.options import grid
 
     def never(*args, **kwargs):
         raise AssertionError("the points were being built")

@@ -188,7 +188,7 @@ def test_weights_that_learned_nothing_are_called_so(home, bert4):  # noqa: F811
 
 
 def test_the_atlas_comparison_uses_the_jobs_held_out_rows(home, bert4, tmp_path):  # noqa: F811
-    from analysis.options import resolve
+    from analysis.training.options import resolve
     from tests.test_training import write_tsv
 
     train, val = write_tsv(tmp_path / "train.tsv", synthetic(24)), write_tsv(tmp_path / "val.tsv", synthetic(12, 1))

@@ -199,7 +199,7 @@ def test_run_json_names_the_mode_and_an_approximate_run_states_its_agreement_wit
 def test_the_cli_runs_the_mode_asked_for_and_names_it_in_run_json(bf16_on, tiny_dir, tmp_path):
     import json
 
-    from analysis.cli import main
+    from cli.main import main
 
     texts = tmp_path / "t.txt"
     texts.write_text("\n".join(SENTENCES))

@@ -17,7 +17,6 @@ from sklearn.preprocessing import StandardScaler
 from transformers import AutoModel, AutoTokenizer
 
 from analysis.atlas.atlas import AtlasConfig, atlas
-from analysis.cli import main
 from analysis.core.cka import linear_cka
 from analysis.core.inputs import InputError, TextInputs, parse
 from analysis.core.layers import parse_layers
@@ -25,6 +24,7 @@ from analysis.core.projection import align_signs, project
 from analysis.core.separability import check_labels
 from analysis.core.store import ArrayStore
 from analysis.core.vectors import representations
+from cli.main import main
 from models.loading import ModelSpec, load_model
 
 WORDS = ["the", "a", "film", "is", "good", "bad", "not", "very", "movie", "and", "it", "was", "i", "liked", "hated",

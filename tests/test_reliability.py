@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from analysis.cli import main
+from cli.main import main
 from jobs.store import JobStore
 from tests.test_app import run_page
 from tests.test_training import bert4  # noqa: F401  (a fixture)

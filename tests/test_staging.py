@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from analysis.cli import main
 from analysis.core.inputs import InputError
 from analysis.core.staging import check_replaceable, clean_stale, staged
+from cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,7 +69,7 @@ def test_a_probe_that_fails_while_writing_keeps_the_previous_result(tmp_path, ti
     assert main(argv) == 0
     before = snapshot(out)
     texts.write_text("a different text .\n")
-    import analysis.cli
+    import cli.probe
 
     calls = []
 
@@ -79,7 +79,7 @@ def test_a_probe_that_fails_while_writing_keeps_the_previous_result(tmp_path, ti
             raise OSError("disk full")
         return frame.to_csv(path, index=index)
 
-    monkeypatch.setattr(analysis.cli, "to_csv", fail_on_second)
+    monkeypatch.setattr(cli.probe, "to_csv", fail_on_second)
     assert main(argv) == 1 and "disk full" in capsys.readouterr().err
     assert snapshot(out) == before and leftovers(tmp_path) == []
 

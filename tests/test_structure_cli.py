@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.cli import main
+from cli.main import main
 from tests.conftest import FIXTURES
 
 TRAIN, TEST = FIXTURES / "ud_tiny_train.conllu", FIXTURES / "ud_tiny_test.conllu"

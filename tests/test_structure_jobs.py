@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.cli import main
+from cli.main import main
 from jobs.store import JobStore
 from jobs.submit import SubmitError, job_name, submit, validate
 from jobs.worker import Worker

@@ -2,8 +2,8 @@
 
 import pytest
 
-from analysis import options as schema
 from analysis.core.inputs import InputError
+from analysis.training import options as schema
 from jobs.store import JobStore
 from jobs.submit import SubmitError, submit, submit_sweep, validate
 

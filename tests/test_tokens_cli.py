@@ -8,7 +8,7 @@ import json
 import pandas as pd
 import pytest
 
-from analysis.cli import main
+from cli.main import main
 from tests.conftest import FIXTURES
 
 

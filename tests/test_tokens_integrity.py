@@ -20,12 +20,12 @@ import pytest
 import torch
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
-from analysis.cli import main
 from analysis.core.inputs import InputError
 from analysis.tokens.geometry import geometry
 from analysis.tokens.maps import layer_map
 from analysis.tokens.search import across_layers, brute_force
 from analysis.tokens.vectors import TokenVectors, write_arrays
+from cli.main import main
 
 TEXTS = ["the film is good", "a very bad movie .", "i liked it and it was fun", "the movie was not dull !",
          "it is a film", "i hated the film , it was very bad", "good fun", "the film and the movie"] * 3

@@ -13,8 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.cli import main
 from analysis.tokens.vectors import TokenVectors
+from cli.main import main
 from jobs.store import JobStore
 from jobs.submit import SubmitError, job_name, submit, validate
 from tests.conftest import FIXTURES

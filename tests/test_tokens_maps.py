@@ -133,7 +133,7 @@ def test_layer_map_dispatches_and_bad_input_says_what_is_wrong(small):
 # --- tokens map (CLI) ------------------------------------------------------------------------------------------
 
 def test_tokens_map_writes_the_coordinates_path_in_run_json(small, tmp_path, capsys):
-    from analysis.cli import main
+    from cli.main import main
 
     assert main(["tokens", "map", "--vectors", str(small.directory), "--layer", "1", "--method", "pca",
                  "--out", str(tmp_path / "m")]) == 0
@@ -149,7 +149,7 @@ def test_tokens_map_writes_the_coordinates_path_in_run_json(small, tmp_path, cap
 
 @pytest.mark.slow
 def test_tokens_map_umap_is_the_libraries_map(small, tmp_path):
-    from analysis.cli import main
+    from cli.main import main
 
     assert main(["tokens", "map", "--vectors", str(small.directory), "--method", "umap", "--sample", "250",
                  "--seed", "4", "--out", str(tmp_path / "u")]) == 0

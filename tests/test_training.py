@@ -8,13 +8,13 @@ import pytest
 import torch
 from transformers import AutoModelForMaskedLM, BertConfig
 
-from analysis.cli import main
 from analysis.core.activations import encode_truncated, truncate_indices
 from analysis.core.inputs import InputError, TextInputs
 from analysis.training.finetune import Splits, further_pretrain, load_checkpoint, majority_vote, run_finetune, split_off
 from analysis.training.heads import head_names
 from analysis.training.taskdata import label_ids, prepare
 from analysis.training.train import Classifier, FinetuneConfig, evaluate, layer_of, parameter_groups, train
+from cli.main import main
 from models.loading import ModelSpec, load_encoder
 from tests.conftest import tiny_tokenizer
 

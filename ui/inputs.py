@@ -168,8 +168,8 @@ def labelled_inputs(key: str, row_limit: int) -> TextInputs | None:
 
 def _job_rows(job_id: int) -> TextInputs:
     """The rows job ``job_id`` was evaluated on and never trained on, with a caption saying which."""
-    from analysis.options import resolve
     from analysis.training.finetune import held_out_rows
+    from analysis.training.options import resolve
     from ui.results import find_job
 
     job = find_job(job_id)

@@ -85,12 +85,12 @@ LENS_FORM = ["steps", "batch_size", "max_length", "optimizer", "lr_scale", "posi
 
 def lens_job_form(model: str) -> None:
     """Queue a tuned-lens training job for ``model`` (the Reconstruction page's expander): the texts, the main
-    options from :class:`analysis.options.LensOptions`, Submit. It then runs like every job (jobs page)."""
+    options from :class:`analysis.probe.options.LensOptions`, Submit. It then runs like every job (jobs page)."""
     import os
 
     import streamlit as st
 
-    from analysis.options import LensOptions
+    from analysis.probe.options import LensOptions
     from jobs.submit import SubmitError, submit
     from ui.options import option_input
 
@@ -134,7 +134,7 @@ def structure_job_form(spec, train, test, options, label_data=None) -> None:
     import streamlit as st
 
     from analysis.core.inputs import InputError
-    from analysis.options import FinetuneOptions
+    from analysis.training.options import FinetuneOptions
     from jobs.submit import SubmitError, submit
     from ui.options import option_input
 
@@ -227,8 +227,9 @@ def tokens_job_form(spec, corpus, text_column: str = "text", label_column: str |
 
     import streamlit as st
 
-    from analysis.options import FinetuneOptions
-    from jobs.submit import SubmitError, TokensJobOptions, submit
+    from analysis.tokens.options import TokensJobOptions
+    from analysis.training.options import FinetuneOptions
+    from jobs.submit import SubmitError, submit
     from ui.options import option_input
 
     c1, c2, c3 = st.columns(3)

@@ -1,11 +1,13 @@
-"""Form widgets derived from the options schema (:mod:`analysis.options`): label, bounds, choices, help and
-the value a preset gives come from there, so the form shows what a job will run with."""
+"""Form widgets derived from an options schema (:mod:`analysis.core.options`; the fine-tuning one by default):
+label, bounds, choices, help and the value a preset gives come from there, so the form shows what a job will run
+with."""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from analysis import options as schema
+from analysis.core import options as schema
+from analysis.training.options import FinetuneOptions, defaults_for
 
 
 def widget_key(prefix: str, name: str) -> str:
@@ -14,7 +16,7 @@ def widget_key(prefix: str, name: str) -> str:
 
 def reset_form(prefix: str, names: list[str], model: str, preset: str | None) -> None:
     """Put each field's resolved value (schema default <- model default <- preset) into the form."""
-    values = schema.defaults_for(model, preset)
+    values = defaults_for(model, preset)
     for name in names:
         st.session_state[widget_key(prefix, name)] = values[name]
 
@@ -22,6 +24,7 @@ def reset_form(prefix: str, names: list[str], model: str, preset: str | None) ->
 def option_input(container, name: str, prefix: str, choices: list | None = None, options_schema=None):
     """The widget for option ``name`` of ``options_schema`` (default the fine-tuning options); its value lives
     in ``st.session_state`` (set by :func:`reset_form`, else the field's default)."""
+    options_schema = options_schema or FinetuneOptions
     info, key = schema.field_info(name, options_schema), widget_key(prefix, name)
     st.session_state.setdefault(key, info.default)
     label = info.title[0].upper() + info.title[1:]

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from analysis.atlas.options import COLOR_BY
 from analysis.core.activations import (
     encode,
     make_batch,
@@ -31,13 +32,13 @@ from analysis.core.activations import (
 from analysis.core.cka import constant_layers, linear_cka
 from analysis.core.inputs import InputError, TextInputs, check_row_limit, max_rows
 from analysis.core.layers import parse_layers
+from analysis.core.options import POOLINGS
 from analysis.core.parallel import ONE, Ranks
 from analysis.core.precision import model_mode
 from analysis.core.projection import METHOD_NAMES, METHODS, project_layers
 from analysis.core.separability import SEPARABILITY_COLUMNS, SILHOUETTE_MAX_ROWS, check_labels, separability
 from analysis.core.store import ArrayStore
-from analysis.core.vectors import POOLINGS, Progress, extract, representations
-from analysis.options import COLOR_BY
+from analysis.core.vectors import Progress, extract, representations
 from models.loading import LoadedModel, load_model, split_pooling
 
 

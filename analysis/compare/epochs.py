@@ -54,7 +54,7 @@ class JobRun:
 
     @property
     def options(self):
-        from analysis.options import resolve
+        from analysis.training.options import resolve
 
         return resolve(self.config)
 

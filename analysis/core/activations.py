@@ -16,13 +16,11 @@ import torch
 from tokenizers import Encoding, Tokenizer
 
 from analysis.core.inputs import InputError, TextInputs
+from analysis.core.options import TRUNCATIONS
 from models.cache import free_bytes, is_out_of_memory
 from models.loading import LoadedModel
 
 log = logging.getLogger(__name__)
-
-
-TRUNCATIONS = ("head", "tail", "head+tail")  # which tokens a text over the length limit keeps
 
 
 @dataclasses.dataclass(frozen=True)

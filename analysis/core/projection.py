@@ -10,9 +10,7 @@ import torch
 
 from analysis.core.cka import constant_layers
 from analysis.core.inputs import InputError
-
-METHODS = ("pca", "umap", "tsne")
-
+from analysis.core.options import METHODS
 
 METHOD_NAMES = {"pca": "PCA", "umap": "UMAP", "tsne": "t-SNE"}
 

@@ -24,7 +24,6 @@ from analysis.core.parallel import ONE, Ranks
 from analysis.core.store import ArrayStore, key_of
 from models.loading import LoadedModel, split_pooling
 
-POOLINGS = ("cls", "mean", "model")  # model: a sentence encoder's own pooling
 Progress = Callable[[str, int, int], None]  # (stage, done, total): every extraction's progress callback
 
 

@@ -428,9 +428,9 @@ def evaluate(loaded: LoadedModel, lens: TunedLens | None, batches: Batches, opti
 def train(loaded: LoadedModel, texts: list[str], options, out: Path, progress: Callable | None = None,
           should_stop: Callable[[], bool] | None = None, log: Callable[[str], None] = lambda s: None,
           earlier: Iterable[Path] = ()) -> dict | None:
-    """Train a lens for ``loaded`` on ``texts`` (:class:`analysis.options.LensOptions`), checkpointing to ``out``
-    every ``save_every`` steps and when ``should_stop()``; resumes from the checkpoint in ``out`` (refusing one of
-    other options, weights or texts), or, when ``out`` has none, from the furthest unfinished checkpoint among the
+    """Train a lens for ``loaded`` on ``texts`` (:class:`analysis.probe.options.LensOptions`), checkpointing to
+    ``out`` every ``save_every`` steps and when ``should_stop()``; resumes from the checkpoint in ``out`` (refusing one
+    of other options, weights or texts), or, when ``out`` has none, from the furthest unfinished checkpoint among the
     ``earlier`` folders (a lens job's earlier runs) of the same options, weights and texts. ``progress(step, total,
     losses)`` after every step. Returns ``training.json``'s dict, or None when stopped (a partial lens)."""
     from safetensors.torch import save_file

@@ -8,7 +8,15 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from analysis.core.inputs import InputError
-from analysis.options import BACKENDS, MAX_SEED, Dtype, Options, _same
+from analysis.core.options import (
+    MAX_SEED,
+    ModelOptions,
+    Options,
+    PlacementOptions,
+    label_column,
+    pair_column,
+    text_column,
+)
 
 TASKS = ("upos", "deprel", "distance", "depth")
 EWT = Path(__file__).resolve().parents[3] / "shared" / "data" / "ud_english_ewt"
@@ -60,40 +68,25 @@ class StructureOptions(Options):
         return self.tasks.split(",")
 
 
-class StructureJobOptions(StructureOptions):
+class StructureJobOptions(PlacementOptions, ModelOptions, StructureOptions):
     """A ``structure`` job (:mod:`jobs`): the analysis's options plus the model, the two treebanks, an optional
     labelled set (the CLI's ``--label-data``) and where the job runs. Stored whole with the job."""
 
-    model: str = _same("model")
-    revision: str | None = _same("revision")
-    device: str = _same("device")
-    dtype: Dtype = _same("dtype")
-    allow_pickle: bool = _same("allow_pickle")
     train: str = Field(str(DEFAULT_TRAIN), min_length=1, title="train on", description="CoNLL-U treebank the "
                        "probes are trained on (.conllu or .conllu.gz)")
     test: str = Field(str(DEFAULT_TEST), min_length=1, title="score on", description="CoNLL-U treebank the probes "
                       "are scored on")
     label_data: str | None = Field(None, title="labelled set", description="a labelled set of texts (.csv, .tsv, "
                                    ".jsonl): its task label becomes one more task, 'label'")
-    text_column: str = _same("text_column")
-    pair_column: str | None = _same("pair_column")
-    label_column: str = _same("label_column")
+    text_column: str = text_column()
+    pair_column: str | None = pair_column()
+    label_column: str = label_column()
     label_pooling: Literal["cls", "mean"] = Field("cls", title="label pooling", description="the labelled set's "
                                                   "sentence vector")
-    backend: Literal[BACKENDS] = _same("backend")  # type: ignore[valid-type]
-    slurm_partition: str | None = _same("slurm_partition")
-    slurm_time: int = _same("slurm_time")
-    slurm_gpus: int = _same("slurm_gpus")
 
     def analysis(self) -> StructureOptions:
         """The options :func:`analysis.structure.run.run_structure` takes."""
         return StructureOptions.from_dict(self.to_dict())
-
-    def spec(self):
-        from models.spec import ModelSpec
-
-        return ModelSpec(self.model, revision=self.revision, device=self.device, dtype=self.dtype,
-                         allow_pickle=self.allow_pickle)
 
 
 def check_rank(rank: int | None, hidden: int) -> int:

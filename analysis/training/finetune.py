@@ -217,11 +217,11 @@ def run_finetune(spec: ModelSpec, splits: Splits, config: FinetuneConfig, out: P
 
 def run_options(options, out: Path, callbacks: list[Callback] = (),
                 log: Callable[[str], None] = lambda s: None) -> dict:
-    """One run from :class:`analysis.options.FinetuneOptions` (the ``finetune`` command and every job): read the
-    splits (holding out ``val_fraction`` of the training rows when no validation set is given and no k-fold),
+    """One run from :class:`analysis.training.options.FinetuneOptions` (the ``finetune`` command and every job): read
+    the splits (holding out ``val_fraction`` of the training rows when no validation set is given and no k-fold),
     run, and write ``run.json`` beside the other files. Returns ``metrics.json``'s dict."""
     from analysis import versions
-    from analysis.options import sources
+    from analysis.training.options import sources
 
     if not options.train:
         raise InputError("no training data: set train (a file, 'demo' or hf:NAME[/CONFIG]:SPLIT)")

@@ -42,8 +42,8 @@ from analysis.core.autocast import autocast as _autocast
 from analysis.core.csvout import to_csv
 from analysis.core.parallel import ONE, Ranks, ranks_for
 from analysis.core.scores import classification_metrics, majority_class
-from analysis.options import FinetuneConfig
 from analysis.training.heads import HeadOutput, build_head, trainable_parameters
+from analysis.training.options import FinetuneConfig
 from analysis.training.taskdata import TaskData, batch_order, batches, padded
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from analysis.cli_base import (
+from cli.common import (
     StageBars,
     UserError,
     add_option_flag,

@@ -10,14 +10,14 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from analysis.cli_base import UserError, add_option_flag, prepare_out
 from analysis.core.inputs import InputError
+from cli.common import UserError, add_option_flag, prepare_out
 
 
 def add_finetune_arguments(p: argparse.ArgumentParser) -> None:
-    """One flag per field of :class:`analysis.options.FinetuneOptions` (its defaults, bounds and help): values
-    given are resolved with ``--config`` and ``--preset`` by :func:`analysis.options.resolve`."""
-    from analysis import options
+    """One flag per field of :class:`analysis.training.options.FinetuneOptions` (its defaults, bounds and help): values
+    given are resolved with ``--config`` and ``--preset`` by :func:`analysis.training.options.resolve`."""
+    from analysis.training import options
 
     g = p.add_argument_group("fine-tuning (see the option table in the README)")
     g.add_argument("--config", type=Path, help="a .yaml or .json file of these options (keys: the flag names with "
@@ -115,7 +115,7 @@ def _expanded_nodes(root) -> int:
 
 def finetune_options(args: argparse.Namespace):
     """The resolved options: schema defaults <- model defaults <- preset <- --config file <- flags."""
-    from analysis.options import FinetuneOptions, resolve
+    from analysis.training.options import FinetuneOptions, resolve
 
     flags = {k: v for k, v in vars(args).items() if k in FinetuneOptions.model_fields}
     from_file = read_config_file(args.config) if getattr(args, "config", None) else {}
@@ -172,73 +172,3 @@ def cmd_finetune(args: argparse.Namespace, callbacks: list = ()) -> int:
     return 0
 
 
-def add_jobs_arguments(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    s = sub.add_parser("submit", help="queue a fine-tuning job (prints its id last) and start a worker if needed")
-    s.add_argument("--config", type=Path, required=True, help="the options file finetune --config takes")
-    s.add_argument("--grid", nargs="+", metavar="KEY=V1,V2", help="a sweep: one job per combination, e.g. --grid "
-                   "head=cls,attention,lstm lr=2e-5,5e-5 (6 jobs in one group)")
-    s.add_argument("--group", help="the sweep's name (default: 'sweep <time>: <keys>')")
-    s.add_argument("--name", default="", help="a name for the job list")
-    s.add_argument("--no-worker", action="store_true", help="only queue it (a worker started later runs it)")
-    ls = sub.add_parser("list", help="the jobs, newest first")
-    ls.add_argument("--json", action="store_true", help="every job as JSON (status, progress, metrics, options)")
-    for action, text in (("show", "one job as JSON with its progress and, once finished, metrics"),
-                         ("cancel", "stop a queued or running job (it keeps its log)"),
-                         ("logs", "print a job's log")):
-        a = sub.add_parser(action, help=text)
-        a.add_argument("id", type=int)
-        if action == "show":
-            a.add_argument("--json", action="store_true", help="(the output is always JSON)")
-
-
-def cmd_jobs(args: argparse.Namespace) -> int:
-    """Background fine-tuning jobs: submit, list, show, cancel, logs (state under LAYERLENS_HOME)."""
-    from jobs import backends
-    from jobs.store import JobStore
-
-    store = JobStore()
-    if args.action == "submit":
-        from jobs.submit import SubmitError, submit, submit_sweep  # loads data and model configs: the heavy action
-
-        config = read_config_file(args.config)
-        try:
-            if args.grid:
-                from analysis.options import grid
-
-                group, ids = submit_sweep(config, grid(args.grid), store, args.group, not args.no_worker)
-                print(f"queued {len(ids)} jobs in group '{group}':", file=sys.stderr)
-            else:
-                ids = [submit(config, store, args.name, start_worker=not args.no_worker, group=args.group)]
-        except (SubmitError, InputError) as exc:
-            raise UserError(f"not queued ({args.config}): {exc}") from None
-        for job_id in ids:
-            job = store.get(job_id)
-            print(f"queued job {job_id} ({job.where}): {job.name}", file=sys.stderr)
-            print(job_id)  # one id a line on stdout, for scripts
-        return 0
-    backends.refresh(store)
-    if args.action == "list":
-        jobs = store.list()
-        if args.json:
-            print(json.dumps([j.to_dict() for j in jobs], indent=2, default=str))
-            return 0
-        if not jobs:
-            print(f"no jobs under {store.root}", file=sys.stderr)
-        for j in jobs:
-            p = j.progress
-            done = f"{p.get('step', 0)}/{p.get('total_steps', '?')}" if p else ""
-            acc = f"acc {j.metrics['accuracy']:.4f}" if j.metrics and "accuracy" in j.metrics else ""
-            print(f"{j.id:>5}  {j.status:<9}  {done:>11}  {acc:<11}  {j.name}  [{j.where}]")
-        return 0
-    job = store.get(args.id)
-    if job is None:
-        raise UserError(f"no job {args.id} under {store.root}")
-    if args.action == "show":
-        print(json.dumps(job.to_dict(), indent=2, default=str))
-    elif args.action == "cancel":
-        print(f"job {job.id}: {backends.cancel(store, job.id)}"
-              + (" (stopping)" if store.get(job.id).status == "running" else ""))
-    else:
-        print(job.log_path.read_text(errors="replace") if job.log_path.is_file() else "(no log yet)", end="")
-    return 0

@@ -6,7 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from analysis.cli_base import (
+from analysis.core.options import POOLINGS
+from cli.common import (
     StageBars,
     UserError,
     add_option_flag,
@@ -15,7 +16,6 @@ from analysis.cli_base import (
     prepare_out,
     write_json,
 )
-from analysis.core.vectors import POOLINGS
 
 
 def add_compare_arguments(p: argparse.ArgumentParser) -> None:
@@ -185,8 +185,8 @@ def compare_job(args: argparse.Namespace, config):
 def group_models(args: argparse.Namespace):
     """``--group G``: ``(specs, names, rows, info)``: the model the group's jobs started from, then each finished
     job's fine-tuned model; the rows of ``--data``, else the first job's held-out rows."""
-    from analysis.options import resolve
     from analysis.training.finetune import held_out_rows
+    from analysis.training.options import resolve
     from jobs.store import JobStore
     from models.spec import ModelSpec
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from analysis.cli_base import UserError, add_option_flag
 from analysis.core.inputs import InputError
+from cli.common import UserError, add_option_flag
 
 
 def add_lens_arguments(p: argparse.ArgumentParser) -> None:
-    from analysis.options import LensOptions
+    from analysis.probe.options import LensOptions
 
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     t = sub.add_parser("train", help="train a tuned lens (resumes when --out holds one stopped with the same options)",
@@ -33,8 +33,8 @@ def add_lens_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def lens_options(args: argparse.Namespace):
-    from analysis.cli_finetune import read_config_file
-    from analysis.options import LensOptions
+    from analysis.probe.options import LensOptions
+    from cli.finetune import read_config_file
 
     given = read_config_file(args.config) if args.config else {}
     flags = {k: v for k, v in vars(args).items() if k in LensOptions.model_fields}

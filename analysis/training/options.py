@@ -15,25 +15,28 @@ argparse only covers one of them; its errors are rewritten into one readable :cl
 
 from __future__ import annotations
 
-import copy
 import functools
 import typing
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
-from analysis.core.activations import TRUNCATIONS
 from analysis.core.inputs import InputError
-from models.spec import DEMO_NAME, DEVICES, DTYPE_NAMES, SUGGESTED_MODELS
+from analysis.core.options import (
+    MAX_SEED,
+    ModelOptions,
+    Options,
+    PlacementOptions,
+    Truncation,
+    label_column,
+    markdown_table,
+    pair_column,
+    text_column,
+)
+from models.spec import DEMO_NAME
 
-# The layer atlas's choices (its full options become a schema here too, as the fine-tuning ones did).
-COLOR_BY = ("label", "prediction", "correct")  # a classifier's own predictions can colour the atlas
-
-MAX_SEED = 2**32 - 1  # numpy's and scikit-learn's random_state take no more
 SCHEDULES = ("linear", "epoch-decay")
-Truncation = Literal[TRUNCATIONS]  # type: ignore[valid-type]
 Schedule = Literal[SCHEDULES]  # type: ignore[valid-type]
-Dtype = Literal[DTYPE_NAMES]  # type: ignore[valid-type]
 
 # The papers' settings, as partial option sets; options given explicitly win.
 PRESETS: dict[str, dict] = {
@@ -82,29 +85,6 @@ def model_config(model: str):
     return config
 
 
-class Options(BaseModel):
-    """A schema whose validation errors are one readable :class:`InputError` naming each bad option."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
-
-    def __init__(self, **values):
-        try:
-            super().__init__(**values)
-        except ValidationError as exc:
-            raise InputError(describe(exc, type(self))) from None
-
-    def to_dict(self) -> dict:
-        return self.model_dump()
-
-    @classmethod
-    def from_dict(cls, d: dict):
-        return cls(**{k: v for k, v in d.items() if k in cls.model_fields})
-
-    def replace(self, **changes):
-        """A validated copy with ``changes`` (``dataclasses.replace`` for these schemas)."""
-        return type(self)(**{**self.to_dict(), **changes})
-
-
 class FinetuneConfig(Options):
     """The training engine's hyper-parameters (:func:`analysis.training.train.train`)."""
 
@@ -144,44 +124,28 @@ class FinetuneConfig(Options):
                                         "steps on the training texts first (within-task, Sun et al. 4.2)")
 
 
-BACKENDS = ("local", "slurm")  # where a job runs (jobs.backends)
+class FinetuneData(Options):
+    """A fine-tuning run's data: the splits, their columns, the preset and the processes (a block of
+    :class:`FinetuneOptions`, kept apart so the options keep their order: training, model, data, placement)."""
 
-
-class FinetuneOptions(FinetuneConfig):
-    """Everything a fine-tuning run or job carries: the model, the data, the hyper-parameters."""
-
-    model: str = Field(DEMO_NAME, min_length=1, title="model", description="hub id, local save_pretrained "
-                       "directory, or 'demo'; e.g. " + ", ".join(SUGGESTED_MODELS[1:]) + "; random:NAME is NAME's "
-                       "architecture with seeded random weights (the control)")
-    revision: str | None = Field(None, title="revision", description="hub branch, tag or commit")
-    device: str = Field("auto", pattern=rf"^({'|'.join(DEVICES)})(:\d+)?$", title="device",
-                        description="auto: cuda, then mps, then cpu")
-    dtype: Dtype = Field("auto", title="dtype", description="compute dtype; training keeps float32 master weights")
-    allow_pickle: bool = Field(False, title="allow pickle", description="also load pickle (.bin) weights; only "
-                               "for sources you trust")
     train: str | None = Field(None, title="training data", description="a .csv/.tsv/.jsonl file, 'demo', or "
                               "hf:NAME[/CONFIG]:SPLIT")
     val: str | None = Field(None, title="validation data", description="same forms; default: hold out "
                             "val_fraction of train")
     test: str | None = Field(None, title="test data", description="same forms; predictions.csv is for them")
-    text_column: str = Field("text", min_length=1, title="text column")
-    pair_column: str | None = Field(None, title="second text column", description="the aspect (ABSA) or "
-                                    "hypothesis (NLI)")
-    label_column: str = Field("label", min_length=1, title="label column")
+    text_column: str = text_column()
+    pair_column: str | None = pair_column()
+    label_column: str = label_column()
     preset: Literal[tuple(PRESETS)] | None = Field(None, title="preset",  # type: ignore[valid-type]
                                                    description="the papers' settings as defaults: "
                                                    + "; ".join(f"{k}: {preset_summary(k)}" for k in PRESETS))
     num_processes: int = Field(1, ge=1, le=64, title="processes", description="jobs: processes under accelerate "
                                "launch; the batch size stays the global batch")
-    backend: Literal[BACKENDS] = Field("local", title="runs on",  # type: ignore[valid-type]
-                                       description="jobs: local (this machine's worker) or slurm (one Slurm job "
-                                       "through submitit; LAYERLENS_HOME shared with the cluster)")
-    slurm_partition: str | None = Field(None, title="Slurm partition", description="jobs on slurm: the "
-                                        "partition (default: the cluster's)")
-    slurm_time: int = Field(120, ge=1, le=10080, title="Slurm time limit (min)", description="jobs on slurm: "
-                            "minutes before Slurm stops the job")
-    slurm_gpus: int = Field(1, ge=0, le=16, title="Slurm GPUs", description="jobs on slurm: GPUs per job (0: "
-                            "CPU only)")
+
+
+class FinetuneOptions(PlacementOptions, FinetuneData, ModelOptions, FinetuneConfig):
+    """Everything a fine-tuning run or job carries: the hyper-parameters (:class:`FinetuneConfig`), the model
+    (:class:`ModelOptions`), the data (:class:`FinetuneData`) and where a job runs (:class:`PlacementOptions`)."""
 
     @model_validator(mode="after")
     def _fold_seeds(self):
@@ -193,58 +157,6 @@ class FinetuneOptions(FinetuneConfig):
 
     def training(self) -> FinetuneConfig:
         return FinetuneConfig.from_dict(self.to_dict())
-
-    def spec(self):
-        from models.spec import ModelSpec
-
-        return ModelSpec(self.model, revision=self.revision, device=self.device, dtype=self.dtype,
-                         allow_pickle=self.allow_pickle)
-
-
-def _same(name: str):
-    """A field of :class:`FinetuneOptions` reused by another schema (one definition of the model options)."""
-    return copy.copy(FinetuneOptions.model_fields[name])
-
-
-class LensOptions(Options):
-    """Training a tuned lens (:mod:`analysis.probe.lens`): the model, the texts, the optimiser (the reference's)."""
-
-    model: str = _same("model")
-    revision: str | None = _same("revision")
-    device: str = _same("device")
-    dtype: Dtype = _same("dtype")
-    allow_pickle: bool = _same("allow_pickle")
-    corpus: str | None = Field(None, title="texts", description="a .txt file (a text a line), .csv/.tsv/.jsonl "
-                               "(text_column), 'demo' (the bundled demo set's texts) or hf:NAME[/CONFIG]:SPLIT")
-    text_column: str = _same("text_column")
-    steps: int = Field(250, ge=1, le=10_000_000, title="steps")
-    max_tokens: int | None = Field(None, ge=1, title="token budget", description="stop after about this many "
-                                   "training tokens, if fewer steps than 'steps'")
-    batch_size: int = Field(16, ge=1, le=65536, title="texts per step")
-    max_length: int = Field(128, ge=8, le=65536, title="max tokens", description="texts are cut to this many "
-                            "tokens (or the model's limit)")
-    optimizer: Literal["sgd", "adam"] = Field("sgd", title="optimiser", description="sgd: Nesterov momentum, as "
-                                              "the tuned-lens reference; adam: amsgrad with warm-up")
-    lr_scale: float = Field(1.0, gt=0, le=100, title="learning-rate scale", description="sgd: lr = scale x "
-                            "(1 - momentum); adam: lr = scale x 1e-3")
-    momentum: float = Field(0.9, ge=0, lt=1, title="momentum", description="sgd momentum or Adam's beta1")
-    weight_decay: float = Field(1e-3, ge=0, le=1, title="weight decay")
-    max_grad_norm: float = Field(1.0, ge=0, title="gradient clipping", description="0: none")
-    mask_fraction: float = Field(0.15, gt=0, le=1, title="mask fraction", description="tokens masked as in "
-                                 "pre-training (80% mask, 10% random, 10% kept)")
-    positions: Literal["masked", "all"] = Field("masked", title="trained at", description="masked: KL at the "
-                                                "masked positions; all: at every counted position")
-    eval_texts: int = Field(128, ge=1, title="held-out texts", description="texts kept out of training to "
-                            "measure the lens")
-    save_every: int = Field(50, ge=1, title="save every", description="steps between checkpoints (stop and "
-                            "resume)")
-    seed: int = Field(0, ge=0, le=MAX_SEED, title="seed")
-
-    def spec(self):
-        from models.spec import ModelSpec
-
-        return ModelSpec(self.model, revision=self.revision, device=self.device, dtype=self.dtype,
-                         allow_pickle=self.allow_pickle)
 
 
 def resolve(*given: dict) -> FinetuneOptions:
@@ -339,96 +251,8 @@ def defaults_for(model: str, preset: str | None) -> dict:
     return resolve({"model": model, "preset": preset}).to_dict()
 
 
-def describe(exc: ValidationError, schema: type[BaseModel]) -> str:
-    """One line naming each bad option, e.g. ``epochs (epochs): must be at least 1, got 0``."""
-    messages = {"greater_than_equal": "must be at least {ge}", "greater_than": "must be greater than {gt}",
-                "less_than_equal": "must be at most {le}", "less_than": "must be less than {lt}",
-                "int_parsing": "expected a whole number", "int_from_float": "expected a whole number",
-                "float_parsing": "expected a number", "bool_parsing": "must be true or false",
-                "literal_error": "must be one of {expected}", "string_too_short": "must not be empty",
-                "string_pattern_mismatch": "must match {pattern}", "extra_forbidden": "unknown option",
-                "string_type": "expected text", "int_type": "expected a whole number",
-                "float_type": "expected a number", "bool_type": "must be true or false",
-                "finite_number": "must be a finite number"}
-    parts = []
-    for err in exc.errors():
-        if err["type"] == "value_error" and not err["loc"]:  # a check across options: its message is whole
-            parts.append(str(err["ctx"]["error"]))
-            continue
-        name = str(err["loc"][0]) if err["loc"] else "options"
-        field = schema.model_fields.get(name)
-        label = f"{name} ({field.title})" if field is not None and field.title and field.title != name else name
-        template = messages.get(err["type"])
-        text = template.format(**err.get("ctx", {})) if template else err["msg"]
-        parts.append(f"{label}: {text}, got {err['input']!r}" if err["type"] != "extra_forbidden" else
-                     f"{text} {name}")
-    return "; ".join(parts)
-
-
 # --- derived views: bounds for forms, flags, documentation ---------------------------------------------------
 
-def field_info(name: str, schema: type[BaseModel] | None = None):
-    return (schema or FinetuneOptions).model_fields[name]
 
-
-def bounds(name: str, schema: type[BaseModel] | None = None) -> tuple[float | None, float | None]:
-    """(lowest, highest) value a number option accepts, inclusive where the schema says so (None: open)."""
-    low = high = None
-    for m in field_info(name, schema).metadata:
-        low = getattr(m, "ge", None) if getattr(m, "ge", None) is not None else low
-        high = getattr(m, "le", None) if getattr(m, "le", None) is not None else high
-    return low, high
-
-
-def choices(name: str, schema: type[BaseModel] | None = None) -> tuple | None:
-    """The allowed values of a choice option (None: not a choice)."""
-    annotation = field_info(name, schema).annotation
-    for arg in (annotation, *typing.get_args(annotation)):
-        if typing.get_origin(arg) is Literal:
-            return typing.get_args(arg)
-    return None
-
-
-def kind(name: str, schema: type[BaseModel] | None = None) -> str:
-    """``bool``, ``int``, ``float``, ``choice`` or ``str``."""
-    if choices(name, schema):
-        return "choice"
-    annotation = field_info(name, schema).annotation
-    for t in (bool, int, float):
-        if annotation is t or t in typing.get_args(annotation):
-            return t.__name__
-    return "str"
-
-
-def help_text(name: str, schema: type[BaseModel] | None = None) -> str:
-    info = field_info(name, schema)
-    default = info.default
-    text = info.description or info.title or name
-    return f"{text} (default {default})" if default not in (None, "") else text
-
-
-def accepts(name: str, schema: type[BaseModel] | None = None) -> str:
-    """What an option accepts, in words: ``float > 0 and ≤ 1``, ``head, tail, head+tail``."""
-    if choices(name, schema):
-        return ", ".join(map(str, choices(name, schema)))
-    low = high = ""
-    for m in field_info(name, schema).metadata:
-        low = f"≥ {m.ge}" if getattr(m, "ge", None) is not None else f"> {m.gt}" if getattr(m, "gt", None) is not None \
-            else low
-        high = f"≤ {m.le}" if getattr(m, "le", None) is not None else f"< {m.lt}" if getattr(m, "lt", None) \
-            is not None else high
-    return f"{kind(name, schema)} {' and '.join(b for b in (low, high) if b)}".strip()
-
-
-def markdown_table(schema: type[BaseModel] = FinetuneOptions) -> str:
-    """The option table the README shows (a test checks the README holds exactly this)."""
-    rows = ["| option (`--flag` / config key) | default | accepts | meaning |", "|---|---|---|---|"]
-    for name, info in schema.model_fields.items():
-        meaning = (info.description or info.title or "").replace("|", "\\|")
-        flag = f"`--{name.replace('_', '-')}` / `{name}`"
-        rows.append(f"| {flag} | {info.default} | {accepts(name, schema)} | {meaning} |")
-    return "\n".join(rows)
-
-
-if __name__ == "__main__":  # python -m analysis.options: the README's option table
-    print(markdown_table())
+if __name__ == "__main__":  # python -m analysis.training.options: the README's option table
+    print(markdown_table(FinetuneOptions))

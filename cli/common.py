@@ -47,11 +47,13 @@ MODEL_FIELDS = ("model", "revision", "device", "dtype", "allow_pickle")
 
 
 def add_option_flag(group, name: str, suppress: bool = False, schema=None) -> None:
-    """``--name`` for a field of an options schema (default :class:`analysis.options.FinetuneOptions`): its
+    """``--name`` for a field of an options schema (default :class:`analysis.training.options.FinetuneOptions`): its
     default (or none given unless typed, with ``suppress``), its choices, its help. Values are checked by the
     schema, not by argparse."""
-    from analysis import options
+    from analysis.core import options
+    from analysis.training.options import FinetuneOptions
 
+    schema = schema or FinetuneOptions
     kind, default = options.kind(name, schema), options.field_info(name, schema).default
     extra = ({"action": argparse.BooleanOptionalAction} if kind == "bool" else
              {"choices": options.choices(name, schema)} if kind == "choice" else {"metavar": name.upper()})

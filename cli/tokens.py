@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from analysis.cli_base import (
+from cli.common import (
     StageBars,
     UserError,
     launched,

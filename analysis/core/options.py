@@ -1,0 +1,192 @@
+"""The options schemas' shared core: one pydantic base and the blocks every technique composes.
+
+Each technique defines ONE schema of its options (``training/options.py``, ``probe/options.py``,
+``structure/options.py``, ``tokens/options.py``), composed by inheritance from :class:`ModelOptions` (which
+checkpoint, where it runs, in which dtype) and, for jobs, :class:`PlacementOptions` (which backend). Everything
+else is derived from a schema: the CLI flags (:func:`cli.common.add_option_flag`), config files, a job's stored
+JSON, the page forms (:mod:`ui.options`) and the README's option tables (:func:`markdown_table`).
+
+pydantic does the type checks and coercion (``"3"`` is 3, ``"abc"`` is an error naming the option), because a
+config file, a job's JSON and a form all arrive as loosely typed values and argparse only covers one of them; its
+errors are rewritten into one readable :class:`InputError` (:func:`describe`). This module imports neither torch
+nor transformers (the CLI's parsers are built from the schemas, and ``layerlens jobs`` stays fast).
+"""
+
+from __future__ import annotations
+
+import typing
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from analysis.core.inputs import InputError
+from models.spec import DEMO_NAME, DEVICES, DTYPE_NAMES, SUGGESTED_MODELS
+
+MAX_SEED = 2**32 - 1  # numpy's and scikit-learn's random_state take no more
+TRUNCATIONS = ("head", "tail", "head+tail")  # which tokens a text over the length limit keeps
+POOLINGS = ("cls", "mean", "model")  # a sentence vector: [CLS], the mean of the tokens, a sentence encoder's own
+METHODS = ("pca", "umap", "tsne")  # 2-D projections
+BACKENDS = ("local", "slurm")  # where a job runs (jobs.backends)
+Truncation = Literal[TRUNCATIONS]  # type: ignore[valid-type]
+Dtype = Literal[DTYPE_NAMES]  # type: ignore[valid-type]
+
+
+class Options(BaseModel):
+    """A schema whose validation errors are one readable :class:`InputError` naming each bad option."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    def __init__(self, **values):
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise InputError(describe(exc, type(self))) from None
+
+    def to_dict(self) -> dict:
+        return self.model_dump()
+
+    @classmethod
+    def from_dict(cls, d: dict):
+        return cls(**{k: v for k, v in d.items() if k in cls.model_fields})
+
+    def replace(self, **changes):
+        """A validated copy with ``changes`` (``dataclasses.replace`` for these schemas)."""
+        return type(self)(**{**self.to_dict(), **changes})
+
+
+class ModelOptions(Options):
+    """The model block every technique's schema starts with: which checkpoint, where it runs, in which dtype."""
+
+    model: str = Field(DEMO_NAME, min_length=1, title="model", description="hub id, local save_pretrained "
+                       "directory, or 'demo'; e.g. " + ", ".join(SUGGESTED_MODELS[1:]) + "; random:NAME is NAME's "
+                       "architecture with seeded random weights (the control)")
+    revision: str | None = Field(None, title="revision", description="hub branch, tag or commit")
+    device: str = Field("auto", pattern=rf"^({'|'.join(DEVICES)})(:\d+)?$", title="device",
+                        description="auto: cuda, then mps, then cpu")
+    dtype: Dtype = Field("auto", title="dtype", description="compute dtype; training keeps float32 master weights")
+    allow_pickle: bool = Field(False, title="allow pickle", description="also load pickle (.bin) weights; only "
+                               "for sources you trust")
+
+    def spec(self):
+        """The :class:`models.spec.ModelSpec` these options name."""
+        from models.spec import ModelSpec
+
+        return ModelSpec(self.model, revision=self.revision, device=self.device, dtype=self.dtype,
+                         allow_pickle=self.allow_pickle)
+
+
+class PlacementOptions(Options):
+    """Where a job runs (:mod:`jobs.backends`): this machine's worker, or one Slurm job through submitit."""
+
+    backend: Literal[BACKENDS] = Field("local", title="runs on",  # type: ignore[valid-type]
+                                       description="jobs: local (this machine's worker) or slurm (one Slurm job "
+                                       "through submitit; LAYERLENS_HOME shared with the cluster)")
+    slurm_partition: str | None = Field(None, title="Slurm partition", description="jobs on slurm: the "
+                                        "partition (default: the cluster's)")
+    slurm_time: int = Field(120, ge=1, le=10080, title="Slurm time limit (min)", description="jobs on slurm: "
+                            "minutes before Slurm stops the job")
+    slurm_gpus: int = Field(1, ge=0, le=16, title="Slurm GPUs", description="jobs on slurm: GPUs per job (0: "
+                            "CPU only)")
+
+
+def text_column():
+    """The text column's field, the same in every schema that reads a table."""
+    return Field("text", min_length=1, title="text column")
+
+
+def pair_column():
+    return Field(None, title="second text column", description="the aspect (ABSA) or hypothesis (NLI)")
+
+
+def label_column():
+    return Field("label", min_length=1, title="label column")
+
+
+
+def describe(exc: ValidationError, schema: type[BaseModel]) -> str:
+    """One line naming each bad option, e.g. ``epochs (epochs): must be at least 1, got 0``."""
+    messages = {"greater_than_equal": "must be at least {ge}", "greater_than": "must be greater than {gt}",
+                "less_than_equal": "must be at most {le}", "less_than": "must be less than {lt}",
+                "int_parsing": "expected a whole number", "int_from_float": "expected a whole number",
+                "float_parsing": "expected a number", "bool_parsing": "must be true or false",
+                "literal_error": "must be one of {expected}", "string_too_short": "must not be empty",
+                "string_pattern_mismatch": "must match {pattern}", "extra_forbidden": "unknown option",
+                "string_type": "expected text", "int_type": "expected a whole number",
+                "float_type": "expected a number", "bool_type": "must be true or false",
+                "finite_number": "must be a finite number"}
+    parts = []
+    for err in exc.errors():
+        if err["type"] == "value_error" and not err["loc"]:  # a check across options: its message is whole
+            parts.append(str(err["ctx"]["error"]))
+            continue
+        name = str(err["loc"][0]) if err["loc"] else "options"
+        field = schema.model_fields.get(name)
+        label = f"{name} ({field.title})" if field is not None and field.title and field.title != name else name
+        template = messages.get(err["type"])
+        text = template.format(**err.get("ctx", {})) if template else err["msg"]
+        parts.append(f"{label}: {text}, got {err['input']!r}" if err["type"] != "extra_forbidden" else
+                     f"{text} {name}")
+    return "; ".join(parts)
+
+
+def field_info(name: str, schema: type[BaseModel]):
+    return schema.model_fields[name]
+
+
+def bounds(name: str, schema: type[BaseModel]) -> tuple[float | None, float | None]:
+    """(lowest, highest) value a number option accepts, inclusive where the schema says so (None: open)."""
+    low = high = None
+    for m in field_info(name, schema).metadata:
+        low = getattr(m, "ge", None) if getattr(m, "ge", None) is not None else low
+        high = getattr(m, "le", None) if getattr(m, "le", None) is not None else high
+    return low, high
+
+
+def choices(name: str, schema: type[BaseModel]) -> tuple | None:
+    """The allowed values of a choice option (None: not a choice)."""
+    annotation = field_info(name, schema).annotation
+    for arg in (annotation, *typing.get_args(annotation)):
+        if typing.get_origin(arg) is Literal:
+            return typing.get_args(arg)
+    return None
+
+
+def kind(name: str, schema: type[BaseModel]) -> str:
+    """``bool``, ``int``, ``float``, ``choice`` or ``str``."""
+    if choices(name, schema):
+        return "choice"
+    annotation = field_info(name, schema).annotation
+    for t in (bool, int, float):
+        if annotation is t or t in typing.get_args(annotation):
+            return t.__name__
+    return "str"
+
+
+def help_text(name: str, schema: type[BaseModel]) -> str:
+    info = field_info(name, schema)
+    default = info.default
+    text = info.description or info.title or name
+    return f"{text} (default {default})" if default not in (None, "") else text
+
+
+def accepts(name: str, schema: type[BaseModel]) -> str:
+    """What an option accepts, in words: ``float > 0 and ≤ 1``, ``head, tail, head+tail``."""
+    if choices(name, schema):
+        return ", ".join(map(str, choices(name, schema)))
+    low = high = ""
+    for m in field_info(name, schema).metadata:
+        low = f"≥ {m.ge}" if getattr(m, "ge", None) is not None else f"> {m.gt}" if getattr(m, "gt", None) is not None \
+            else low
+        high = f"≤ {m.le}" if getattr(m, "le", None) is not None else f"< {m.lt}" if getattr(m, "lt", None) \
+            is not None else high
+    return f"{kind(name, schema)} {' and '.join(b for b in (low, high) if b)}".strip()
+
+
+def markdown_table(schema: type[BaseModel]) -> str:
+    """The option table the README shows (a test checks the README holds exactly this)."""
+    rows = ["| option (`--flag` / config key) | default | accepts | meaning |", "|---|---|---|---|"]
+    for name, info in schema.model_fields.items():
+        meaning = (info.description or info.title or "").replace("|", "\\|")
+        flag = f"`--{name.replace('_', '-')}` / `{name}`"
+        rows.append(f"| {flag} | {info.default} | {accepts(name, schema)} | {meaning} |")
+    return "\n".join(rows)

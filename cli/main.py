@@ -1,0 +1,114 @@
+"""The command line, ``layerlens`` (``python -m analysis`` is the same): one sub-command per analysis, each in its
+own module of this package, sharing the model options (:mod:`cli.common`).
+
+Errors end the program with one readable line on stderr and a non-zero exit status (2 for bad input,
+1 for anything unexpected); set ``LAYERLENS_DEBUG=1`` for the full traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable
+
+from analysis.core.inputs import InputError
+from analysis.core.parallel import is_main_process
+from cli.atlas import add_atlas_arguments, cmd_atlas
+from cli.common import (
+    Parser,
+    UserError,
+    finish_outputs,
+    model_options,
+)
+from cli.compare import add_compare_arguments, cmd_compare
+from cli.duplicate import add_duplicate_arguments, cmd_duplicate
+from cli.finetune import add_finetune_arguments, cmd_finetune
+from cli.info import cmd_info
+from cli.jobs import add_jobs_arguments, cmd_jobs
+from cli.lens import add_lens_arguments, cmd_lens
+from cli.probe import add_probe_arguments, cmd_probe
+from cli.structure import add_structure_arguments, cmd_structure
+from cli.tokens import add_tokens_arguments, cmd_tokens
+from jobs.store import StoreError
+from models.spec import ModelLoadError
+
+log = logging.getLogger("layerlens")
+
+
+COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str, Callable[[argparse.ArgumentParser], None]]] = {
+    "info": (cmd_info, "describe a model: family, layers, hidden size, vocabulary, device, bytes (writes info.json)",
+             lambda p: None),
+    "probe": (cmd_probe, "reconstruction probe: how well each layer, fed to the MLM head, reconstructs the input",
+              add_probe_arguments),
+    "atlas": (cmd_atlas, "layer atlas: per-layer sentence vectors in 2-D by class, separability and CKA per layer",
+              add_atlas_arguments),
+    "finetune": (cmd_finetune, "fine-tune a layer-pooling classifier head and the encoder on labelled data",
+                 add_finetune_arguments),
+    "duplicate": (cmd_duplicate, "layer duplication: a deeper model from the pre-trained layers, without training",
+                  add_duplicate_arguments),
+    "jobs": (cmd_jobs, "background fine-tuning jobs: submit, list, show, cancel, logs", add_jobs_arguments),
+    "structure": (cmd_structure, "linguistic structure per layer: UPOS and relation probes with control tasks, MDL, "
+                  "structural probes on UD treebanks", add_structure_arguments),
+    "compare": (cmd_compare, "compare checkpoints layer by layer on the same rows: CKA, probe accuracy, the examples "
+                "that moved most, aligned maps", add_compare_arguments),
+    "tokens": (cmd_tokens, "token vectors of a corpus per layer on disk, nearest tokens per layer, each layer's "
+               "geometry (extract | index | neighbours | geometry)", add_tokens_arguments),
+    "lens": (cmd_lens, "tuned lens: train per-layer translators read by the MLM head (probe --lens uses them)",
+             add_lens_arguments),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog="layerlens",
+        description="LayerLens: look inside BERT-family masked language models layer by layer.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parent = model_options()
+    for name, (func, help_text, add_arguments) in COMMANDS.items():
+        parents = [] if name in ("jobs", "finetune", "compare") else [parent]  # their models are their own options
+        p = sub.add_parser(name, parents=parents, help=help_text, description=help_text)
+        add_arguments(p)
+        p.set_defaults(func=func)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+    if args.command != "jobs":  # the jobs commands only read the job store: no torch, no transformers
+        import transformers
+
+        transformers.logging.set_verbosity_error()
+        transformers.logging.disable_progress_bar()
+    logging.getLogger("huggingface_hub").setLevel(logging.ERROR)  # retries while offline; the error says it
+    signal.signal(signal.SIGTERM, _terminated)  # like Ctrl-C: outputs are cleaned up, then exit
+    ok = False
+    try:
+        code = args.func(args)
+        ok = code == 0
+        return code
+    except (ModelLoadError, UserError, InputError, StoreError) as exc:  # StoreError: read-only, damaged
+        if is_main_process():  # under a launcher every process meets the same bad input: say it once
+            print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # output piped into head & co.
+        return 0
+    except Exception as exc:  # the CLI never ends in a traceback unless asked to
+        if os.environ.get("LAYERLENS_DEBUG"):
+            raise
+        print(f"error: unexpected {type(exc).__name__}: {exc} (set LAYERLENS_DEBUG=1 for details)", file=sys.stderr)
+        return 1
+    finally:
+        finish_outputs(ok)  # a staged --out is renamed into place only after a complete run
+
+
+def _terminated(signum, frame):
+    raise KeyboardInterrupt

@@ -1,0 +1,106 @@
+"""``layerlens probe``: the reconstruction probe per layer (Kao et al. 2020), raw or through a tuned lens."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from analysis.core.csvout import to_csv
+from analysis.core.inputs import PROBE_ROW_LIMIT, check_row_limit
+from cli.common import (
+    UserError,
+    launched,
+    nonnegative_int,
+    positive_int,
+    prepare_out,
+    processes_note,
+    versions,
+    write_json,
+)
+
+
+def add_probe_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("probe")
+    g.add_argument("--input", type=Path, required=True, help="texts: .txt (one per line), .csv, .tsv or .jsonl")
+    g.add_argument("--column", default="text", help="column holding the texts (csv/tsv/jsonl; default: text)")
+    g.add_argument("--pair-column", help="column holding the second text of a pair (e.g. text_pair, aspect)")
+    g.add_argument("--mode", choices=["unmasked", "masked"], default="unmasked",
+                   help="unmasked: the input as is (Kao et al.); masked: every token masked once, 15%% at a time")
+    g.add_argument("--include-special", action="store_true", help="also count [CLS], [SEP] and other specials")
+    g.add_argument("--top-k", type=positive_int, default=5, help="predictions kept per token (default 5)")
+    g.add_argument("--max-length", type=positive_int, help="cut texts to this many tokens (default: the model's limit)")
+    g.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the masked mode's random groups")
+    g.add_argument("--precision", choices=["float32", "certified"], default="float32",
+                   help="the MLM head's vocabulary product: float32 (default), or certified: bf16 on a machine with "
+                   "bf16 units, each row certified equal to float32 or recomputed (identical tables; run.json "
+                   "says what ran). --dtype bfloat16 is the approximate mode, checked against float32 on a sample")
+    g.add_argument("--max-rows", type=positive_int, default=PROBE_ROW_LIMIT, help="refuse inputs with more texts "
+                   f"than this (default {PROBE_ROW_LIMIT:,}, the pages' limit)")
+    g.add_argument("--lens", type=Path, metavar="DIR", help="also read the layers through this tuned lens (`lens "
+                   "train`): layers.csv and decoded.csv gain a lens column (raw/tuned) and every row kl_to_final "
+                   "and agreement; the tuned per-token rows go to tokens_tuned.parquet")
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    """Reconstruction probe: every layer through the model's own MLM head."""
+    import pandas as pd
+
+    from analysis.core.inputs import read_file
+    from analysis.probe.reconstruction import ProbeConfig, probe, require_mlm_head
+    from analysis.probe.token_sink import TokenSink
+    from models.loading import load_model
+
+    if args.out is None:
+        raise UserError("--out DIR is required: the probe writes layers.csv, decoded.csv, tokens.parquet, run.json")
+    ranks, spec = launched(args)
+    inputs = check_row_limit(read_file(args.input, args.column, args.pair_column), args.max_rows, "probe's")
+    for note in inputs.notes() if ranks.is_main else ():
+        print(f"note: {note}", file=sys.stderr)
+    try:
+        config = ProbeConfig(mode=args.mode, include_special=args.include_special, top_k=args.top_k,
+                             batch_size=args.batch_size, max_length=args.max_length, seed=args.seed,
+                             precision=args.precision)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    loaded = load_model(spec)
+    require_mlm_head(loaded)
+    readings = [("raw", None)]
+    if args.lens is not None:
+        from analysis.probe import lens
+
+        readings.append(("tuned", lens.load(args.lens, loaded)))
+    if not ranks.is_main:  # a helper process: its share of the batches, merged and written by the main process
+        for _, reading in readings:
+            probe(loaded, inputs, config, ranks=ranks, lens=reading, divergence=len(readings) > 1)
+        return 0
+    out = prepare_out(args.out)
+    results = {}
+    for name, reading in readings:
+        tokens = "tokens.parquet" if reading is None else f"tokens_{name}.parquet"
+        desc = ("probing" if reading is None else "probing through the tuned lens") + processes_note(ranks)
+        with tqdm(total=len(inputs), desc=desc, unit="text", file=sys.stderr) as bar:
+            results[name] = probe(loaded, inputs, config, sink=TokenSink(loaded.tokenizer, config.top_k, out / tokens),
+                                  progress=lambda done, total: bar.update(done - bar.n), ranks=ranks, lens=reading,
+                                  divergence=len(readings) > 1)
+    result = results["raw"]
+    if result.truncated:
+        print(f"note: {result.truncated} text(s) longer than {result.max_length} tokens were cut", file=sys.stderr)
+    layers, decoded = result.layers, result.decoded
+    if len(results) > 1:
+        layers, decoded = (pd.concat([getattr(r, table).assign(lens=name)[["lens", *getattr(r, table).columns]]
+                                      for name, r in results.items()], ignore_index=True)
+                           for table in ("layers", "decoded"))
+    to_csv(layers, out / "layers.csv")
+    to_csv(decoded, out / "decoded.csv")
+    write_json(out, "run.json", {**result.run_info(), "input": str(args.input), "column": args.column,
+                                 "pair_column": args.pair_column, "model_spec": loaded.spec.to_dict(),
+                                 "lens": str(args.lens) if args.lens else None,
+                                 "processes": ranks.count, "load_seconds": round(loaded.load_seconds, 3),
+                                 "versions": versions()})
+    print(layers.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    print(f"wrote {args.out}/layers.csv, decoded.csv, tokens.parquet" + (", tokens_tuned.parquet" if args.lens else "")
+          + ", run.json", file=sys.stderr)
+    return 0
