@@ -148,7 +148,8 @@ def _scored(model: nn.Module, batch: LossBatch) -> tuple[torch.Tensor, torch.Ten
     """``(summed loss, correct predictions, scored targets)`` of one batch."""
     logits = _logits(model, batch)
     labels = batch.labels
-    flat = logits.reshape(-1, logits.shape[-1]).float()
+    flat = logits.reshape(-1, logits.shape[-1])
+    flat = flat.to(torch.promote_types(flat.dtype, torch.float32))  # bf16/fp16 scored in float32, float64 kept
     target = labels.reshape(-1)
     loss = nn.functional.cross_entropy(flat, target, ignore_index=-100, reduction="sum")
     scored = target != -100

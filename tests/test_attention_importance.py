@@ -1,0 +1,204 @@
+"""Head gates and head importance (analysis.heads.model, analysis.heads.importance; Michel et al. 2019): masking
+every head of a layer equals that layer computed by hand without its attention term, importance equals a finite
+difference of the mean loss, the pruning curve's bookkeeping, and one readable error per bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForMaskedLM, BertConfig, BertForSequenceClassification
+
+from analysis.core.inputs import InputError, TextInputs
+from analysis.heads.importance import (
+    classifier_batches,
+    classifier_labels,
+    gate_gradient,
+    head_importance,
+    mean_loss,
+    mlm_batches,
+    mlm_importance,
+)
+from analysis.heads.model import check_head, head_gates, head_shape
+from models.loading import ModelSpec, load_model
+from tests.conftest import tiny_tokenizer
+
+TEXTS = TextInputs(("the film is good .", "i liked the movie and it was fun", "not very good , dull",
+                    "it was a bad film !", "the movie is very fun and good"))
+
+
+def states(model, ids, gates=None):
+    with torch.no_grad():
+        if gates is None:
+            return model.base_model(input_ids=ids, output_hidden_states=True).hidden_states
+        with head_gates(model, gates):
+            return model.base_model(input_ids=ids, output_hidden_states=True).hidden_states
+
+
+@pytest.mark.parametrize("family", ["bert", "albert", "roberta", "distilbert", "electra", "xlm-roberta"])
+def test_gates_of_one_change_nothing_and_hooks_are_removed(tiny_dirs, family):
+    model = load_model(ModelSpec(str(tiny_dirs[family]), device="cpu")).model
+    ids = torch.randint(5, 99, (2, 9))
+    plain = states(model, ids)
+    gated = states(model, ids, torch.ones(head_shape(model)))
+    for a, b in zip(plain, gated, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    hooks = [m for m in model.modules() if m._forward_pre_hooks]
+    assert not hooks  # removed on exit
+
+
+def hand_layer(family, layer, x):
+    """One encoder layer computed by hand with its attention term removed: the attention block's output is the
+    LayerNorm of the residual plus the output projection's bias (the projection of a zero context)."""
+    if family == "bert":
+        h = layer.attention.output.LayerNorm(x + layer.attention.output.dense.bias)
+        inner = layer.intermediate.intermediate_act_fn(layer.intermediate.dense(h))
+        return layer.output.LayerNorm(layer.output.dense(inner) + h)
+    if family == "distilbert":
+        h = layer.sa_layer_norm(x + layer.attention.out_lin.bias)
+        ffn = layer.ffn.lin2(layer.ffn.activation(layer.ffn.lin1(h)))
+        return layer.output_layer_norm(ffn + h)
+    inner = layer.albert_layers[0]  # albert
+    h = inner.attention.LayerNorm(x + inner.attention.dense.bias)
+    return inner.full_layer_layer_norm(inner.ffn_output(inner.activation(inner.ffn(h))) + h)
+
+
+@pytest.mark.parametrize("family", ["bert", "distilbert", "albert"])
+@pytest.mark.parametrize("masked", [1, 2])
+def test_masking_every_head_of_a_layer_skips_its_attention_term(tiny_dirs, family, masked):
+    loaded = load_model(ModelSpec(str(tiny_dirs[family]), device="cpu"))
+    model = loaded.model
+    ids = torch.randint(5, 99, (1, 7))
+    gates = torch.ones(head_shape(model))
+    gates[masked - 1] = 0
+    plain, gated = states(model, ids), states(model, ids, gates)
+    with torch.no_grad():
+        expected = hand_layer(family, loaded.anatomy.layers[masked - 1], plain[masked - 1])
+    torch.testing.assert_close(gated[masked], expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(gated[masked - 1], plain[masked - 1])  # the layers below are unchanged
+    assert not torch.allclose(gated[masked], plain[masked], atol=1e-4)  # (the layer's attention did matter)
+
+
+def test_a_head_mask_zeroes_exactly_that_heads_slice(tiny_dirs):
+    model = load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu")).model
+    seen = []
+    module = model.bert.encoder.layer[1].attention.output.dense
+    handle = module.register_forward_hook(lambda m, args, out: seen.append(args[0].clone()))  # after the gate
+    gates = torch.ones(head_shape(model))
+    gates[1, 1] = 0
+    try:
+        states(model, torch.randint(5, 99, (1, 6)), gates)
+    finally:
+        handle.remove()
+    context = seen[0]  # the projection's input as gated
+    width = context.shape[-1] // 2
+    assert torch.count_nonzero(context[..., width:]) == 0 and torch.count_nonzero(context[..., :width]) > 0
+
+
+@pytest.mark.parametrize("family", ["bert", "albert"])
+def test_importance_equals_a_finite_difference(tiny_dirs, family):
+    loaded = load_model(ModelSpec(str(tiny_dirs[family]), device="cpu"))
+    model = loaded.model.double()
+    try:
+        batches = mlm_batches(loaded, TEXTS, batch_size=2, seed=1)
+        grad = gate_gradient(model, batches)
+        layers, heads = head_shape(model)
+        eps = 1e-4
+        for layer in range(layers):
+            for head in range(heads):
+                up, down = torch.ones(layers, heads, dtype=torch.float64), torch.ones(layers, heads,
+                                                                                       dtype=torch.float64)
+                up[layer, head] += eps
+                down[layer, head] -= eps
+                numeric = (mean_loss(model, batches, up)[0] - mean_loss(model, batches, down)[0]) / (2 * eps)
+                assert grad[layer, head] == pytest.approx(numeric, rel=1e-4, abs=1e-8)
+    finally:
+        loaded.model.float()
+
+
+def test_importance_is_normalised_per_layer_and_the_curve_is_whole(tiny_dirs):
+    loaded = load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu"))
+    result = mlm_importance(loaded, TEXTS, steps=6, seeds=(0, 1, 2))
+    table = result.importance
+    assert list(table.columns) == ["layer", "head", "importance", "normalized", "order", "layer_prunable_share"]
+    norms = table.groupby("layer")["normalized"].apply(lambda v: float(np.sqrt((v ** 2).sum())))
+    np.testing.assert_allclose(norms.to_numpy(), 1.0)
+    raw = table.pivot(index="layer", columns="head", values="importance").to_numpy()
+    np.testing.assert_allclose(raw, np.abs(gate_gradient(loaded.model, mlm_batches(loaded, TEXTS))))
+    assert sorted(table["order"]) == list(range(len(table)))
+    curve = result.pruning
+    assert list(curve.columns) == ["order", "seed", "fraction", "masked", "accuracy"]
+    assert set(curve["order"]) == {"importance", "random"} and set(curve["seed"].dropna()) == {0, 1, 2}
+    assert curve.groupby(["order", "seed"], dropna=False).size().eq(len(curve[curve.order == "importance"])).all()
+    layers, heads = head_shape(loaded.model)
+    full = curve[curve.masked == layers * heads]["accuracy"]  # every head masked: one value whatever the order
+    assert full.nunique() == 1
+    base = mean_loss(loaded.model, mlm_batches(loaded, TEXTS), torch.ones(layers, heads))[1]
+    assert (curve[curve.masked == 0]["accuracy"] == base).all()
+    assert result.layers["prunable_share"].between(0, 1).all()
+
+
+def test_the_pruning_order_is_increasing_importance(tiny_dirs, monkeypatch):
+    """Planted importance: the curve masks the least important heads first, and each layer's prunable share
+    stops at the first head whose masking costs more than a point."""
+    import analysis.heads.importance as imp
+
+    loaded = load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu"))
+    layers, heads = head_shape(loaded.model)
+    planted = np.arange(layers * heads, dtype=float)[::-1].reshape(layers, heads) + 1
+    monkeypatch.setattr(imp, "gate_gradient", lambda *a, **k: planted)
+    masked_sets = []
+    real = imp.mean_loss
+
+    def spy(model, batches, gates, encoder=None):
+        masked_sets.append(frozenset(np.flatnonzero(gates.reshape(-1).numpy() == 0).tolist()))
+        return real(model, batches, gates, encoder)
+
+    monkeypatch.setattr(imp, "mean_loss", spy)
+    result = imp.head_importance(loaded.model, mlm_batches(loaded, TEXTS), steps=layers * heads, seeds=(0,))
+    order = result.importance.sort_values("order")
+    normed = planted / np.linalg.norm(planted, axis=1, keepdims=True)
+    assert np.all(np.diff(order["normalized"].to_numpy()) >= 0)
+    np.testing.assert_allclose(result.importance["normalized"], normed.ravel())
+    first = np.argsort(normed.ravel(), kind="stable")
+    assert masked_sets[1] == {int(first[0])} and masked_sets[2] == {int(first[0]), int(first[1])}
+
+
+def test_a_classifier_loss_and_its_labels(tmp_path):
+    config = BertConfig(vocab_size=99, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=64, num_labels=2,
+                        id2label={0: "neg", 1: "pos"}, label2id={"neg": 0, "pos": 1},
+                        architectures=["BertForSequenceClassification"])
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(config).eval()
+    tok = tiny_tokenizer()
+    data = TextInputs(TEXTS.texts, labels=("pos", "pos", "neg", "neg", "pos"))
+    batches = classifier_batches(tok, data, classifier_labels(model), 64, batch_size=2)
+    result = head_importance(model, batches, steps=4, seeds=(0, 1, 2))
+    assert result.info["targets"] == 5 and len(result.importance) == 4
+    with pytest.raises(InputError, match="not among the classifier's labels"):
+        classifier_batches(tok, TextInputs(TEXTS.texts, labels=("pos", "maybe", "neg", "neg", "pos")),
+                           classifier_labels(model), 64)
+    model.config.label2id = {}
+    with pytest.raises(InputError, match="has no labels"):
+        classifier_labels(model, "the checkpoint")
+
+
+def test_bad_inputs_are_one_readable_line(tiny_dirs):
+    loaded = load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu"))
+    layers, heads = head_shape(loaded.model)
+    with pytest.raises(InputError, match=f"head {heads} is out of range") as err:
+        check_head(loaded.model, 1, heads)
+    assert "\n" not in str(err.value)
+    with pytest.raises(InputError, match="layer 0 is out of range"):
+        check_head(loaded.model, 0, 0)
+    with pytest.raises(InputError, match="corpus is empty"):
+        mlm_importance(loaded, TextInputs(()))
+    masked_lm = AutoModelForMaskedLM.from_config(loaded.model.config)
+    with pytest.raises(InputError, match="no sequence-classification head"):
+        classifier_labels(masked_lm, "the checkpoint")
+    with pytest.raises(InputError, match="labelled set is empty"):
+        classifier_batches(loaded.tokenizer, TextInputs(()), {"a": 0}, 64)
+    with pytest.raises(InputError, match="head gates of shape"):
+        with head_gates(loaded.model, torch.ones(layers + 1, heads)):
+            pass
