@@ -83,18 +83,20 @@ def find_job(store, job_id: int):
     return job
 
 
-def job_model(store, job_id: int, args: argparse.Namespace):
-    """``(spec, name)`` of ``job:N``: the job's fine-tuned encoder read by the MLM head of the model it started from
-    (as the pages read it, :func:`ui.results.compared_model`)."""
+def model_spec(name: str, base: str, store, args: argparse.Namespace):
+    """``(spec, label)`` of ``--model name`` next to the first model ``base``: a model, ``random`` (``base``'s
+    architecture with random weights) or ``job:N`` (job N's fine-tuned encoder read by the MLM head it started
+    from, or ``--head-from``'s), resolved as the pages resolve it (:func:`analysis.compare.modelref.resolve`)."""
+    from analysis.compare.modelref import is_job, resolve
     from models.spec import ModelSpec
 
-    job = find_job(store, job_id)
-    head = (job.metrics or {}).get("mlm_head_from")
-    encoder = job.artifacts / "checkpoint" / "encoder"
-    if job.status != "succeeded" or not encoder.is_dir():
-        raise UserError(f"job:{job_id}: {job.label} kept no fine-tuned checkpoint (not finished, k-fold, or its "
-                        "artifacts were deleted)")
-    return ModelSpec(str(encoder), device=args.device, dtype=args.dtype, head_from=head or args.head_from), job.label
+    if is_job(name) and store is None:
+        from jobs.store import JobStore
+
+        store = JobStore()
+    ref = resolve(name, base, lambda job_id: find_job(store, job_id), head_from=args.head_from)
+    return ModelSpec(ref.name, device=args.device, dtype=args.dtype, allow_pickle=args.allow_pickle,
+                     head_from=ref.head_from), ref.label
 
 
 def load(spec, args: argparse.Namespace):
@@ -113,7 +115,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """Compare checkpoints layer by layer."""
     from analysis.compare.checks import check_rows
     from analysis.compare.run import CompareConfig, compare
-    from models.spec import ModelSpec
 
     if args.out is None:
         raise UserError("--out DIR is required: compare writes cka_cross.csv, layer_summary.csv, movers.csv, "
@@ -142,13 +143,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 raise UserError("--data FILE is required: the rows both models read")
             specs, names = [], []
             for name in args.model:
-                if name.startswith("job:") and name[4:].isdigit():
-                    from jobs.store import JobStore
-
-                    spec, label = job_model(JobStore(), int(name[4:]), args)
-                else:
-                    spec, label = ModelSpec(name, device=args.device, dtype=args.dtype,
-                                            allow_pickle=args.allow_pickle), name
+                spec, label = model_spec(name, args.model[0], None, args)
                 specs.append(spec)
                 names.append(label)
             data = read_rows(args)
@@ -163,7 +158,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def compare_job(args: argparse.Namespace, config):
     """``--job N``: the job's epochs against its base (:mod:`analysis.compare.epochs`); ``(result, staged out)``."""
-    from analysis.compare.epochs import compare_epochs, job_run
+    from analysis.compare.epochs import compare_epochs
+    from analysis.training.runs import job_run
     from jobs.store import JobStore
 
     if args.data is not None:
@@ -206,7 +202,7 @@ def group_models(args: argparse.Namespace):
                        allow_pickle=args.allow_pickle)]
     names = [base.name]
     for job in done:
-        spec, label = job_model(store, job.id, args)
+        spec, label = model_spec(f"job:{job.id}", base.name, store, args)
         specs.append(spec)
         names.append(label)
     if args.data is not None:

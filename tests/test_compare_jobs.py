@@ -61,7 +61,8 @@ def plain_probe(x, labels, folds, seed):
 
 
 def test_a_jobs_epochs_against_its_base_from_the_vectors_on_disk(home, bert4, tmp_path):  # noqa: F811
-    from analysis.compare.epochs import compare_epochs, job_run, validation_rows
+    from analysis.compare.epochs import compare_epochs, validation_rows
+    from analysis.training.runs import job_run
     from models.loading import ModelSpec, load_model
 
     job = run_job(home, bert4, tmp_path)

@@ -64,7 +64,8 @@ def test_a_classifier_is_read_with_the_head_named_for_b_and_its_own_predictions_
 
 
 def test_the_jobs_page_opens_a_jobs_epochs_and_a_group_on_the_compare_page(home, bert4, tmp_path):  # noqa: F811
-    from analysis.compare.epochs import compare_epochs, job_run
+    from analysis.compare.epochs import compare_epochs
+    from analysis.training.runs import job_run
 
     job = run_job(home, bert4, tmp_path, group="sweep-1")
     second = run_job(home, bert4, tmp_path, group="sweep-1", seed=1)

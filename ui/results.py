@@ -15,7 +15,7 @@ import streamlit as st
 from analysis.core.csvout import safe
 from analysis.core.dataroots import browser_model
 from analysis.core.inputs import InputError
-from models.loading import RANDOM_PREFIX, LoadedModel, ModelLoadError, ModelSpec
+from models.loading import LoadedModel, ModelLoadError, ModelSpec
 
 
 class ResultStore:
@@ -143,19 +143,11 @@ def compared_model(compare: str, base: str) -> tuple[str, str | None, str]:
     seeded random weights, head included); anything else is a model name labelled as itself, with its own head.
     Every model it names passes :func:`analysis.core.dataroots.browser_model`, a job's recorded base (its lent head,
     which a job submitted from the CLI may have named anywhere) and its checkpoint included."""
-    if compare.strip().lower() == "random":
-        return f"{RANDOM_PREFIX}{base.removeprefix(RANDOM_PREFIX)}", None, f"{base} with random weights"
-    if not compare.startswith("job:"):
-        return browser_model(compare), None, compare  # a folder only under the model roots, as in the sidebar
-    job = find_job(int(compare[4:]), missing_ok=True) if compare[4:].isdigit() else None
-    if job is None or not (job.metrics or {}).get("mlm_head_from"):
-        raise InputError(f"'{compare}': no finished job whose fine-tuned layers an MLM head can read (see the "
-                         "jobs page)")
-    encoder, head = str(job.artifacts / "checkpoint" / "encoder"), job.metrics["mlm_head_from"]
-    try:
-        return browser_model(encoder), browser_model(head), job.label
-    except InputError as exc:
-        raise InputError(f"{compare} ({job.label}): {exc}") from None
+    from analysis.compare.modelref import resolve
+
+    ref = resolve(compare, base, lambda job_id: find_job(job_id, missing_ok=True), allowed=browser_model,
+                  need_head=True)
+    return ref.name, ref.head_from, ref.label
 
 
 def for_each_model(what: str, request_key: str, loaded: LoadedModel, compare: str,

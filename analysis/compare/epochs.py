@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -39,73 +38,8 @@ from analysis.compare.run import (
     run_info,
 )
 from analysis.core.inputs import InputError, TextInputs
-from models.loading import LoadedModel, ModelSpec
-
-
-@dataclasses.dataclass(frozen=True)
-class JobRun:
-    """What a finished fine-tuning job left: its artifacts folder, its options (as stored: resolved), its
-    ``metrics.json`` and how the pages name it (``job #3 (cls, demo)``)."""
-
-    artifacts: Path
-    config: dict
-    metrics: dict
-    label: str
-
-    @property
-    def options(self):
-        from analysis.training.options import resolve
-
-        return resolve(self.config)
-
-    def base_spec(self, device: str | None = None) -> ModelSpec:
-        """The model the job was fine-tuned from (its ``model``, revision, dtype; the CLI's device)."""
-        spec = self.options.spec()
-        return dataclasses.replace(spec, device=device or spec.device)
-
-    def checkpoint_spec(self, device: str = "cpu") -> ModelSpec | None:
-        """The fine-tuned encoder read by the MLM head of the model it started from, or None (k-fold: no
-        checkpoint; a base without an MLM head of its own: no head to lend)."""
-        encoder = self.artifacts / "checkpoint" / "encoder"
-        if not encoder.is_dir():
-            return None
-        return ModelSpec(str(encoder), device=device, head_from=self.metrics.get("mlm_head_from"))
-
-    def epochs(self) -> list[int]:
-        """The epochs whose validation vectors are on disk, in order."""
-        root = self.artifacts / "epochs"
-        found = [int(p.name) for p in root.iterdir() if p.name.isdigit() and (p / "val_cls.npy").is_file()
-                 and (p / "val_ids.json").is_file()] if root.is_dir() else []
-        return sorted(found)
-
-    def vectors(self, epoch: int) -> np.ndarray:
-        """Epoch ``epoch``'s validation [CLS] vectors, ``(L + 1, n, hidden)``, memory-mapped (float16)."""
-        return np.load(self.artifacts / "epochs" / str(epoch) / "val_cls.npy", mmap_mode="r")
-
-    def checkpoint_epoch(self) -> int | None:
-        """The epoch whose weights ``checkpoint/`` holds: the last one trained, or under early stopping the first
-        epoch of least validation loss (what :func:`analysis.training.train.train` restores)."""
-        history = self.metrics.get("history") or []
-        if not history or not (self.artifacts / "checkpoint").is_dir():
-            return None
-        if self.options.early_stopping:
-            return int(min(history, key=lambda h: (h["val_loss"], h["epoch"]))["epoch"])
-        return int(history[-1]["epoch"])
-
-
-def job_run(artifacts: Path, config: dict, metrics: dict | None, label: str) -> JobRun:
-    """A :class:`JobRun`, or an :class:`InputError` saying why the job has no epochs to compare."""
-    if config.get("kind", "finetune") != "finetune":
-        raise InputError(f"{label} is not a fine-tuning job: it has no epochs to compare")
-    if not metrics:
-        raise InputError(f"{label} has not finished (no metrics.json): compare it when it has")
-    run = JobRun(Path(artifacts), config, metrics, label)
-    if run.options.folds > 1:
-        raise InputError(f"{label} ran k-fold cross-validation: its folds keep no per-epoch vectors of one model")
-    if not run.epochs():
-        raise InputError(f"{label} kept no per-epoch vectors (epochs/<e>/val_cls.npy; its option save_vectors "
-                         "was off, or its artifacts were deleted)")
-    return run
+from analysis.training.runs import JobRun
+from models.loading import LoadedModel
 
 
 def validation_rows(run: JobRun) -> TextInputs:
