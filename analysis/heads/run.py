@@ -142,10 +142,14 @@ def analyse(loaded: LoadedModel, source: TextInputs | Treebank, *, statistics: b
                 if parse:
                     parser.add(layer, word_attention(a, mean, total), words)
             if heads_map is not None:
-                picked = [(b, p) for b, k in enumerate(idx) for p in range(lengths[k]) if (k, p) in sample]
-                if picked:
+                by_length: dict[int, list[tuple[int, int]]] = {}
+                for b, k in enumerate(idx):
+                    for p in range(lengths[k]):
+                        if (k, p) in sample:
+                            by_length.setdefault(lengths[k], []).append((b, p))
+                for size, picked in by_length.items():  # rows cut to their sentence's length: no padding columns
                     bi, pi = (torch.tensor(v) for v in zip(*picked, strict=True))
-                    heads_map.add(torch.stack([a.float().cpu()[bi, :, pi, :] for a in maps], 1).flatten(1, 2))
+                    heads_map.add(torch.stack([a.float().cpu()[bi, :, pi, :size] for a in maps], 1).flatten(1, 2))
             done += len(idx)
             if progress is not None:
                 progress("attention", done, len(kept))

@@ -1,0 +1,133 @@
+"""Attention heads at bert-base size (issue 36): every statistic, the head map and every relation in one pass.
+
+    python -m benchmarks.bench_heads [--model random:../shared/data/tokenizers/bert-base-uncased]
+        [--sentences 1000] [--naive-sentences 40]
+
+1. **Ours**: ``analysis.heads.run.analyse`` on the first ``--sentences`` sentences of UD English-EWT dev (the
+   committed tiny fixture otherwise): token statistics with intervals, the JS/MDS head map, per-relation accuracy,
+   baselines and attention-tree UUAS. Wall seconds, CPU seconds (this process, after loading) and the process's
+   peak resident memory (the model included).
+2. **The naive way**, on the first ``--naive-sentences`` sentences: every attention map kept (one sentence at a
+   time through the model, a list of numpy arrays), then each statistic, each word map, each relation's argmax
+   and each head's Prim tree computed in Python loops. The ratio is per sentence (the naive loop on 1,000
+   sentences would take hours).
+3. **Against the hardware**: the float32 matrix peak (a 2048^3 product) measured in the same run, and the forward
+   pass's matrix FLOPs (``24 d^2`` per token per layer for the projections and feed-forward, ``4 n d`` for the
+   attention products) over our wall time, as a fraction of that peak.
+"""
+
+import argparse
+import math
+import resource
+import time
+
+import numpy as np
+import torch
+
+from benchmarks import SHARED, data_file
+
+TOKENIZER = SHARED / "tokenizers" / "bert-base-uncased"
+
+
+def gemm_gflops(n: int = 2048, repeats: int = 3) -> float:
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best / 1e9
+
+
+def naive(loaded, sentences) -> float:
+    """Seconds for the naive way on ``sentences``: keep every map, then loop in Python."""
+    from analysis.core.trees import non_punct, prim_edges
+
+    tok = loaded.tokenizer
+    start = time.perf_counter()
+    kept = []
+    with torch.no_grad():
+        for s in sentences:
+            enc = tok(list(s.words), is_split_into_words=True, return_tensors="pt")
+            maps = loaded.model.base_model(**enc, output_attentions=True).attentions
+            kept.append((enc.word_ids(), enc["input_ids"][0].tolist(), [a[0].numpy() for a in maps]))
+    punct = {i for i, t in enumerate(tok.convert_ids_to_tokens(list(range(len(tok))))) if t in {".", ",", "!", "?"}}
+    correct = {}
+    for s, (word_ids, ids, maps) in zip(sentences, kept, strict=True):
+        n, m = len(ids), len(s)
+        for layer, a in enumerate(maps):
+            for h in range(a.shape[0]):
+                rows = a[h]
+                for i in range(n):
+                    _ = (-sum(p * math.log(p) for p in rows[i] if p > 0), rows[i][0],
+                         sum(rows[i][j] for j in range(n) if ids[j] == tok.sep_token_id),
+                         sum(rows[i][j] for j in range(n) if ids[j] in punct), rows[i][i],
+                         rows[i][i - 1] if i else 0, rows[i][i + 1] if i + 1 < n else 0,
+                         sum(rows[i][j] * abs(i - j) for j in range(n)))
+                words = np.zeros((m, m))
+                for wi in range(m):
+                    src = [t for t, w in enumerate(word_ids) if w == wi]
+                    for wj in range(m):
+                        dst = [t for t, w in enumerate(word_ids) if w == wj]
+                        words[wi, wj] = np.mean([sum(rows[t][u] for u in dst) for t in src])
+                for wi, (head, rel) in enumerate(zip(s.heads, s.deprels, strict=True)):
+                    if head:
+                        pred = max((j for j in range(m) if j != wi), key=lambda j: words[wi, j], default=-1)
+                        correct[rel, layer, h] = correct.get((rel, layer, h), 0) + (pred == head - 1)
+                keep = np.flatnonzero(non_punct(s))
+                prim_edges(-np.maximum(words, words.T)[np.ix_(keep, keep)])
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default=f"random:{TOKENIZER}")
+    p.add_argument("--sentences", type=int, default=1000)
+    p.add_argument("--naive-sentences", type=int, default=40)
+    args = p.parse_args()
+
+    from analysis.core.treebank import Treebank, read_conllu
+    from analysis.heads.model import load_eager
+    from analysis.heads.run import analyse
+    from models.spec import ModelSpec
+
+    bank = read_conllu(data_file("ud_english_ewt/en_ewt-ud-dev.conllu.gz", "ud_tiny_train.conllu"), args.sentences)
+    loaded = load_eager(ModelSpec(args.model, device="cpu"))
+    config = loaded.model.config
+    print(f"model {args.model} ({config.num_hidden_layers} layers x {config.num_attention_heads} heads, eager "
+          f"attention); torch threads {torch.get_num_threads()}; {len(bank.sentences)} sentences from {bank.path}")
+    rss_loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = gemm_gflops()
+
+    cpu, wall = time.process_time(), time.perf_counter()
+    result = analyse(loaded, bank)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    info = result.info
+    tokens, d, layers = info["tokens"], config.hidden_size, config.num_hidden_layers
+    mean_n = tokens / info["sentences"]
+    flops = tokens * layers * (24 * d * d + 4 * mean_n * d)
+    print(f"ours: {info['sentences']} sentences, {tokens:,} tokens, {len(result.relations) // 2} relations, "
+          f"{info['cluster_tokens']} tokens in the head map: {wall:.1f} s wall, {cpu:.1f} s CPU after loading; "
+          f"peak resident memory {rss:,.0f} MB (after loading: {rss_loaded:,.0f} MB)")
+    print(f"matrix peak {peak:.1f} GFLOP/s (2048^3 float32 product, this run); the forward pass's matrix work "
+          f"{flops / 1e12:.2f} TFLOP in {wall:.1f} s = {flops / wall / 1e9:.1f} GFLOP/s, "
+          f"{flops / wall / 1e9 / peak:.0%} of the peak")
+
+    few = Treebank(bank.path, bank.sentences[:args.naive_sentences])
+    start = time.perf_counter()
+    analyse(loaded, few)
+    ours_few = time.perf_counter() - start
+    naive_seconds = naive(loaded, few.sentences)
+    per_ours, per_naive = wall / info["sentences"], naive_seconds / len(few.sentences)
+    print(f"naive loop (every map kept, statistics in Python) on {len(few.sentences)} sentences: "
+          f"{naive_seconds:.1f} s against ours {ours_few:.2f} s on the same sentences; per sentence naive "
+          f"{per_naive * 1e3:.0f} ms vs ours (1,000-sentence run) {per_ours * 1e3:.1f} ms: {per_naive / per_ours:.0f}x")
+    best = result.relations.sort_values("count", ascending=False).head(5)
+    print("largest relations (random weights: near the baselines):")
+    print(best.to_string(index=False))
+
+
+if __name__ == "__main__":
+    main()
