@@ -23,10 +23,10 @@ TORCH_INDEX := $(if $(filter cpu,$(TORCH)),--index-url https://download.pytorch.
 .PHONY: run dev test test-all install install-deps install-dev lock clean
 
 run: $(VENV)/.installed
-	$(BIN)/python -m streamlit run app.py --server.port $(PORT)
+	$(BIN)/layerlens dashboard --port $(PORT)
 
 dev: $(VENV)/.installed
-	$(BIN)/python -m streamlit run app.py --server.port $(PORT) --server.fileWatcherType auto --server.runOnSave true
+	$(BIN)/layerlens dashboard --port $(PORT) --dev
 
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m ruff check .

@@ -24,6 +24,7 @@ from cli.common import (
     model_options,
 )
 from cli.compare import add_compare_arguments, cmd_compare
+from cli.dashboard import add_dashboard_arguments, cmd_dashboard
 from cli.duplicate import add_duplicate_arguments, cmd_duplicate
 from cli.finetune import add_finetune_arguments, cmd_finetune
 from cli.info import cmd_info
@@ -58,6 +59,8 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str, Callable[[ar
                "geometry (extract | index | neighbours | geometry)", add_tokens_arguments),
     "lens": (cmd_lens, "tuned lens: train per-layer translators read by the MLM head (probe --lens uses them)",
              add_lens_arguments),
+    "dashboard": (cmd_dashboard, "start the dashboard in the browser (from a clone or the installed package)",
+                  add_dashboard_arguments),
 }
 
 
@@ -69,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     parent = model_options()
     for name, (func, help_text, add_arguments) in COMMANDS.items():
-        parents = [] if name in ("jobs", "finetune", "compare") else [parent]  # their models are their own options
+        own_models = name in ("jobs", "finetune", "compare", "dashboard")  # their models are their own options
+        parents = [] if own_models else [parent]
         p = sub.add_parser(name, parents=parents, help=help_text, description=help_text)
         add_arguments(p)
         p.set_defaults(func=func)
@@ -80,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
-    if args.command != "jobs":  # the jobs commands only read the job store: no torch, no transformers
+    if args.command not in ("jobs", "dashboard"):  # the jobs commands only read the job store: no torch
         import transformers
 
         transformers.logging.set_verbosity_error()
