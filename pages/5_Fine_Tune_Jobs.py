@@ -233,7 +233,7 @@ live()
 def compare_buttons(finished: list, group: str | None) -> None:
     """Open the Compare checkpoints page on a finished run against the model it started from (its epochs, from the
     vectors each epoch saved; else its fine-tuned model on its held-out rows), or on the picked sweep group."""
-    from analysis.compare.epochs import job_run
+    from analysis.training.runs import job_run
 
     c1, c2, c3 = st.columns([3, 2, 2])
     by_id = {j.id: j for j in finished}

@@ -6,7 +6,7 @@ import dataclasses
 import numpy as np
 import streamlit as st
 
-from analysis.compare.epochs import compare_epochs, job_run, validation_rows
+from analysis.compare.epochs import compare_epochs, validation_rows
 from analysis.compare.plots import (
     aligned_map,
     epoch_colours,
@@ -20,6 +20,7 @@ from analysis.core.csvout import to_csv
 from analysis.core.dataroots import browser_model
 from analysis.core.figures import cka_heatmap, plain
 from analysis.core.inputs import InputError, max_rows
+from analysis.training.runs import job_run
 from jobs.store import JobStore, StoreError
 from models.anatomy import layer_name
 from models.loading import ModelLoadError, ModelSpec
