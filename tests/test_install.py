@@ -3,6 +3,7 @@ app from the installed package, from a folder outside the clone (issue 35)."""
 
 import os
 import site
+import socket
 import subprocess
 import sys
 import time
@@ -32,12 +33,15 @@ def test_pip_install_gives_the_cli_and_the_dashboard_from_the_installed_package(
     script = venv / "bin" / "layerlens"
     done = subprocess.run([script, "info", "--model", "demo"], capture_output=True, text=True, cwd=tmp_path, env=env)
     assert done.returncode == 0 and "family        bert" in done.stdout, done.stderr
-    server = subprocess.Popen([script, "dashboard", "--port", "8597"], cwd=tmp_path, env=env,
+    with socket.socket() as probe:  # a free port
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([script, "dashboard", "--port", str(port)], cwd=tmp_path, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         for _ in range(120):
             try:
-                if urllib.request.urlopen("http://127.0.0.1:8597/_stcore/health", timeout=2).status == 200:
+                if urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).status == 200:
                     break
             except OSError:
                 time.sleep(0.5)
