@@ -98,11 +98,11 @@ class Job:
 
     @property
     def label(self) -> str:
-        """How pages name the job's fine-tuned model: ``job #3 (attention, demo)``."""
-        kind = self.config.get("kind")
-        what = ({"lens": "tuned lens", "structure": "linguistic structure", "tokens": "token vectors"}.get(kind)
-                or self.config.get("head", "cls"))
-        return f"job #{self.id} ({what}, {self.config.get('model', 'demo')})"
+        """How pages name the job (its kind's label, :mod:`jobs.kinds`, and its model): ``job #3 (attention, demo)``,
+        ``job #4 (tuned lens, demo)``."""
+        from jobs.kinds import label  # the techniques' job modules, only when a job is named
+
+        return f"job #{self.id} ({label(self.config)}, {self.config.get('model', 'demo')})"
 
     def to_dict(self) -> dict:
         out = dataclasses.asdict(self)

@@ -68,12 +68,12 @@ def run(case):
         source = read_source(saved, limit=limit)
         return len(getattr(source, "sentences", source))
     if kind == "submit_tokens":  # the submit-time check of a tokens job, in the server process
-        from jobs.submit import validate_tokens
-        validate_tokens({"model": "demo", "corpus": str(path), "limit": limit, "layers": "all"})
+        from jobs.submit import validate
+        validate({"kind": "tokens", "model": "demo", "corpus": str(path), "limit": limit, "layers": "all"})
         return limit
     if kind == "submit_structure":
-        from jobs.submit import validate_structure
-        validate_structure({"model": "demo", "train": str(path), "test": str(path), "max_sentences": limit})
+        from jobs.submit import validate
+        validate({"kind": "structure", "model": "demo", "train": str(path), "test": str(path), "max_sentences": limit})
         return limit
     raise ValueError(kind)
 

@@ -161,27 +161,6 @@ def circles(graph: dict[str, set[str]]) -> list[set[str]]:
 
 # Today's violations, while the redesign moves the code (issue 35). Only ever remove lines.
 KNOWN = {
-    # jobs/ reaches the techniques only through jobs/kinds.py (the job-kind registry, still to come)
-    "jobs: jobs/run.py -> analysis/probe/lens.py",
-    "jobs: jobs/run.py -> analysis/training/finetune.py",
-    "jobs: jobs/run.py -> analysis/probe/options.py",
-    "jobs: jobs/run.py -> analysis/tokens/options.py",
-    "jobs: jobs/run.py -> analysis/training/options.py",
-    "jobs: jobs/run.py -> analysis/structure/options.py",
-    "jobs: jobs/run.py -> analysis/structure/output.py",
-    "jobs: jobs/run.py -> analysis/structure/run.py",
-    "jobs: jobs/run.py -> analysis/tokens/corpus.py",
-    "jobs: jobs/run.py -> analysis/tokens/search.py",
-    "jobs: jobs/run.py -> analysis/tokens/vectors.py",
-    "jobs: jobs/submit.py -> analysis/probe/lens.py",
-    "jobs: jobs/submit.py -> analysis/training/finetune.py",
-    "jobs: jobs/submit.py -> analysis/probe/options.py",
-    "jobs: jobs/submit.py -> analysis/tokens/options.py",
-    "jobs: jobs/submit.py -> analysis/training/options.py",
-    "jobs: jobs/submit.py -> analysis/training/heads.py",
-    "jobs: jobs/submit.py -> analysis/training/taskdata.py",
-    "jobs: jobs/submit.py -> analysis/structure/options.py",
-    "jobs: jobs/submit.py -> analysis/tokens/corpus.py",
     # private names across packages (the options schema's _same, loading's helpers)
     "private: cli/duplicate.py -> models/loading.py",
     "private: analysis/training/options.py -> models/loading.py",

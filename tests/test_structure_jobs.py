@@ -131,7 +131,7 @@ def test_a_sigterm_stops_the_run_at_its_next_progress_report(home, monkeypatch):
     out.mkdir()
     try:
         with pytest.raises(job_run.Cancelled):
-            job_run.run_structure_job(store, job, out)
+            job_run.run_job(store, job, out)
     finally:
         signal.signal(signal.SIGTERM, before)
     assert len(reports) == 1 and list(out.iterdir()) == []

@@ -51,7 +51,7 @@ def cli(home_dir: Path, monkeypatch, *argv: str) -> None:
 
 
 def run_in_process(store: JobStore, job_id: int, out: Path, on_report=None):
-    """:func:`jobs.run.run_tokens_job` in this process (the SIGTERM handler it installs restored after); every
+    """:func:`jobs.run.run_job` (a tokens job) in this process (the SIGTERM handler it installs restored after); every
     progress report goes through ``on_report(line, progress)`` first."""
     from jobs import run as job_run
 
@@ -66,7 +66,7 @@ def run_in_process(store: JobStore, job_id: int, out: Path, on_report=None):
     job_run.Reporter.__call__ = report
     out.mkdir(parents=True, exist_ok=True)
     try:
-        return job_run.run_tokens_job(store, store.get(job_id), out)
+        return job_run.run_job(store, store.get(job_id), out)
     finally:
         job_run.Reporter.__call__ = real
         signal.signal(signal.SIGTERM, before)
