@@ -11,7 +11,7 @@ from analysis.core.options import MAX_SEED, ModelOptions, PlacementOptions, text
 
 
 class TokensJobOptions(PlacementOptions, ModelOptions):
-    """A ``tokens`` job (:func:`jobs.run.run_tokens_job`): ``python -m analysis tokens extract`` of ``corpus``,
+    """A ``tokens`` job (:func:`analysis.tokens.job.run`): ``python -m analysis tokens extract`` of ``corpus``,
     then, unless ``index`` is ``none``, ``tokens index`` of every extracted layer; the model and where the
     job runs. Stored whole with the job."""
 

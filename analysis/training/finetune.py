@@ -289,7 +289,7 @@ def _predictions(data: TaskData, predictions: np.ndarray, names: list[str]) -> p
 def fold_splits(labels, folds: int, seed: int, names: list | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
     """The k-fold cross-validation's ``(training rows, held-out rows)`` per fold: stratified, shuffled with
     ``seed``; an :class:`InputError` when a class (named by ``names[label]`` if given) has fewer rows than folds.
-    The run and the submit-time check (:func:`jobs.submit.check_held_out`) both split with it."""
+    The run and the submit-time check (:func:`analysis.training.job.check_held_out`) both split with it."""
     from sklearn.model_selection import StratifiedKFold
 
     counts = Counter(labels)
