@@ -41,7 +41,7 @@ def cmd_duplicate(args: argparse.Namespace) -> int:
     from analysis.duplication.export import export, loads_with
     from analysis.duplication.plan import check_depth, duplicate_first, parse_plan, preview
     from analysis.probe.reconstruction import probe
-    from models.loading import _config_and_family, load_model
+    from models.loading import config_and_family, load_model
 
     if args.out is None:
         raise UserError("--out DIR is required: the deeper model is saved there")
@@ -49,7 +49,7 @@ def cmd_duplicate(args: argparse.Namespace) -> int:
         raise UserError("--sweep needs --preview-input (the texts to probe)")
     inputs = read_file(args.preview_input, args.column) if args.preview_input else None
     spec = spec_from_args(args)
-    config, family = _config_and_family(spec)  # the plan is checked before the weights are loaded
+    config, family = config_and_family(spec)  # the plan is checked before the weights are loaded
     albert, layers = family == "albert", config.num_hidden_layers
     if args.depth is not None:
         if not albert:

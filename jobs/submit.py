@@ -22,7 +22,7 @@ from jobs import kinds
 from jobs.backends import check_available, launch
 from jobs.store import JobStore
 from jobs.worker import ensure_worker
-from models.loading import ModelLoadError, _config_and_family
+from models.loading import ModelLoadError, config_and_family
 
 
 class SubmitError(ValueError):
@@ -55,7 +55,7 @@ def validate(config: dict, browser: bool = False) -> tuple[dict, str]:
     if kind is None:
         raise SubmitError(f"unknown job kind '{name}' (choose from {', '.join(kinds.names())})")
     try:
-        options, device = kind.validate(config, browser_checked if browser else None, _config_and_family)
+        options, device = kind.validate(config, browser_checked if browser else None, config_and_family)
         if options.get("backend") == "slurm":
             check_available()
     except (InputError, ModelLoadError, ValueError) as exc:

@@ -211,7 +211,9 @@ def _hub_kwargs(spec: ModelSpec) -> dict:
     return {"revision": spec.revision, "trust_remote_code": False, **({"local_files_only": True} if offline else {})}
 
 
-def _config_and_family(spec: ModelSpec):
+def config_and_family(spec: ModelSpec):
+    """``(config, family)`` of the checkpoint ``spec`` names, read without loading its weights (a
+    :class:`ModelLoadError` naming what is wrong: no such model, not one of the families, the demo missing)."""
     if spec.source == str(DEMO_DIR) and not (DEMO_DIR / "config.json").is_file():
         raise ModelLoadError(f"the demo model is missing from {DEMO_DIR}; run `python -m models.pretrain` first")
     try:
@@ -237,7 +239,7 @@ def checkpoint_dtype(spec: ModelSpec) -> str:
     """The dtype ``spec``'s weights are stored in (``float32``, ``bfloat16`` or ``float16``), whatever dtype it
     is shown in: the ``dtype`` ``save_pretrained`` records in ``config.json``; float32 when none is recorded (as
     in the original hub checkpoints, which are float32)."""
-    config, _ = _config_and_family(spec)
+    config, _ = config_and_family(spec)
     dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
     name = str(dtype).removeprefix("torch.") if dtype is not None else "float32"
     return name if name in DTYPES and name != "auto" else "float32"
@@ -251,7 +253,7 @@ def load_encoder(spec: ModelSpec):
     bfloat16 parameters lose most small updates to rounding."""
     spec = spec.resolved()
     kwargs = _hub_kwargs(spec)
-    config, _ = _config_and_family(spec)
+    config, _ = config_and_family(spec)
     try:
         encoder = random_model(AutoModel, config, torch.float32) if spec.random_init else AutoModel.from_pretrained(
             spec.source, config=config, dtype=torch.float32, use_safetensors=not spec.allow_pickle, **kwargs)
@@ -302,7 +304,7 @@ def load_model(spec: ModelSpec, attn_implementation: str | None = None) -> Loade
     spec = spec.resolved()
     kwargs = _hub_kwargs(spec)
     attention = {"attn_implementation": attn_implementation} if attn_implementation else {}
-    config, family = _config_and_family(spec)
+    config, family = config_and_family(spec)
     try:
         if spec.random_init:
             model, info = random_model(AutoModelForMaskedLM, config, DTYPES[spec.dtype], **attention), {}
@@ -340,7 +342,7 @@ def load_as_saved(spec: ModelSpec, dtype: str) -> tuple[torch.nn.Module, list[st
     """``spec``'s checkpoint as the class it was saved as (``config.architectures``: a ``BertModel`` keeps its
     pooler; ``AutoModel`` when the name is not a transformers class for it), on the CPU in ``dtype``, in eval
     mode; and the weights that class has but the checkpoint lacks (initialised at random, never to be saved)."""
-    config, _ = _config_and_family(spec)
+    config, _ = config_and_family(spec)
     cls = saved_class((config.architectures or [None])[0], config) or AutoModel
     try:
         with quiet_load_report():
@@ -384,7 +386,7 @@ def sentence_transformers_files(spec: ModelSpec) -> tuple[Path, list[str]] | Non
 def has_own_mlm_head(spec: ModelSpec) -> bool:
     """Whether ``spec`` was saved as a masked LM (its config's architecture), without loading its weights."""
     try:
-        config, _ = _config_and_family(spec)
+        config, _ = config_and_family(spec)
     except ModelLoadError:
         return False
     return any(a.endswith("ForMaskedLM") for a in config.architectures or [])
@@ -393,7 +395,7 @@ def has_own_mlm_head(spec: ModelSpec) -> bool:
 def task_architecture(spec: ModelSpec) -> str | None:
     """The checkpoint's architecture when it carries a task head (``BertForSequenceClassification``, ...)."""
     try:
-        config, _ = _config_and_family(spec)
+        config, _ = config_and_family(spec)
     except ModelLoadError:
         return None
     return next((a for a in config.architectures or [] if a.endswith(TASK_SUFFIXES)), None)

@@ -76,10 +76,10 @@ def _hidden_size(model: str) -> int | None:
 @functools.lru_cache(maxsize=64)
 def model_config(model: str):
     """``model``'s transformers config (read once), or None when it cannot be read."""
-    from models.loading import ModelLoadError, ModelSpec, _config_and_family
+    from models.loading import ModelLoadError, ModelSpec, config_and_family
 
     try:
-        config, _ = _config_and_family(ModelSpec(model))
+        config, _ = config_and_family(ModelSpec(model))
     except (ModelLoadError, OSError, ValueError):
         return None
     return config
