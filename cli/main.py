@@ -27,6 +27,7 @@ from cli.compare import add_compare_arguments, cmd_compare
 from cli.dashboard import add_dashboard_arguments, cmd_dashboard
 from cli.duplicate import add_duplicate_arguments, cmd_duplicate
 from cli.finetune import add_finetune_arguments, cmd_finetune
+from cli.heads import add_heads_arguments, cmd_heads
 from cli.info import cmd_info
 from cli.jobs import add_jobs_arguments, cmd_jobs
 from cli.lens import add_lens_arguments, cmd_lens
@@ -57,6 +58,9 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str, Callable[[ar
                 "that moved most, aligned maps", add_compare_arguments),
     "tokens": (cmd_tokens, "token vectors of a corpus per layer on disk, nearest tokens per layer, each layer's "
                "geometry (extract | index | neighbours | geometry)", add_tokens_arguments),
+    "heads": (cmd_heads, "attention heads: per-head statistics and the head map, heads as parsers on UD, head "
+              "importance and pruning, one sentence's attention (stats | parse | importance | view)",
+              add_heads_arguments),
     "lens": (cmd_lens, "tuned lens: train per-layer translators read by the MLM head (probe --lens uses them)",
              add_lens_arguments),
     "dashboard": (cmd_dashboard, "start the dashboard in the browser (from a clone or the installed package)",
@@ -72,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     parent = model_options()
     for name, (func, help_text, add_arguments) in COMMANDS.items():
-        own_models = name in ("jobs", "finetune", "compare", "dashboard")  # their models are their own options
+        own_models = name in ("jobs", "finetune", "compare", "dashboard", "heads")  # their models are their own options
         parents = [] if own_models else [parent]
         p = sub.add_parser(name, parents=parents, help=help_text, description=help_text)
         add_arguments(p)
