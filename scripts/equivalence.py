@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -65,7 +66,7 @@ COMMANDS: dict[str, tuple[list[str], bool]] = {
 VOLATILE_WORDS = {"time", "times", "seconds", "date", "started", "finished", "elapsed", "created", "host", "path",
                   "dir", "version", "versions", "pid", "out", "python", "torch", "threads", "load", "rss", "memory",
                   "peak"}
-KEPT = {"held_out"}
+KEPT = {"held_out", "held_out_texts", "left_out_a", "left_out_b", "slurm_time"}
 
 
 def volatile(key: str) -> bool:
@@ -96,6 +97,23 @@ def _files(folder: Path) -> set[str]:
     if not folder.is_dir():
         return set()
     return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() and ".staging-" not in str(p)}
+
+
+TIMINGS = re.compile(r"\d+(\.\d+)? ?(s|it/s)\b|\[\d\d:\d\d<\d\d:\d\d[^\]]*\]")
+
+
+def _norm(text, root: Path):
+    """A message or path value with the run's own output folder as ``<root>`` and timings blanked: two runs in
+    different folders write the same thing."""
+    return TIMINGS.sub("<time>", str(text).replace(str(root), "<root>")) if isinstance(text, str) else text
+
+
+def _strip(obj, root: Path):
+    if isinstance(obj, dict):
+        return {k: _strip(v, root) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_strip(v, root) for v in obj]
+    return _norm(obj, root)
 
 
 def _same_value(x, y, tol: float) -> bool:
@@ -151,7 +169,7 @@ def diff(a_root: Path, b_root: Path) -> int:
     for name, (_, trained) in COMMANDS.items():
         tol = TRAINED_TOL if trained else FLOAT_TOL
         ra, rb = (json.loads((r / f"{name}.json").read_text()) for r in (a_root, b_root))
-        if (ra["rc"], ra["stderr_last"]) != (rb["rc"], rb["stderr_last"]):
+        if (ra["rc"], _norm(ra["stderr_last"], a_root)) != (rb["rc"], _norm(rb["stderr_last"], b_root)):
             problems.append(f"{name}: exit {ra['rc']} {ra['stderr_last']!r} vs {rb['rc']} {rb['stderr_last']!r}")
         fa, fb = _files(a_root / name), _files(b_root / name)
         if fa != fb:
@@ -164,10 +182,12 @@ def diff(a_root: Path, b_root: Path) -> int:
             elif rel.endswith(".parquet"):
                 _frames(pd.read_parquet(pa), pd.read_parquet(pb), tol, where, problems)
             elif rel.endswith(".json"):
-                _json(json.loads(pa.read_text()), json.loads(pb.read_text()), tol, where, problems, skipped)
+                ja, jb = _strip(json.loads(pa.read_text()), a_root), _strip(json.loads(pb.read_text()), b_root)
+                _json(ja, jb, tol, where, problems, skipped)
             elif rel.endswith(".jsonl"):
                 la, lb = pa.read_text().splitlines(), pb.read_text().splitlines()
-                _json([json.loads(x) for x in la], [json.loads(x) for x in lb], tol, where, problems, skipped)
+                _json(_strip([json.loads(x) for x in la], a_root), _strip([json.loads(x) for x in lb], b_root), tol,
+                      where, problems, skipped)
             elif rel.endswith(".npy"):
                 x, y = np.load(pa), np.load(pb)
                 if x.shape != y.shape or not np.allclose(x, y, rtol=tol, atol=tol, equal_nan=True):
