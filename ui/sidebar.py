@@ -94,6 +94,10 @@ ANALYSES = [
     Page("pages/8_Token_atlas.py", "Token atlas", ":material/grain:",
          "Every token of a corpus per layer: a density map of a million tokens, nearest tokens across layers, "
          "anisotropy, self-similarity and rogue dimensions.", "exBERT; Ethayarajh 2019; Timkey & van Schijndel 2021"),
+    Page("pages/9_Attention_heads.py", "Attention heads", ":material/center_focus_strong:",
+         "What every attention head does over a corpus (entropy, [CLS]/[SEP], previous/next token, distance), heads "
+         "clustered by behaviour, heads as parsers on UD, head importance and pruning, one sentence's head view.",
+         "Clark et al. 2019; Michel et al. 2019; bertviz"),
 ]
 
 

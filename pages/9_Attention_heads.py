@@ -1,0 +1,225 @@
+"""Attention heads (issue 36): what every head attends to over a corpus, the heads clustered by behaviour, heads as
+parsers on a UD treebank, head importance with its pruning curve, and one sentence's attention (the head view),
+for the sidebar's model and a second one."""
+
+import dataclasses
+
+import pandas as pd
+import streamlit as st
+
+from analysis.core.csvout import to_csv
+from analysis.core.dataroots import TREEBANK_SUFFIXES, server_file_picker_label, server_files
+from analysis.core.inputs import InputError, TextInputs
+from analysis.core.treebank import read_conllu
+from analysis.heads import plots
+from analysis.heads.importance import mlm_importance
+from analysis.heads.model import load_eager
+from analysis.heads.run import analyse
+from analysis.heads.stats import STATISTICS
+from analysis.heads.view import compare_views, head_view
+from models.loading import ModelLoadError, ModelSpec
+from ui.inputs import EXAMPLES, text_inputs
+from ui.navigation import compare_link
+from ui.results import (
+    COMPARE_HELP,
+    chart,
+    compared_model,
+    for_each_model,
+    md_plain,
+    result_key,
+    shared_result,
+    stop_button,
+)
+from ui.sidebar import start_page
+
+loaded = start_page("Attention heads", (
+    "What every attention head does. **Over a corpus**: each head's attention entropy and its share of attention "
+    "to [CLS], [SEP], punctuation, the token itself, the previous and the next token, and its mean attention "
+    "distance, with 95% intervals over sentences (Clark et al. 2019 §3); the heads clustered by behaviour (§6); on "
+    "a UD treebank, **heads as parsers** (§4.2: the word a head attends to most, per relation, against the best "
+    "fixed offset); and **head importance** with its pruning curve (Michel et al. 2019). **One sentence**: every "
+    "head's token-to-token attention (bertviz's head and model views), and two models side by side. Layers are "
+    "attention layers (1 = the first block), heads count from 0. Attention is read on the eager attention path "
+    "(a copy of the model loaded for this page)."))
+SOURCES = ["Texts", "A treebank (CoNLL-U): heads as parsers too"]
+DIRECTIONS = {"dependent_to_head": "dependent → its head", "head_to_dependent": "head → its dependent"}
+
+
+@st.cache_resource(max_entries=2, show_spinner="Loading the model on the eager attention path…")
+def eager(spec: ModelSpec):
+    """``spec``'s own copy on the eager attention path (the shared cache keeps the default path)."""
+    return load_eager(spec)
+
+
+def fail(exc: Exception, what: str) -> None:
+    st.error(str(exc) if isinstance(exc, (InputError, ModelLoadError)) else f"{what} failed: "
+             f"{type(exc).__name__}: {exc}")
+
+
+compare = st.text_input("Compare with (optional)", key="heads_compare", placeholder="hub id, local directory, "
+                        "job:N or random", help=f"A second model, read on the same corpus and sentence: "
+                        f"{COMPARE_HELP}. The head view needs the same tokenizer.").strip()
+compare_link(st, "heads", compare)
+tab_corpus, tab_view = st.tabs(["Over a corpus", "One sentence (head view)"])
+
+# --- one sentence: the head view (run first: the corpus tab may stop the page while it waits for a click) -------
+with tab_view:
+    sentence = st.text_input("Sentence", "the cat sat on the mat because it was tired .", key="heads_sentence",
+                             help="never cut: a sentence over the model's limit is refused")
+    try:
+        view = head_view(eager(loaded.spec), sentence)
+    except Exception as exc:  # one message, never a traceback
+        fail(exc, "The head view")
+        view = None
+    if view is not None:
+        c1, c2 = st.columns(2)
+        layer = c1.select_slider("Layer", list(range(1, view.layers + 1)), value=1, key="heads_layer")
+        head = c2.selectbox("Head", list(range(view.heads)), key="heads_head")
+        chart(plots.head_heatmap(view, layer, head), "heads_head_view")
+        st.caption("Row: the attending token; column: the token it attends to; each row sums to 1. Hover for the "
+                   "pair and the weight.")
+        chart(plots.layer_heads(view, layer), "heads_model_view")
+        if compare:
+            try:
+                name, head_from, label = compared_model(compare, loaded.spec.name)
+                other = eager(dataclasses.replace(loaded.spec, name=name, revision=None, head_from=None))
+                both = compare_views(eager(loaded.spec), other, sentence)
+            except Exception as exc:
+                fail(exc, "The comparison")
+            else:
+                st.subheader(f"Beside {md_plain(label)}")
+                chart(plots.compared_heads(both.a, dataclasses.replace(both.b, model=label), layer, head),
+                      "heads_compared_view")
+                change = pd.DataFrame([{"layer": lay + 1, "head": h,
+                                        "mean_abs_difference": float(abs(both.difference[lay, h]).mean())}
+                                       for lay in range(view.layers) for h in range(view.heads)])
+                chart(plots.statistic_heatmap(change, "mean_abs_difference", "How much each head changed on this "
+                                              "sentence: mean |second − first| over its token pairs"),
+                      "heads_view_change")
+
+# --- over a corpus ------------------------------------------------------------------------------------------------
+with tab_corpus:
+    source_kind = st.radio("Corpus", SOURCES, horizontal=True, key="heads_corpus", label_visibility="collapsed")
+    treebank_path, limit, inputs = None, None, None
+    if source_kind == SOURCES[1]:
+        files = server_files(TREEBANK_SUFFIXES)
+        if not files:
+            st.info("No CoNLL-U treebank on the server: put .conllu(.gz) files under the data roots "
+                    "(LAYERLENS_DATA_DIRS), or upload one on the Linguistic structure page.")
+            st.stop()
+        c1, c2 = st.columns([3, 1])
+        treebank_path = c1.selectbox("Treebank", files, key="heads_treebank", format_func=server_file_picker_label)
+        limit = int(c2.number_input("Max sentences", 0, 100_000, 300, key="heads_max", help="0: every sentence"))
+    else:
+        inputs = text_inputs("heads", EXAMPLES, pairs=False)
+    request = (str(treebank_path), limit, None if inputs is None else (inputs.texts, inputs.pairs), compare)
+    if st.button("Read the heads", type="primary", key="heads_run", disabled=treebank_path is None and inputs is None):
+        st.session_state["heads_request"] = (loaded.spec.to_dict(), request)
+    if st.session_state.get("heads_request") != (loaded.spec.to_dict(), request):
+        st.caption("Choose texts or a treebank, then read the heads. Results are shared and cached per model and "
+                   "corpus.")
+        st.stop()
+
+    def corpus():
+        if treebank_path is not None:
+            return read_conllu(treebank_path, limit or None)
+        return inputs
+
+    def run(spec: ModelSpec, label: str):
+        key = result_key("heads", spec.resolved().to_dict(), request[:3])
+
+        def compute(report):
+            report(0.0, f"{label}: reading the corpus")
+            return analyse(eager(spec), corpus(), progress=lambda stage, done, n: report(
+                done / max(n, 1), f"{label}: {stage} {done}/{n} sentences"))
+        return shared_result(key, f"Reading the heads of {label}", compute)
+
+    results = for_each_model("Reading the heads", "heads_request", loaded, compare, run)
+    main = results[loaded.spec.name]
+    info = main.info
+    st.caption(f"Model **{md_plain(loaded.spec.name)}** · {info['layers']} layers x {info['heads']} heads · "
+               f"{info['sentences']:,} sentences, {info['tokens']:,} tokens · {info['seconds']:.1f} s"
+               + (f" · {info['truncated']} text(s) cut to the model's limit" if info.get("truncated") else "")
+               + (f" · {info['dropped_too_long']} sentence(s) over the model's limit left out"
+                  if info.get("dropped_too_long") else ""))
+
+    st.subheader("What each head attends to")
+    c1, c2 = st.columns([2, 2])
+    statistic = c1.selectbox("Statistic", list(STATISTICS), index=STATISTICS.index("previous"),
+                             key="heads_statistic", format_func=lambda s: f"{s}: {plots.TITLES[s]}")
+    shown = c2.radio("Model", [*results, "difference"], horizontal=True, key="heads_shown",
+                     help="difference: the second model's statistic minus this one's") if len(results) > 1 \
+        else loaded.spec.name
+    if shown == "difference":
+        other = results[[k for k in results if k != loaded.spec.name][0]].heads
+        diff = main.heads[["layer", "head"]].assign(**{statistic: other[statistic] - main.heads[statistic]})
+        chart(plots.statistic_heatmap(diff, statistic, f"{plots.TITLES[statistic]}: second model − "
+                                      f"{loaded.spec.name}", diverging=True), "heads_statistic_difference")
+    else:
+        chart(plots.statistic_heatmap(results[shown].heads, statistic), f"heads_{statistic}")
+    st.caption(f"Each sentence's mean over its tokens, then the mean over sentences; hover for the 95% interval "
+               f"({info['interval']}). Uniform attention over n tokens has entropy log n: compare *entropy* with "
+               "*uniform_entropy*.")
+    with st.expander("heads.csv: every statistic of every head", expanded=False):
+        st.dataframe(main.heads, hide_index=True, key="heads_table")
+        st.download_button("heads.csv", to_csv(main.heads), "heads.csv", "text/csv", key="dl_heads")
+
+    if main.clusters is not None:
+        st.subheader("Heads clustered by behaviour")
+        chart(plots.head_map(main.clusters), "heads_map")
+        st.caption(f"Heads close together attend alike: the Jensen-Shannon distance between two heads' attention "
+                   f"of the same token, averaged over {info['cluster_tokens']:,} tokens, laid out in 2-D by MDS "
+                   "(Clark et al. 2019 Fig. 6).")
+        st.download_button("clusters.csv", to_csv(main.clusters), "clusters.csv", "text/csv", key="dl_clusters")
+
+    if main.relations is not None:
+        st.subheader("Heads as parsers")
+        direction = st.radio("Direction", list(DIRECTIONS), horizontal=True, key="heads_direction",
+                             format_func=DIRECTIONS.get)
+        chart(plots.relations_figure(main.relations, direction), "heads_relations")
+        best = main.uuas.sort_values("uuas", ascending=False).iloc[0]
+        st.caption("Blue: the best head per relation (word-level attention, Clark §4.1) with its 95% Wilson interval; "
+                   "red: the best fixed offset on the same words. Best attention tree (maximum spanning tree of "
+                   f"max(a_ij, a_ji)): layer {int(best.layer)}, head {int(best['head'])}, UUAS {best.uuas:.3f} "
+                   "(the structure page's structural probe reports UUAS on the same scale).")
+        st.dataframe(main.relations[main.relations.direction == direction], hide_index=True, key="heads_relations")
+        st.download_button("relations.csv", to_csv(main.relations), "relations.csv", "text/csv", key="dl_relations")
+
+    st.subheader("Which heads matter")
+    if loaded.mlm_head is None:
+        st.info("Head importance here uses the MLM loss, and this model has no MLM head: use `layerlens heads "
+                "importance --data` with a classifier and a labelled set.")
+        st.stop()
+    texts = inputs if inputs is not None else TextInputs(tuple(" ".join(s.words) for s in corpus().sentences))
+    wanted = (loaded.spec.to_dict(), request[:3])
+    if st.button("Compute head importance (MLM loss on this corpus)", key="heads_importance_run"):
+        st.session_state["heads_importance"] = wanted
+    if st.session_state.get("heads_importance") != wanted:
+        st.caption("Importance |E[dL/dξ]| of each head's gate ξ (Michel et al. 2019) and the pruning curve: 11 "
+                   "points for the importance order and 3 random orders, each a pass over the corpus.")
+        st.stop()
+    stop = stop_button("Head importance", "heads_importance")
+    try:
+        importance = shared_result(result_key("heads_importance", loaded.spec.resolved().to_dict(), request[:3]),
+                                   "Head importance", lambda report: mlm_importance(
+                                       load_eager(loaded.spec), texts,  # its own copy: gates hook the model
+                                       progress=lambda stage, done, n: report(done / max(n, 1),
+                                                                              f"{stage} {done}/{n}")))
+    except Exception as exc:
+        stop.empty()
+        fail(exc, "Head importance")
+        st.stop()
+    stop.empty()
+    c1, c2 = st.columns(2)
+    with c1:
+        chart(plots.importance_heatmap(importance.importance), "heads_importance")
+    with c2:
+        chart(plots.pruning_curve(importance.pruning, "MLM token accuracy"), "heads_pruning")
+    st.caption(f"MLM token accuracy at {importance.info['targets']:,} masked tokens: "
+               f"{importance.info['base_accuracy']:.3f} with every head. Prunable share per layer (heads that can go, "
+               "least important first, before accuracy drops by 1 point): "
+               + ", ".join(f"layer {int(r.layer)} {r.prunable_share:.0%}" for r in importance.layers.itertuples()))
+    d1, d2 = st.columns(2)
+    d1.download_button("importance.csv", to_csv(importance.importance), "importance.csv", "text/csv",
+                       key="dl_importance")
+    d2.download_button("pruning.csv", to_csv(importance.pruning), "pruning.csv", "text/csv", key="dl_pruning")
