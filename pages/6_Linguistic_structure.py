@@ -19,6 +19,7 @@ from analysis.structure.run import run_structure
 from models.loading import ModelLoadError
 from ui.inputs import labelled_inputs, uploads_panel
 from ui.jobs import finished_structure_jobs, structure_job_form, structure_jobs_running, unfinished_structure_jobs
+from ui.navigation import prefill
 from ui.results import chart, compared_model, md_plain, result_key, shared_result, stop_button, wait_for_run
 from ui.sidebar import model_cache, start_page
 
@@ -156,6 +157,12 @@ test = c2.selectbox("Score on", files, index=default("en_ewt-ud-test"), key="str
                     format_func=server_file_picker_label)
 if SAMPLE.resolve() in (Path(train).parent, Path(test).parent):
     st.caption(SAMPLE_NOTE + SAMPLE_TIME)
+if st.button("Heads vs probes: attention heads as parsers on this treebank ↗", key="structure_to_heads",
+             help="Open the Attention heads page on the 'Score on' treebank: which single head points from each "
+             "word to its head (per relation, against the best fixed offset), and each head's attention tree's UUAS "
+             "beside the structural probe's."):
+    prefill("pages/9_Attention_heads.py", {"heads_corpus": "A treebank (CoNLL-U): heads as parsers too",
+                                           "heads_treebank": test})
 c1, c2, c3, c4, c5, c6, c7 = st.columns([2.2, 1.2, 1.2, 1, 1, 0.8, 0.7])
 tasks = c1.multiselect("Tasks", TASKS, default=list(TASKS), key="structure_tasks")
 word_vector = c2.radio("Word vector", ["first", "mean"], horizontal=True, key="structure_vector",

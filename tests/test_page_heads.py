@@ -75,3 +75,14 @@ def test_texts_run_and_a_bad_corpus_is_one_message(tiny_dirs):
     pd.testing.assert_frame_equal(at.dataframe[0].value.reset_index(drop=True), expected.heads)
     at.text_area(key="heads_text").set_value("   ").run()
     assert not at.exception and len(at.error) == 1 and "no text given" in at.error[0].value
+
+
+def test_the_structure_page_opens_the_heads_on_its_treebank(tiny_dirs, tmp_path, monkeypatch):
+    shutil.copy(FIXTURES / "ud_tiny_test.conllu", tmp_path / "en_ewt-ud-test.conllu")
+    monkeypatch.setenv("LAYERLENS_DATA_DIRS", str(tmp_path))
+    at = run_page("pages/6_Linguistic_structure.py", model=str(tiny_dirs["bert"]))
+    at.selectbox(key="structure_test").set_value((tmp_path / "en_ewt-ud-test.conllu").resolve()).run()
+    at.button(key="structure_to_heads").click().run()
+    assert not at.exception and at.title[0].value == "Attention heads"
+    assert at.radio(key="heads_corpus").value.startswith("A treebank")
+    assert at.selectbox(key="heads_treebank").value == (tmp_path / "en_ewt-ud-test.conllu").resolve()
