@@ -55,7 +55,8 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     """Start the dashboard (replaces this process with Streamlit's server)."""
     root = app_root()
     flags = settings_flags(root / "ui" / "streamlit.toml") + [f"--server.port={args.port}"]
-    if args.dev:
+    if args.dev:  # the watcher on, and the file's "none" left out
+        flags = [f for f in flags if not f.startswith("--server.fileWatcherType=")]
         flags += ["--server.fileWatcherType=auto", "--server.runOnSave=true"]
     command = [sys.executable, "-m", "streamlit", "run", str(root / "app.py"), *flags]
     sys.stdout.flush()

@@ -184,5 +184,15 @@ def test_the_server_watches_no_files_unless_a_developer_asks(monkeypatch):
     streamlit.config.get_config_options(force_reparse=True)
     assert streamlit.config.get_option("server.fileWatcherType") == "none"
     dev = subprocess.run(["make", "-n", "dev"], cwd=ROOT, capture_output=True, text=True)
-    assert dev.returncode == 0 and "streamlit run app.py" in dev.stdout
-    assert "--server.fileWatcherType auto" in dev.stdout
+    assert dev.returncode == 0 and "layerlens dashboard" in dev.stdout and "--dev" in dev.stdout
+    import cli.dashboard
+
+    started = []
+    monkeypatch.setattr(cli.dashboard.os, "execv", lambda path, argv: started.append(argv))
+    from cli.main import main
+
+    assert main(["dashboard", "--dev"]) == 0 and main(["dashboard"]) == 0
+    dev_argv, plain_argv = started
+    assert dev_argv[1:4] == ["-m", "streamlit", "run"] and dev_argv[4] == str(ROOT / "app.py")
+    assert "--server.fileWatcherType=auto" in dev_argv and "--server.fileWatcherType=none" not in dev_argv
+    assert "--server.fileWatcherType=none" in plain_argv and "--server.fileWatcherType=auto" not in plain_argv
