@@ -1,7 +1,7 @@
 """``layerlens dashboard``: the Streamlit app, from a clone or from the installed package (``pip install .``).
 
-The app (``app.py``, ``pages/``, ``ui/``) is found where Python imports ``app`` from: the clone's top level, or
-the installed package's. Its server settings are ``ui/streamlit.toml`` (the clone's ``.streamlit/config.toml`` is
+The app (``app.py``, ``pages/``, ``ui/``) sits beside this ``cli`` package: in the clone's top level, or in the
+installed package set. Its server settings are ``ui/streamlit.toml`` (the clone's ``.streamlit/config.toml`` is
 a link to it), passed as flags so an installed copy runs with the same settings from any folder; list-valued
 settings (the file watcher's blacklist, used only with ``--dev``) are left to Streamlit's own config files.
 """
@@ -9,7 +9,6 @@ settings (the file watcher's blacklist, used only with ``--dev``) are left to St
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import re
 import sys
@@ -24,12 +23,13 @@ def add_dashboard_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def app_root() -> Path:
-    """The folder holding ``app.py`` beside ``pages/`` and ``ui/``."""
-    spec = importlib.util.find_spec("app")
-    root = Path(spec.origin).parent if spec and spec.origin else None
-    if root is None or not (root / "pages").is_dir() or not (root / "ui" / "streamlit.toml").is_file():
-        raise UserError("the dashboard's files (app.py, pages/, ui/) were not found: run from a clone of LayerLens "
-                        "or install it with `pip install .`")
+    """The folder holding ``app.py`` beside ``pages/``, ``ui/`` and this package: the clone's top level, or the
+    installed package set's (``pip install .`` puts them side by side, as in the repository)."""
+    root = Path(__file__).resolve().parents[1]
+    needed = (root / "app.py", root / "pages", root / "ui" / "streamlit.toml")
+    if not all(p.exists() for p in needed):
+        raise UserError("the dashboard's files (app.py, pages/, ui/) were not found beside the cli package: run "
+                        "from a clone of LayerLens or install it with `pip install .`")
     return root
 
 
