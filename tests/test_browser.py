@@ -14,7 +14,7 @@ from tests.browser_support import HOME, assert_no_error, browser, open_page, pla
 
 pytestmark = pytest.mark.browser
 PAGES = ["/", "/Model_anatomy", "/Reconstruction", "/Layer_Atlas", "/Layer_Weights", "/Layer_Duplication",
-         "/Fine_Tune_Jobs", "/Linguistic_structure", "/Compare_checkpoints", "/Token_atlas"]
+         "/Fine_Tune_Jobs", "/Linguistic_structure", "/Compare_checkpoints", "/Token_atlas", "/Attention_heads"]
 
 
 @pytest.fixture
