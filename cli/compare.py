@@ -183,6 +183,7 @@ def group_models(args: argparse.Namespace):
     job's fine-tuned model; the rows of ``--data``, else the first job's held-out rows."""
     from analysis.training.finetune import held_out_rows
     from analysis.training.options import resolve
+    from analysis.training.runs import fine_tuned
     from jobs.store import JobStore
     from models.spec import ModelSpec
 
@@ -190,7 +191,7 @@ def group_models(args: argparse.Namespace):
     members = sorted((j for j in store.list(limit=1_000_000) if j.group == args.group), key=lambda j: j.id)
     if not members:
         raise UserError(f"no group '{args.group}' under {store.root} (layerlens jobs list shows each job's group)")
-    done = [j for j in members if j.status == "succeeded" and (j.artifacts / "checkpoint" / "encoder").is_dir()]
+    done = [j for j in members if j.status == "succeeded" and fine_tuned(j.artifacts, j.metrics)[0] is not None]
     if not done:
         raise UserError(f"group '{args.group}': none of its {len(members)} jobs has finished with a checkpoint")
     bases = {j.config.get("model") for j in done}

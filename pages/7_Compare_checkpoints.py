@@ -20,7 +20,7 @@ from analysis.core.csvout import to_csv
 from analysis.core.dataroots import browser_model
 from analysis.core.figures import cka_heatmap, plain
 from analysis.core.inputs import InputError, max_rows
-from analysis.training.runs import job_run
+from analysis.training.runs import fine_tuned, job_run
 from jobs.store import JobStore, StoreError
 from models.anatomy import layer_name
 from models.loading import ModelLoadError, ModelSpec
@@ -422,7 +422,7 @@ else:
                 "field queues one job per combination in one group).")
         st.stop()
     group = st.selectbox("Sweep group", groups, key="compare_group")
-    members = sorted((j for j in jobs if j.group == group and (j.artifacts / "checkpoint" / "encoder").is_dir()),
+    members = sorted((j for j in jobs if j.group == group and fine_tuned(j.artifacts, j.metrics)[0] is not None),
                      key=lambda j: j.id)
     bases = {j.config.get("model") for j in members}
     if not members or len(bases) > 1:
@@ -446,8 +446,10 @@ else:
         "Compare the group", type="primary", key="compare_group_run"), (group, inputs, config),
         f"Choose the rows (the held-out rows of job #{members[0].id} are offered), then compare.")
     try:  # each run's fine-tuned encoder, read by the head of the model it started from when it had one
-        specs = [(str(j.artifacts / "checkpoint" / "encoder"), (j.metrics or {}).get("mlm_head_from"), j.label)
-                 for j in members]
+        specs = []
+        for j in members:
+            encoder, lent = fine_tuned(j.artifacts, j.metrics)
+            specs.append((str(encoder), lent, j.label))
         for name, lent, _ in specs:
             checked(ModelSpec(name, head_from=lent))
         base_spec = dataclasses.replace(loaded.spec, name=browser_model(base_name), revision=None, head_from=None)
