@@ -111,6 +111,34 @@ def test_servers_are_reused_per_table_and_bounded(tmp_path, monkeypatch):
     assert all(not s.alive() for s in started)
 
 
+def test_a_new_server_never_takes_a_port_an_earlier_one_had(monkeypatch):
+    """The system may hand a just-freed port out again; a frame still open on the stopped server would then reach
+    the new one, its pings would answer and it would never say its map was stopped. free_port skips the ports this
+    process gave servers before (start passes them)."""
+    import socket
+
+    import ui.embedding_atlas as ea
+
+    offered = iter([5001, 5001, 5002])
+
+    class FakeSocket:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def bind(self, address):
+            self.port = next(offered)
+
+        def getsockname(self):
+            return ("127.0.0.1", self.port)
+
+    monkeypatch.setattr(socket, "socket", FakeSocket)
+    assert ea.free_port() == 5001
+    assert ea.free_port({5001}) == 5002
+
+
 @pytest.mark.slow  # 4 s: the process imports embedding_atlas before it fails
 def test_a_server_that_dies_says_why(tmp_path, monkeypatch):
     import ui.embedding_atlas as ea

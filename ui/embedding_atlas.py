@@ -81,10 +81,14 @@ def serve(table: Path, port: int, text: str | None = "text", duckdb: str = "serv
     uvicorn.run(app, host=host, port=port, access_log=False, log_level="warning")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_port(avoid: set[int] | frozenset[int] = frozenset()) -> int:
+    """A port free now (the system's choice), none of ``avoid``."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in avoid:
+            return port
 
 
 @dataclasses.dataclass
@@ -165,12 +169,18 @@ def log_dir() -> Path:
     return folder
 
 
+_ports_given: set[int] = set()
+
+
 def start(table: Path | str, text: str | None = "text", duckdb: str = "server", port: int | None = None) -> Server:
     """A new server process for ``table`` (not waited for: :meth:`Server.wait_ready`)."""
     from ui.atlas_guard import new_token
 
     table = Path(table).resolve()
-    port = port or free_port()
+    # never a port this process gave a server before: a frame still open on a stopped server must not reach a new
+    # one that took its port (its ping would answer, and the frame would never say its map was stopped)
+    port = port or free_port(_ports_given)
+    _ports_given.add(port)
     folder = log_dir()
     log = folder / f"server-{port}.log"
     token = new_token()  # in the environment, not the command line (which other users can read)
@@ -246,9 +256,10 @@ export default function (component) {
     b.onclick = () => { b.disabled = true; b.textContent = "Reopening…"; setTriggerValue("reopen", Date.now()); };
     box.appendChild(b);
   };
-  const watch = (url) => {  // a HEAD to the frame's server every few seconds; it answered once, so a failure = gone
-    unwatch();
+  const watch = (url, frame) => {  // a HEAD to the frame's server every few seconds; once it has answered (the
+    unwatch();                      // frame loaded, or a HEAD came back), a failure means it is gone
     let answered = false;
+    frame.addEventListener("load", () => { answered = true; });
     box._llWatchUrl = url;
     box._llWatch = setInterval(() => {
       fetch(url, { method: "HEAD", mode: "no-cors", cache: "no-store" }).then(
@@ -267,7 +278,7 @@ export default function (component) {
         frame.style.width = "100%"; frame.style.height = d.height + "px"; frame.style.border = "0";
         box.appendChild(frame);
       }
-      if (box._llWatchUrl !== d.url) watch(d.url);
+      if (box._llWatchUrl !== d.url) watch(d.url, frame);
     } else if (!ok) {
       unwatch(); box.innerHTML = ""; note(d.message.replace("{reason}", gpu.reason));
     } else {
