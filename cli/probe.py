@@ -8,6 +8,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from analysis.core.activations import HALF_HELP, HALVES
 from analysis.core.csvout import to_csv
 from analysis.core.inputs import PROBE_ROW_LIMIT, check_row_limit
 from cli.common import (
@@ -39,6 +40,9 @@ def add_probe_arguments(p: argparse.ArgumentParser) -> None:
                    "says what ran). --dtype bfloat16 is the approximate mode, checked against float32 on a sample")
     g.add_argument("--max-rows", type=positive_int, default=PROBE_ROW_LIMIT, help="refuse inputs with more texts "
                    f"than this (default {PROBE_ROW_LIMIT:,}, the pages' limit)")
+    g.add_argument("--half", choices=HALVES, default="output", help=HALF_HELP + "; with 'attention', "
+                   "layers.csv, decoded.csv and tokens.parquet gain a half column (attention/output) and each layer "
+                   "has two rows, its attention half first (not with --lens: the lens reads layer outputs)")
     g.add_argument("--lens", type=Path, metavar="DIR", help="also read the layers through this tuned lens (`lens "
                    "train`): layers.csv and decoded.csv gain a lens column (raw/tuned) and every row kl_to_final "
                    "and agreement; the tuned per-token rows go to tokens_tuned.parquet")
@@ -55,6 +59,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
     if args.out is None:
         raise UserError("--out DIR is required: the probe writes layers.csv, decoded.csv, tokens.parquet, run.json")
+    if args.half != "output" and args.lens is not None:
+        raise UserError("--half attention reads each layer's attention half with the MLM head alone; a tuned lens is "
+                        "trained on the layer outputs: leave out --lens, or --half")
     ranks, spec = launched(args)
     inputs = check_row_limit(read_file(args.input, args.column, args.pair_column), args.max_rows, "probe's")
     for note in inputs.notes() if ranks.is_main else ():
@@ -62,7 +69,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     try:
         config = ProbeConfig(mode=args.mode, include_special=args.include_special, top_k=args.top_k,
                              batch_size=args.batch_size, max_length=args.max_length, seed=args.seed,
-                             precision=args.precision)
+                             precision=args.precision, half=args.half)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     loaded = load_model(spec)
@@ -82,7 +89,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
         tokens = "tokens.parquet" if reading is None else f"tokens_{name}.parquet"
         desc = ("probing" if reading is None else "probing through the tuned lens") + processes_note(ranks)
         with tqdm(total=len(inputs), desc=desc, unit="text", file=sys.stderr) as bar:
-            results[name] = probe(loaded, inputs, config, sink=TokenSink(loaded.tokenizer, config.top_k, out / tokens),
+            results[name] = probe(loaded, inputs, config, sink=TokenSink(loaded.tokenizer, config.top_k, out / tokens,
+                                                                  halves=config.half != "output"),
                                   progress=lambda done, total: bar.update(done - bar.n), ranks=ranks, lens=reading,
                                   divergence=len(readings) > 1)
     result = results["raw"]

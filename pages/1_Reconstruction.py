@@ -47,8 +47,15 @@ certified = st.checkbox("MLM head in certified bfloat16", key="probe_certified",
                         "(docs/benchmarks.md). For the approximate mode choose bfloat16 under 'Precision' in the "
                         "sidebar." if can_certify else "Certified bf16 runs on a CPU with bf16 matrix units; "
                         "this one has none (or the model is on a GPU).")
+halves = st.checkbox("Also read each layer's attention half", key="probe_half", disabled=lens_dir is not None,
+                     help="The residual stream after each layer's attention block, before its feed-forward block, "
+                     "through the same head: two points per layer on the curve, the attention half half a layer "
+                     "before the layer's output." + (" Not with a tuned lens, which is trained on the layer "
+                                                    "outputs: choose (none) to read the halves."
+                                                    if lens_dir is not None else ""))
 config = ProbeConfig(mode=mode, include_special=include_special, top_k=int(top_k),
-                     precision="certified" if certified else "float32")
+                     precision="certified" if certified else "float32",
+                     half="attention" if halves and lens_dir is None else "output")
 
 
 def run(spec: ModelSpec, label: str, through=None):
@@ -129,7 +136,8 @@ else:
     st.html(mismatch_html(rows, shown.layer_names))
     chart(token_heatmap(rows, shown.layer_names, "Probability of the input token (hover for the top-k)"),
           f"reconstruction_text{text_id}")
-cols = ["text_id", "layer", "position", "input_token", "predicted_token", "correct", "prob", "rank"]
+cols = ["text_id", "layer", *(["half"] if "half" in shown.tokens else []), "position", "input_token",
+        "predicted_token", "correct", "prob", "rank"]
 left, right = st.columns(2)
 left.download_button("Download decoded.csv (all texts)", to_csv(shown.decoded), "decoded.csv",
                      "text/csv", key="dl_decoded")

@@ -26,6 +26,27 @@ def test_probe_page_shows_the_engine_numbers(tiny_dirs):
     assert not at.exception
 
 
+def test_the_attention_halves_are_two_points_per_layer(tiny_dirs):
+    """The page's 'attention half' box: its table is the engine's with the half column, the curve has the
+    attention half of layer l at l - 0.5, and the one-sentence views name each half."""
+    at = run_page(PAGE, model=str(tiny_dirs["roberta"]))
+    at.text_area(key="probe_text").set_value("the film is good .\nfun and very dull !").run()
+    at.checkbox(key="probe_half").check().run()
+    at.button(key="probe_run").click().run()
+    assert not at.exception and not at.error
+    shown = at.dataframe[0].value
+    expected = probe(load_model(ModelSpec(str(tiny_dirs["roberta"]), device="cpu")),
+                     TextInputs(("the film is good .", "fun and very dull !")), ProbeConfig(half="attention")).layers
+    pd.testing.assert_frame_equal(shown.reset_index(drop=True), expected, check_dtype=False)
+    curve, heatmap = (c.proto for c in at.get("plotly_chart"))
+    import json
+
+    traces = json.loads(curve.spec)["data"]
+    accuracy = next(t for t in traces if t.get("name", "").endswith("token accuracy"))
+    assert accuracy["x"] == [0, 0.5, 1, 1.5, 2]
+    assert json.loads(heatmap.spec)["data"][0]["y"][1].endswith("attention half")
+
+
 def test_compare_overlays_a_second_model(tiny_dirs):
     at = run_page(PAGE, model=str(tiny_dirs["bert"]))
     at.text_input(key="probe_compare").set_value(str(tiny_dirs["albert"])).run()

@@ -19,13 +19,16 @@ from analysis.probe.reconstruction import (
 )
 from analysis.probe.token_sink import TokenSink
 from models.loading import ModelSpec, load_model
+from tests.test_attention_half import layers_of
 
 TEXTS = ["the film is good .", "i hated it , very dull !", "not a movie", "fun", "the the the the a a a",
          "i liked the film and it was very good fun !"]
 
 
-def reference(path, texts, include_special=False):
-    """The paper's probe as a user would write it: full model, all hidden states, head per layer, argmax."""
+def reference(path, texts, include_special=False, attention_halves=False):
+    """The paper's probe as a user would write it: full model, all hidden states, head per layer, argmax. With
+    ``attention_halves`` each layer's attention half (what its feed-forward block receives, caught by a pre-hook
+    there) comes before its output, as issue 36 defines the states."""
     model = AutoModelForMaskedLM.from_pretrained(path).eval()
     tok = AutoTokenizer.from_pretrained(path)
     heads = {
@@ -39,7 +42,18 @@ def reference(path, texts, include_special=False):
     with torch.no_grad():
         for text in texts:
             enc = tok(text, return_tensors="pt")
-            states = model(**enc, output_hidden_states=True).hidden_states
+            entries, handles = [], []
+            if attention_halves:
+                modules = {id(ffn): ffn for _, ffn, _ in layers_of(model)}.values()
+                handles = [m.register_forward_pre_hook(lambda m, args, entries=entries: entries.append(args[0]))
+                           for m in modules]
+            try:
+                states = model(**enc, output_hidden_states=True).hidden_states
+            finally:
+                for handle in handles:
+                    handle.remove()
+            if attention_halves:
+                states = [states[0]] + [s for pair in zip(entries, states[1:], strict=True) for s in pair]
             ids = enc["input_ids"][0]
             keep = torch.ones_like(ids, dtype=torch.bool)
             if not include_special:
@@ -59,6 +73,51 @@ def reference(path, texts, include_special=False):
 @pytest.fixture(params=["bert", "albert", "roberta", "distilbert", "electra"])
 def family_dir(request, tiny_dirs):
     return tiny_dirs[request.param]
+
+
+def test_the_attention_halves_are_probed_as_the_reference_reads_them(family_dir, tmp_path):
+    """--half attention: two rows per layer (its attention half first), each equal to the reference's head read of
+    the state its feed-forward block receives; the output rows equal a plain run's; the token rows say their
+    half; the streamed Parquet equals the in-memory table."""
+    loaded = load_model(ModelSpec(str(family_dir), device="cpu"))
+    config = ProbeConfig(batch_size=4, top_k=3, half="attention")
+    result = probe(loaded, TextInputs(tuple(TEXTS)), config)
+    plain = probe(loaded, TextInputs(tuple(TEXTS)), ProbeConfig(batch_size=4, top_k=3))
+    ref = reference(family_dir, TEXTS, attention_halves=True)
+    L = loaded.num_layers
+    layers = result.layers
+    assert list(layers.columns) == ["layer", "half", *LAYER_COLUMNS[1:]]
+    assert layers["layer"].tolist() == [0] + [layer for layer in range(1, L + 1) for _ in range(2)]
+    assert layers["half"].tolist() == ["output"] + ["attention", "output"] * L
+    tokens = sum(r["correct"].shape[1] for r in ref)
+    for state in range(2 * L + 1):
+        assert layers.iloc[state]["correct"] == sum(int(r["correct"][state].sum()) for r in ref)
+        assert layers.iloc[state]["tokens"] == tokens
+    outputs = layers[layers["half"] == "output"].drop(columns="half").reset_index(drop=True)
+    pd.testing.assert_frame_equal(outputs, plain.layers)
+    assert len(result.layer_names) == 2 * L + 1 and result.layer_names[1].endswith("attention half")
+    assert set(result.decoded["half"]) == {"attention", "output"}
+    assert result.tokens.columns[:3].tolist() == ["text_id", "layer", "half"]
+    first = result.tokens[result.tokens["text_id"] == 0]
+    assert first[["layer", "half"]].drop_duplicates().apply(tuple, axis=1).tolist() == \
+        [(0, "output")] + [(layer, h) for layer in range(1, L + 1) for h in ("attention", "output")]
+    streamed = probe(loaded, TextInputs(tuple(TEXTS)), config,
+                     sink=TokenSink(loaded.tokenizer, 3, tmp_path / "tokens.parquet", halves=True))
+    assert streamed.tokens is None
+    on_disk = pd.read_parquet(tmp_path / "tokens.parquet").sort_values(["text_id", "layer", "half", "position"])
+    pd.testing.assert_frame_equal(on_disk.reset_index(drop=True), result.tokens.reset_index(drop=True),
+                                  check_dtype=False, check_categorical=False)
+
+
+def test_the_attention_halves_are_refused_with_a_lens(tiny_dirs):
+    from analysis.core.inputs import InputError
+
+    loaded = load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu"))
+    with pytest.raises(InputError, match="tuned lens is trained on each layer's output"):
+        probe(loaded, TextInputs(("a film",)), ProbeConfig(half="attention"), lens=object())
+    with pytest.raises(ValueError, match="half must be one of"):
+        ProbeConfig(half="ffn")
+    assert "half" not in ProbeConfig().to_dict() and ProbeConfig(half="attention").to_dict()["half"] == "attention"
 
 
 def test_unmasked_probe_matches_the_reference_for_every_family(family_dir):

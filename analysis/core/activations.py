@@ -6,6 +6,7 @@ longest text. Results are always reported in input order by the callers (``Batch
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -17,6 +18,7 @@ from tokenizers import Encoding, Tokenizer
 
 from analysis.core.inputs import InputError, TextInputs
 from analysis.core.options import TRUNCATIONS
+from models.anatomy import FAMILIES
 from models.cache import free_bytes, is_out_of_memory
 from models.loading import LoadedModel
 
@@ -284,16 +286,96 @@ def make_batch(encoded: Encoded, idx: list[int], pad_id: int, device: str = "cpu
     return Batch(list(idx), ids.to(device), mask.to(device), types.to(device) if types is not None else None)
 
 
-def hidden_states(loaded: LoadedModel, batch: Batch, input_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+# --- which states: each layer's output, or also the attention half of each layer ------------------------------
+
+HALVES = ("output", "attention")
+HALF_HELP = ("which states are read: 'output' the embeddings and each layer's output (L + 1 states); 'attention' "
+             "also the residual stream after each layer's attention block, before its feed-forward block (2L + 1 "
+             "states, two per layer)")
+
+
+def state_labels(num_layers: int, half: str = "output") -> list[tuple[int, str]]:
+    """``(layer, half)`` of each state :func:`hidden_states` returns, in its order: ``(0, "output")`` is the
+    embedding output; with ``half="attention"`` layer ``l``'s attention half ``(l, "attention")`` comes just
+    before its output ``(l, "output")``."""
+    if half not in HALVES:
+        raise InputError(f"unknown half '{half}'; choose one of {', '.join(HALVES)}")
+    labels = [(0, "output")]
+    for layer in range(1, num_layers + 1):
+        labels += [(layer, "attention")] * (half == "attention") + [(layer, "output")]
+    return labels
+
+
+def attention_blocks(model) -> list[torch.nn.Module]:
+    """The module whose output is the residual stream after a layer's attention block (the residual sum and its
+    LayerNorm: BERT-family encoders are post-LN), before the feed-forward block, one entry per distinct module
+    (module names from transformers' modeling code):
+
+    - BERT, RoBERTa / XLM-R, ELECTRA: ``layer.attention.output`` (``*SelfOutput``: ``LayerNorm(dense(context) + x)``);
+    - DistilBERT: ``layer.sa_layer_norm`` (``sa_layer_norm(attention(x) + x)``);
+    - ALBERT: ``albert_layers[0].attention`` of each layer group (``LayerNorm(x + dense(context))``, the first of
+      the tuple it returns); a shared group runs at several layers and its hook fires at each, in forward order.
+    """
+    config = model.config
+    family = FAMILIES.get(config.model_type)
+    base = model.base_model
+    if family == "distilbert":
+        found = [layer.sa_layer_norm for layer in base.transformer.layer]
+    elif family == "albert":
+        if getattr(config, "inner_group_num", 1) != 1:
+            raise InputError(f"this ALBERT runs {config.inner_group_num} attention blocks per layer "
+                             "(inner_group_num); the attention half is defined for one")
+        found = [group.albert_layers[0].attention for group in base.encoder.albert_layer_groups]
+    elif family in ("bert", "roberta", "electra"):
+        found = [layer.attention.output for layer in base.encoder.layer]
+    else:
+        raise InputError(f"the attention half is not known for a '{config.model_type}' model")
+    unique: dict[int, torch.nn.Module] = {}
+    for module in found:  # a duplicated layer is one module run twice: one hook, which fires at each run
+        unique.setdefault(id(module), module)
+    return list(unique.values())
+
+
+@contextlib.contextmanager
+def attention_halves(model) -> Iterator[list[torch.Tensor]]:
+    """Within the block, every forward pass of ``model`` appends each layer's attention-half state ``(batch, seq,
+    hidden)`` to the yielded list, in forward order (forward hooks on :func:`attention_blocks`, removed on
+    exit)."""
+    found: list[torch.Tensor] = []
+
+    def keep(module, args, output):
+        found.append(output[0] if isinstance(output, tuple) else output)
+
+    handles = [module.register_forward_hook(keep) for module in attention_blocks(model)]
+    try:
+        yield found
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def hidden_states(loaded: LoadedModel, batch: Batch, input_ids: torch.Tensor | None = None,
+                  half: str = "output") -> tuple[torch.Tensor, ...]:
     """Every layer's hidden states, ``L + 1`` tensors of ``(batch, seq, hidden)``; 0 is the embedding output.
+    With ``half="attention"`` each layer's attention half (:func:`attention_halves`) comes just before its output:
+    ``2L + 1`` tensors labelled by :func:`state_labels`.
 
     Runs the encoder only (``base_model``): the MLM head is applied by the caller where it is needed.
     ``input_ids`` replaces the batch's ids (for masking) while keeping its attention mask.
     """
-    out = loaded.model.base_model(**batch.model_inputs(input_ids), output_hidden_states=True, return_dict=True)
+    state_labels(0, half)  # a known half
+    with attention_halves(loaded.model) if half == "attention" else contextlib.nullcontext([]) as halves:
+        out = loaded.model.base_model(**batch.model_inputs(input_ids), output_hidden_states=True, return_dict=True)
     if len(out.hidden_states) != loaded.num_layers + 1:  # e.g. output hooks installed twice on shared layers
         raise RuntimeError(f"the model returned {len(out.hidden_states)} hidden states for {loaded.num_layers} layers")
-    return out.hidden_states
+    if half == "output":
+        return out.hidden_states
+    if len(halves) != loaded.num_layers:
+        raise RuntimeError(f"{len(halves)} attention halves for {loaded.num_layers} layers")
+    states = [out.hidden_states[0]]
+    for attention, output in zip(halves, out.hidden_states[1:], strict=True):
+        states += [attention, output]
+    return tuple(states)
 
 
 def counted_mask(batch: Batch, special_ids: list[int], include_special: bool) -> torch.Tensor:

@@ -41,7 +41,7 @@ def depth(layers, states: int, relative: bool = False) -> list[float]:
     """Where hidden states ``layers`` of a model with ``states`` hidden states (``L + 1``) sit on a layer axis:
     their own indices, or with ``relative`` their relative depth ``layer / L`` (0..1), so that models of
     different depth can be compared."""
-    layers = [int(v) for v in layers]
+    layers = [float(v) if float(v) % 1 else int(v) for v in layers]  # an attention half sits at layer - 0.5
     return [v / max(states - 1, 1) for v in layers] if relative else layers
 
 

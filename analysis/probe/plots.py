@@ -12,6 +12,13 @@ import plotly.graph_objects as go
 from analysis.core.figures import COLOURS, DEPTH_TITLES, depth, plain, rgba, run_layer_names
 
 
+def on_layer_axis(layers: pd.DataFrame) -> pd.DataFrame:
+    """``layers`` with ``x``, where its rows sit on the layer axis: a layer's output at the layer, its attention half
+    (a ``half`` column, issue 36) half a layer before it, between the layer's input and its output."""
+    half = layers["half"] == "attention" if "half" in layers else False
+    return layers.assign(x=layers["layer"] - 0.5 * half)
+
+
 def accuracy_curve(runs: dict[str, pd.DataFrame], layer_names: dict[str, list[str]] | None = None,
                    title: str = "Reconstruction accuracy by layer",
                    positions: dict[str, list[float]] | None = None, relative: bool = False) -> go.Figure:
@@ -25,6 +32,7 @@ def accuracy_curve(runs: dict[str, pd.DataFrame], layer_names: dict[str, list[st
     only then, or when every run has the same layers, do the ticks carry layer names.
     """
     fig = go.Figure()
+    runs = {label: on_layer_axis(layers) for label, layers in runs.items()}
     placed = {label for label in runs if (positions or {}).get(label)}
     axis_names = {tuple(run_layer_names(layer_names, label, layers["layer"])) for label, layers in runs.items()
                   if label not in placed}
@@ -34,7 +42,7 @@ def accuracy_curve(runs: dict[str, pd.DataFrame], layer_names: dict[str, list[st
         if label in placed:  # on the axis of the run that is not placed
             x = depth(positions[label], len(next(iter(axis_names), names)), relative)
         else:
-            x = depth(layers["layer"], len(names), relative)
+            x = depth(layers["x"], int(layers["layer"].max()) + 1, relative)
         fig.add_trace(go.Scatter(
             x=x + x[::-1], y=layers["ci_high"].tolist() + layers["ci_low"].tolist()[::-1], fill="toself", mode="lines",
             fillcolor=rgba(colour, 0.15), line={"width": 0}, hoverinfo="skip", showlegend=False,
@@ -51,7 +59,8 @@ def accuracy_curve(runs: dict[str, pd.DataFrame], layer_names: dict[str, list[st
     shared = list(next(iter(axis_names))) if len(axis_names) == 1 else []
     if relative:
         axis = {"range": [-0.03, 1.03]}
-    elif any("←" in n for n in shared):  # one duplicated model's axis: ticks say "new ← source", as the title says
+    elif any("←" in n for n in shared) and not any("half" in r for r in runs.values()):
+        # one duplicated model's axis: ticks say "new ← source", as the title says
         axis = {"tickvals": list(range(len(shared))), "ticktext": shared}
     else:  # models of different depth: each at its own indices, its own names in the hover
         axis = {"dtick": 1}
@@ -88,11 +97,21 @@ def divergence_curves(runs: dict[str, pd.DataFrame], layer_names: dict[str, list
     return fig
 
 
+def by_state(tokens: pd.DataFrame) -> pd.DataFrame:
+    """Per-token rows whose ``layer`` is the index of the state read (into the result's ``layer_names``): with a
+    ``half`` column (the attention halves read) layer ``l``'s attention half is state ``2l - 1``, its output
+    ``2l``."""
+    if "half" not in tokens:
+        return tokens
+    return tokens.assign(layer=2 * tokens["layer"] - (tokens["half"] == "attention"))
+
+
 def token_heatmap(tokens: pd.DataFrame, layer_names: list[str], title: str = "") -> go.Figure:
     """Layer x token heat map for one text: colour = probability of the input token; hover = top-k.
 
     ``tokens`` holds the per-token rows of one text (columns of :data:`TOKEN_COLUMNS`).
     """
+    tokens = by_state(tokens)
     positions = sorted(tokens["position"].unique())
     layers = sorted(tokens["layer"].unique())
     grid = tokens.pivot(index="layer", columns="position", values="prob").reindex(index=layers, columns=positions)
@@ -116,7 +135,7 @@ def token_heatmap(tokens: pd.DataFrame, layer_names: list[str], title: str = "")
 def mismatch_html(tokens: pd.DataFrame, layer_names: list[str]) -> str:
     """An HTML table of one text's predicted tokens per layer, wrong ones highlighted (all text escaped)."""
     rows = []
-    for layer, group in tokens.groupby("layer", sort=True):
+    for layer, group in by_state(tokens).groupby("layer", sort=True):
         cells = []
         for r in group.sort_values("position").itertuples():
             token = html.escape(str(r.predicted_token))

@@ -3,6 +3,10 @@
 Definitions (pinned by tests):
 - layers are ``0..L`` as in Hugging Face ``hidden_states`` (0 = embedding output);
 - the prediction of layer ``l`` at a position is ``argmax(head(hidden_states[l]))`` there;
+- with ``half="attention"`` (issue 36) each layer ``l >= 1`` is also read at its attention half, the residual
+  stream after its attention block and before its feed-forward block (:func:`analysis.core.activations.
+  attention_halves`), through the same head: the tables gain a ``half`` column (``attention`` or ``output``) and
+  each layer has two rows, its attention half first;
 - a position is *counted* when its attention mask is 1 and its input id is not a special token
   (``include_special`` counts special tokens too);
 - token accuracy of a layer is correct counted positions / counted positions (micro); the sentence mean is the
@@ -29,6 +33,7 @@ import pandas as pd
 import torch
 
 from analysis.core.activations import (
+    HALVES,
     bucket_indices,
     counted_mask,
     encode,
@@ -36,6 +41,7 @@ from analysis.core.activations import (
     hidden_states,
     make_batch,
     max_input_length,
+    state_labels,
 )
 from analysis.core.inputs import InputError, TextInputs
 from analysis.core.memory import release_freed_memory
@@ -66,6 +72,7 @@ class ProbeConfig:
     seed: int = 0
     logits_budget_bytes: int = 32 * 2**20
     precision: str = "float32"  # analysis.core.precision: "float32", or "certified" (bf16 product, float32 tables)
+    half: str = "output"  # analysis.core.activations.HALVES: "attention" also reads each layer's attention half
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -80,9 +87,14 @@ class ProbeConfig:
             raise ValueError("mask fraction must be in (0, 1]")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not '{self.precision}'")
+        if self.half not in HALVES:
+            raise ValueError(f"half must be one of {', '.join(HALVES)}, not '{self.half}'")
 
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+    def to_dict(self) -> dict:  # "half" only when it is not the default: a run.json reads as before
+        out = dataclasses.asdict(self)
+        if self.half == "output":
+            out.pop("half")
+        return out
 
     @classmethod
     def from_dict(cls, d: dict) -> ProbeConfig:
@@ -109,7 +121,7 @@ class ProbeResult:
     precision: dict = dataclasses.field(default_factory=dict)  # analysis.core.precision.describe: what ran in what
 
     def __post_init__(self):
-        assert list(self.layers.columns)[:len(LAYER_COLUMNS)] == LAYER_COLUMNS
+        assert [c for c in self.layers.columns if c != "half"][:len(LAYER_COLUMNS)] == LAYER_COLUMNS
         assert self.sentence_accuracy.shape == (self.n_texts, len(self.layers))
 
     def run_info(self) -> dict:
@@ -217,14 +229,18 @@ def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig = ProbeCo
     main process merges them in plan order: it alone gets the result (others get None), calls ``progress`` (for
     the whole run) and ``should_stop``, and writes to ``sink``. The rows and numbers equal one process's."""
     require_mlm_head(loaded)
+    if config.half != "output" and lens is not None:
+        raise InputError("a tuned lens is trained on each layer's output: read the attention halves with the MLM "
+                         "head alone (no lens), or the layer outputs with the lens")
     start = time.perf_counter()
     release_freed_memory()
     tokenizer, anatomy = loaded.tokenizer, loaded.anatomy
-    n_states = anatomy.num_layers + 1
+    labels = state_labels(anatomy.num_layers, config.half)  # (layer, half) of each state read
+    n_states = len(labels)
     max_length = min(config.max_length or 10**9, max_input_length(loaded))
     encoded = encode(tokenizer, inputs, max_length)
     if ranks.is_main:
-        sink = sink or TokenSink(tokenizer, config.top_k)
+        sink = sink or TokenSink(tokenizer, config.top_k, halves=config.half != "output")
     rows_per_chunk = max(1, config.logits_budget_bytes // (4 * anatomy.vocab_size))
     special_ids = list(tokenizer.all_special_ids)
     n = len(encoded)
@@ -254,7 +270,7 @@ def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig = ProbeCo
         per_pass = []
         for ids, selected in passes:
             with torch.inference_mode():
-                states = hidden_states(loaded, batch, ids)
+                states = hidden_states(loaded, batch, ids, config.half)
             where = selected.nonzero()  # (n, 2): row, position, in row-major order
             if len(where) == 0:
                 continue
@@ -274,7 +290,7 @@ def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig = ProbeCo
             if divergence:
                 kl_sum[text_id], agree_n[text_id] = part["kl"][row], part["agree"][row]
         if part["rows"] is not None:
-            sink.add(**part["rows"])
+            sink.add(**label_rows(part["rows"], labels, config.half))
 
     plan = ranks.broadcast(list(bucket_indices(encoded, config.batch_size, loaded)) if ranks.is_main else None)
     for batch_idx in ranks.steps(plan):
@@ -298,15 +314,16 @@ def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig = ProbeCo
         for part in stats:
             total.add(part)
 
-    layers = layer_table(correct, counted_n, divergence=(kl_sum, agree_n) if divergence else None)
-    decoded = decoded_table(tokenizer, predicted, n_states)
+    halves = labels if config.half != "output" else None
+    layers = layer_table(correct, counted_n, divergence=(kl_sum, agree_n) if divergence else None, labels=halves)
+    decoded = decoded_table(tokenizer, predicted, n_states, halves)
     with np.errstate(invalid="ignore", divide="ignore"):
         sentence = np.where(counted_n[:, None] > 0, correct / counted_n[:, None], np.nan)
     tokens = sink.close()
     return ProbeResult(model=loaded.spec.name, config=config, layers=layers, decoded=decoded,
                        sentence_accuracy=sentence, tokens=tokens, n_texts=n, truncated=encoded.truncated,
                        max_length=max_length, seconds=time.perf_counter() - start,
-                       layer_names=anatomy.layer_names(),
+                       layer_names=state_names(anatomy.layer_names(), labels),
                        precision=describe(head_kind, total, dtype_of(loaded.model))
                        | (approximate_check(loaded, inputs, config, lens) if check_agreement else {}))
 
@@ -422,12 +439,31 @@ def bootstrap_interval(values: np.ndarray, resamples: int = BOOTSTRAP_RESAMPLES,
     return low, high
 
 
+def label_rows(rows: dict, labels: list[tuple[int, str]], half: str) -> dict:
+    """A batch's per-token rows (``layers`` = state index) with each state's layer, and its ``halves`` when the
+    attention halves are read."""
+    if half == "output":
+        return rows
+    layer_of = np.array([layer for layer, _ in labels])
+    half_of = np.array([h for _, h in labels])
+    return rows | {"layers": layer_of[rows["layers"]], "halves": half_of[rows["layers"]]}
+
+
+def state_names(layer_names: list[str], labels: list[tuple[int, str]]) -> list[str]:
+    """Each state's name: its layer's (:meth:`models.anatomy.Anatomy.layer_names`), "+ attention" for an
+    attention half."""
+    return [layer_names[layer] + (" attention half" if half == "attention" else "") for layer, half in labels]
+
+
 def layer_table(correct: np.ndarray, counted: np.ndarray, seed: int = 0,
-                divergence: tuple[np.ndarray, np.ndarray] | None = None) -> pd.DataFrame:
+                divergence: tuple[np.ndarray, np.ndarray] | None = None,
+                labels: list[tuple[int, str]] | None = None) -> pd.DataFrame:
     """Per layer: tokens, correct, micro accuracy, sentence mean and its :data:`INTERVAL` (``ci_low``,
     ``ci_high``; blank with fewer than two sentences). ``correct`` ``(texts, layers)``, ``counted`` ``(texts,)``.
     ``divergence``: per text and layer the summed KL to the final layer and the count of top-1 agreements,
-    giving the columns :data:`DIVERGENCE_COLUMNS` (means over all counted tokens)."""
+    giving the columns :data:`DIVERGENCE_COLUMNS` (means over all counted tokens). ``labels`` (the attention
+    halves read, :func:`~analysis.core.activations.state_labels`): each column of ``correct`` is that state, the
+    ``layer`` column its layer and a ``half`` column after it says which half."""
     has = counted > 0
     acc = correct[has] / counted[has][:, None]
     low, high = bootstrap_interval(acc, seed=seed)
@@ -440,18 +476,26 @@ def layer_table(correct: np.ndarray, counted: np.ndarray, seed: int = 0,
                      "sentence_mean": float(acc[:, layer].mean()) if len(acc) else math.nan,
                      "ci_low": float(low[layer]), "ci_high": float(high[layer])})
     frame = pd.DataFrame(rows, columns=LAYER_COLUMNS)
+    if labels is not None:
+        frame["layer"] = [layer for layer, _ in labels]
+        frame.insert(1, "half", [half for _, half in labels])
     if divergence is not None:
         for column, per_text in zip(DIVERGENCE_COLUMNS, divergence, strict=True):
             frame[column] = per_text.sum(axis=0) / tokens if tokens else math.nan
     return frame
 
 
-def decoded_table(tokenizer, predicted: dict[int, np.ndarray], n_states: int) -> pd.DataFrame:
-    """The predicted text of every layer, word pieces joined (Kao et al., Table 1)."""
+def decoded_table(tokenizer, predicted: dict[int, np.ndarray], n_states: int,
+                  labels: list[tuple[int, str]] | None = None) -> pd.DataFrame:
+    """The predicted text of every layer, word pieces joined (Kao et al., Table 1); with ``labels`` (attention
+    halves read) a ``half`` column after ``layer``."""
     rows = []
     for text_id in sorted(predicted):
         ids = predicted[text_id]
-        for layer in range(n_states):
-            tokens = tokenizer.convert_ids_to_tokens(ids[layer].tolist())
-            rows.append({"text_id": text_id, "layer": layer, "text": tokenizer.convert_tokens_to_string(tokens)})
-    return pd.DataFrame(rows, columns=["text_id", "layer", "text"])
+        for state in range(n_states):
+            tokens = tokenizer.convert_ids_to_tokens(ids[state].tolist())
+            layer, half = labels[state] if labels else (state, None)
+            rows.append({"text_id": text_id, "layer": layer, "half": half,
+                         "text": tokenizer.convert_tokens_to_string(tokens)})
+    columns = ["text_id", "layer", "half", "text"] if labels else ["text_id", "layer", "text"]
+    return pd.DataFrame(rows, columns=["text_id", "layer", "half", "text"])[columns]

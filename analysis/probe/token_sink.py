@@ -29,8 +29,9 @@ def vocabulary(tokenizer) -> pa.Array:
 class TokenSink:
     """Collects per-token rows; ``path`` streams them to Parquet instead of keeping them in memory."""
 
-    def __init__(self, tokenizer, top_k: int, path: Path | None = None):
+    def __init__(self, tokenizer, top_k: int, path: Path | None = None, halves: bool = False):
         self.vocab = vocabulary(tokenizer)
+        self.halves = halves  # a ``half`` column (the attention halves are read), even in an empty file
         self.top_k = top_k
         self.path = path
         self._tables: list[pa.Table] = []
@@ -39,11 +40,14 @@ class TokenSink:
     def _tokens(self, ids: np.ndarray) -> pa.DictionaryArray:
         return pa.DictionaryArray.from_arrays(pa.array(ids.astype(np.int32)), self.vocab)
 
-    def _table(self, *, text_ids, layers, positions, targets, preds, probs, ranks, top_ids, top_probs) -> pa.Table:
+    def _table(self, *, text_ids, layers, positions, targets, preds, probs, ranks, top_ids, top_probs,
+               halves=None) -> pa.Table:
         k = self.top_k if top_ids.ndim < 2 else top_ids.shape[1]
+        half = {} if halves is None else {"half": pa.array(halves, type=pa.string())}
         return pa.table({
             "text_id": pa.array(text_ids.astype(np.int64)),
             "layer": pa.array(layers.astype(np.int16)),
+            **half,
             "position": pa.array(positions.astype(np.int32)),
             "input_token": self._tokens(targets),
             "predicted_token": self._tokens(preds),
@@ -58,11 +62,12 @@ class TokenSink:
         z = np.zeros(0, dtype=np.int64)
         top = np.zeros((0, self.top_k), dtype=np.int64)
         return self._table(text_ids=z, layers=z, positions=z, targets=z, preds=z, probs=z, ranks=z,
-                           top_ids=top, top_probs=top)
+                           top_ids=top, top_probs=top, halves=np.zeros(0, str) if self.halves else None)
 
     def add(self, **columns) -> None:
         """One batch of rows: ``text_ids, layers, positions, targets, preds, probs, ranks`` are numpy arrays
-        over rows; ``top_ids`` and ``top_probs`` are ``(rows, k)``."""
+        over rows; ``top_ids`` and ``top_probs`` are ``(rows, k)``; ``halves`` (when the attention halves are
+        read) each row's half, a ``half`` column after ``layer``."""
         table = self._table(**columns)
         if self.path is None:
             self._tables.append(table)
@@ -83,4 +88,6 @@ class TokenSink:
         table = pa.concat_tables(self._tables) if self._tables else self._empty()
         self._tables = []
         order = [("text_id", "ascending"), ("layer", "ascending"), ("position", "ascending")]
+        if "half" in table.column_names:  # a layer's attention half ("attention") before its output ("output")
+            order.insert(2, ("half", "ascending"))
         return table.sort_by(order).to_pandas()
