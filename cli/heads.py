@@ -24,11 +24,6 @@ OUTPUTS = {"stats": "heads.csv, clusters.csv, run.json",
            "parse": "relations.csv, head_accuracies.csv, uuas.csv, run.json",
            "importance": "importance.csv, pruning.csv, run.json",
            "view": "attention.npz, run.json (attention.csv with --layer)"}
-TREEBANK = (".conllu", ".conllu.gz")  # analysis.core.dataroots.TREEBANK_SUFFIXES (the parser stays light)
-INTERVALS = {"heads.csv": "95% Student t interval over sentence means (sentences are the independent unit)",
-             "relations.csv": "95% Wilson score interval of the best head's accuracy over the relation's words",
-             "baseline": "the best fixed offset k per relation and direction (the word k positions away), on the "
-                         "same words (Clark et al. 2019 §4.2)"}
 
 
 def add_heads_arguments(p: argparse.ArgumentParser) -> None:
@@ -91,30 +86,19 @@ def cmd_heads(args: argparse.Namespace) -> int:
             "view": _cmd_view}[args.action](args)
 
 
-def _run_info(args, loaded, info: dict, **extra) -> dict:
+def _run_info(args, model: dict, info: dict, **extra) -> dict:
     options = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
                if k not in ("func", "command", "action", "model", "revision", "device", "dtype", "allow_pickle",
                             "head_from", "out")}
-    return {"action": args.action, "model": loaded.spec.name, "model_spec": loaded.spec.to_dict(),
-            "options": options, **info, **extra, "load_seconds": round(loaded.load_seconds, 3),
-            "versions": versions()}
+    load_seconds = model.get("load_seconds")
+    return {"action": args.action, "model": model["model"], "model_spec": model["model_spec"],
+            "options": options, **info, **extra, "load_seconds": load_seconds, "versions": versions()}
 
 
 def _eager(args):
     from analysis.heads.model import load_eager
 
     return load_eager(spec_from_args(args))
-
-
-def _corpus(path: Path, column: str, limit: int | None):
-    from analysis.core.inputs import read_file
-    from analysis.core.treebank import read_conllu
-
-    if not path.is_file():
-        raise UserError(f"--input {path}: no such file (texts or a CoNLL-U treebank)")
-    if path.name.lower().endswith(TREEBANK):
-        return read_conllu(path, limit)
-    return read_file(path, column, limit=limit)
 
 
 def _notes(info: dict) -> None:
@@ -125,109 +109,62 @@ def _notes(info: dict) -> None:
               f"{info['dropped_no_subword']} with a word without subwords", file=sys.stderr)
 
 
-def _cmd_stats(args: argparse.Namespace) -> int:
-    from analysis.core.csvout import to_csv
-    from analysis.heads.run import analyse
+def _finish(args, output, **extra) -> None:
+    """Write the action's files and run.json (:class:`analysis.heads.actions.Output`), print its table."""
+    out = prepare_out(args.out)
+    output.write(out)
+    write_json(out, "run.json", _run_info(args, output.model, output.info, **extra))
+    _notes(output.info)
+    print(output.shown.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
 
-    source = _corpus(args.input, args.column, args.limit)
+
+def _cmd_stats(args: argparse.Namespace) -> int:
+    from analysis.heads import actions
+
+    source = actions.read_corpus(args.input, args.column, args.limit)
     loaded = _eager(args)
     with StageBars() as bars:
-        result = analyse(loaded, source, parse=False, clusters=not args.no_clusters, batch_size=args.batch_size,
-                         cluster_tokens=args.cluster_tokens, seed=args.seed, progress=bars)
-    out = prepare_out(args.out)
-    to_csv(result.heads, out / "heads.csv")
-    if result.clusters is not None:
-        to_csv(result.clusters, out / "clusters.csv")
-    write_json(out, "run.json", _run_info(args, loaded, result.info, input=str(args.input),
-                                          intervals={"heads.csv": INTERVALS["heads.csv"]}))
-    _notes(result.info)
-    shown = ["layer", "head", "entropy", "cls", "sep", "punct", "self", "previous", "next", "distance"]
-    print(result.heads[shown].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
-    print(f"wrote {args.out}: heads.csv" + (", clusters.csv" if result.clusters is not None else "") + ", run.json",
-          file=sys.stderr)
+        output = actions.stats(loaded, source, clusters=not args.no_clusters, cluster_tokens=args.cluster_tokens,
+                               seed=args.seed, batch_size=args.batch_size, progress=bars)
+    _finish(args, output, input=str(args.input))
+    print(f"wrote {args.out}: {', '.join(output.files)}, run.json", file=sys.stderr)
     return 0
 
 
 def _cmd_parse(args: argparse.Namespace) -> int:
-    from analysis.core.csvout import to_csv
-    from analysis.core.treebank import read_conllu
-    from analysis.heads.run import analyse
+    from analysis.heads import actions
 
-    if not args.treebank.is_file():
-        raise UserError(f"--treebank {args.treebank}: no such file (give a CoNLL-U treebank, .conllu or .conllu.gz)")
-    treebank = read_conllu(args.treebank, args.limit)
+    treebank = actions.read_treebank(args.treebank, args.limit)
     wanted = [r.strip() for r in args.relations.split(",") if r.strip()] if args.relations else None
     loaded = _eager(args)
     with StageBars() as bars:
-        result = analyse(loaded, treebank, statistics=False, clusters=False, relations=wanted,
-                         batch_size=args.batch_size, progress=bars)
-    out = prepare_out(args.out)
-    to_csv(result.relations, out / "relations.csv")
-    to_csv(result.accuracies, out / "head_accuracies.csv")
-    to_csv(result.uuas, out / "uuas.csv")
-    best = result.uuas.sort_values("uuas", ascending=False).iloc[0]
-    write_json(out, "run.json", _run_info(args, loaded, result.info, treebank=str(args.treebank),
-                                          intervals={"relations.csv": INTERVALS["relations.csv"]},
-                                          baseline=INTERVALS["baseline"],
-                                          best_tree={"layer": int(best.layer), "head": int(best["head"]),
-                                                     "uuas": float(best.uuas)}))
-    _notes(result.info)
-    print(result.relations.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
-    print(f"best attention tree: layer {int(best.layer)} head {int(best['head'])}, UUAS {best.uuas:.3f}",
-          file=sys.stderr)
+        output = actions.parse(loaded, treebank, wanted, batch_size=args.batch_size, progress=bars)
+    _finish(args, output, treebank=str(args.treebank))
+    best = output.info["best_tree"]
+    print(f"best attention tree: layer {best['layer']} head {best['head']}, UUAS {best['uuas']:.3f}", file=sys.stderr)
     print(f"wrote {args.out}: {OUTPUTS['parse']}", file=sys.stderr)
     return 0
 
 
 def _cmd_importance(args: argparse.Namespace) -> int:
-    from analysis.core.csvout import to_csv
-    from analysis.heads import importance as imp
+    from analysis.heads import actions
 
     if not 0 < args.mask_prob < 1:
         raise UserError(f"--mask-prob must be between 0 and 1, got {args.mask_prob}")
     path = args.data or args.input
     if not path.is_file():
         raise UserError(f"--{'data' if args.data else 'input'} {path}: no such file")
-    from analysis.core.inputs import read_file
-
-    options = {"steps": args.steps, "drop": args.drop}
     with StageBars() as bars:
-        if args.input is not None:
-            from models.loading import load_model
-
-            texts = read_file(path, args.column, limit=args.limit)
-            loaded = load_model(spec_from_args(args))
-            result = imp.mlm_importance(loaded, texts, batch_size=args.batch_size, mask_prob=args.mask_prob,
-                                        seed=args.seed, progress=bars, **options)
-            loss, name = "MLM cross-entropy at masked tokens; accuracy: MLM token accuracy", loaded.spec.name
-        else:
-            from analysis.core.activations import max_input_length
-            from models.loading import load_as_saved, load_model
-
-            loaded = load_model(spec_from_args(args, "cpu"))  # the tokenizer, the limit, the spec's checks
-            model, _ = load_as_saved(loaded.spec, loaded.spec.dtype)
-            labels = imp.classifier_labels(model, f"'{loaded.spec.name}'")
-            data = read_file(path, args.column, args.pair_column, args.limit, label_column=args.label_column)
-            batches = imp.classifier_batches(loaded.tokenizer, data, labels, max_input_length(loaded),
-                                             args.batch_size)
-            result = imp.head_importance(model, batches, progress=bars, **options)
-            loss, name = "the classifier's cross-entropy; accuracy: classification accuracy", loaded.spec.name
-    out = prepare_out(args.out)
-    to_csv(result.importance, out / "importance.csv")
-    to_csv(result.pruning, out / "pruning.csv")
-    write_json(out, "run.json", _run_info(args, loaded, result.info, loss=loss,
-                                          random_orders="3 seeded random permutations of all heads (seeds 0, 1, 2)"))
-    print(result.importance.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
-    mine = result.pruning[result.pruning.order == "importance"]
-    print(f"{name}: base accuracy {result.info['base_accuracy']:.4f}; with half the heads masked (least important "
-          f"first) {_at(mine, 0.5):.4f}", file=sys.stderr)
+        output = actions.importance(spec_from_args(args, "cpu" if args.data else None), texts=args.input,
+                                    data=args.data, column=args.column, label_column=args.label_column,
+                                    pair_column=args.pair_column, limit=args.limit, batch_size=args.batch_size,
+                                    mask_prob=args.mask_prob, seed=args.seed, steps=args.steps, drop=args.drop,
+                                    progress=bars)
+    _finish(args, output)
+    print(f"{output.model['model']}: base accuracy {output.info['base_accuracy']:.4f}; with half the heads masked "
+          f"(least important first) {actions.at_fraction(output.files['pruning.csv'], 0.5):.4f}", file=sys.stderr)
     print(f"wrote {args.out}: {OUTPUTS['importance']}", file=sys.stderr)
     return 0
-
-
-def _at(curve, fraction: float) -> float:
-    row = curve.iloc[(curve["fraction"] - fraction).abs().argsort().iloc[0]]
-    return float(row["accuracy"])
 
 
 def _cmd_view(args: argparse.Namespace) -> int:
@@ -264,7 +201,9 @@ def _cmd_view(args: argparse.Namespace) -> int:
                         tokens=np.asarray(view.tokens, dtype=str), **arrays)
     if args.layer is not None:
         to_csv(pd.DataFrame(head_rows(view, args.layer, args.head)), out / "attention.csv")
-    write_json(out, "run.json", _run_info(args, loaded, view.info(), **extra))
+    from analysis.heads.actions import model_facts
+
+    write_json(out, "run.json", _run_info(args, model_facts(loaded), view.info(), **extra))
     print(" ".join(view.tokens))
     print(f"{view.layers} layers x {view.heads} heads x {len(view.tokens)} x {len(view.tokens)} tokens; wrote "
           f"{args.out}: attention.npz" + (", attention.csv" if args.layer is not None else "") + ", run.json",

@@ -22,12 +22,13 @@ A kind is a module (or any object) with:
 
 from __future__ import annotations
 
+from analysis.heads import job as heads  # what every attention head does (analysis.heads)
 from analysis.probe import job as lens  # train a tuned lens (analysis.probe.lens)
 from analysis.structure import job as structure  # probe each layer for linguistic structure (analysis.structure)
 from analysis.tokens import job as tokens  # extract a corpus's token vectors, index them (analysis.tokens)
 from analysis.training import job as finetune  # fine-tune a head (analysis.training)
 
-KINDS = {kind.NAME: kind for kind in (finetune, lens, structure, tokens)}  # in the order the messages list them
+KINDS = {kind.NAME: kind for kind in (finetune, lens, structure, tokens, heads)}  # in the order the messages list them
 DEFAULT = finetune.NAME  # the kind of a job whose options name none
 
 
