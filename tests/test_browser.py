@@ -253,3 +253,30 @@ def test_a_structure_job_from_the_page_opens_its_results(page, server):
     page.get_by_text("Where each task lives").wait_for()
     assert page.get_by_text("the bundled small sample").count() == 1
     assert_no_error(page)
+
+
+def test_attention_heads_of_the_demo_beside_its_random_twin(page, server):
+    """The Attention heads page as a researcher uses it: the prefilled texts read for the demo model and its
+    random-weights twin (heat maps, the difference), the head view with the three-panel comparison, and a sentence
+    over the model's limit refused in one message."""
+    open_page(page, server, "/Attention_heads")
+    compare = page.get_by_role("textbox", name="Compare with (optional)")
+    compare.fill("random")
+    compare.press("Enter")
+    time.sleep(1.0)
+    page.get_by_role("button", name="Read the heads").click()
+    page.get_by_text("What each head attends to", exact=True).wait_for()
+    page.get_by_text("Heads clustered by behaviour", exact=True).wait_for()
+    assert_no_error(page)
+    page.get_by_text("difference", exact=True).click()
+    page.get_by_text("second model −").first.wait_for()
+    page.get_by_role("tab", name="One sentence (head view)").click()
+    page.get_by_text("Beside demo with random weights").first.wait_for()
+    assert_no_error(page)
+    sentence = page.get_by_role("textbox", name="Sentence", exact=True)
+    sentence.fill(" ".join(["word"] * 600))
+    sentence.press("Enter")
+    error = page.locator("[data-testid='stAlertContentError']").first
+    error.wait_for()
+    assert "limit" in error.inner_text() and "\n" not in error.inner_text().strip()
+    assert page.locator("[data-testid='stException']").count() == 0
