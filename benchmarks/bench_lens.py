@@ -15,6 +15,7 @@ import torch
 
 from analysis.core.activations import hidden_states
 from analysis.probe import lens as L
+from analysis.probe import lens_training as LT
 from analysis.probe.options import LensOptions
 from benchmarks import data_file
 from models.loading import ModelSpec, load_model
@@ -44,13 +45,13 @@ class Saved:
 def naive_step(loaded, lens, batch, counted, options, step) -> int:
     """Every layer's KL summed, one backward through all of them."""
     gen = torch.Generator().manual_seed(options.seed * 1_000_003 + step)
-    masked, selected = L.mask_like_pretraining(batch.input_ids.cpu(), counted, options.mask_fraction,
+    masked, selected = LT.mask_like_pretraining(batch.input_ids.cpu(), counted, options.mask_fraction,
                                                loaded.tokenizer.mask_token_id, loaded.anatomy.vocab_size, gen)
     where = selected.to(batch.input_ids.device)
     with torch.no_grad():
         states = hidden_states(loaded, batch, masked.to(batch.input_ids.device))
         final = torch.log_softmax(loaded.anatomy.head(states[-1][where]).float(), -1)
-    loss = sum(L.kl_to_final(final, loaded.anatomy.head(lens(states[i][where], i))).mean()
+    loss = sum(LT.kl_to_final(final, loaded.anatomy.head(lens(states[i][where], i))).mean()
                for i in range(loaded.num_layers))
     loss.backward()
     return int(where.sum())
@@ -93,12 +94,12 @@ def main() -> None:
     args = p.parse_args()
     loaded = load_model(ModelSpec(args.model))
     options = LensOptions(model=args.model, batch_size=args.batch_size, max_length=args.max_length)
-    batches = L.Batches(loaded, texts(4000), args.batch_size, args.max_length, 0)
+    batches = LT.Batches(loaded, texts(4000), args.batch_size, args.max_length, 0)
     print(f"{args.model} ({loaded.num_layers} layers, vocab {loaded.anatomy.vocab_size}) on {loaded.spec.device}, "
           f"batch {args.batch_size} texts, {args.steps} steps, {os.cpu_count()} cores")
 
     def ours(loaded, lens, batch, counted, options, step):
-        L.layer_losses(loaded, lens, batch, counted, options, step, backward=True)
+        LT.layer_losses(loaded, lens, batch, counted, options, step, backward=True)
 
     run("warm-up", ours, loaded, batches, options, 2)
     fast, low = run("LayerLens (one layer at a time)", ours, loaded, batches, options, args.steps)

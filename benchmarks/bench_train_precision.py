@@ -263,14 +263,15 @@ def finetune_part(args) -> None:
 
 def lens_speed_part(args) -> None:
     from analysis.probe import lens as L
+    from analysis.probe import lens_training as LT
     from analysis.probe.options import LensOptions
     from benchmarks.bench_lens import texts
     from models.loading import ModelSpec, load_model
 
     loaded = load_model(ModelSpec(f"random:{BERT_BASE}", device="cpu", dtype="float32"))
     options = LensOptions(model="x", batch_size=args.lens_batch, max_length=128)
-    batches = L.Batches(loaded, texts(2000), args.lens_batch, 128, 0)
-    frozen = L.Frozen.of(loaded, "bfloat16")
+    batches = LT.Batches(loaded, texts(2000), args.lens_batch, 128, 0)
+    frozen = LT.Frozen.of(loaded, "bfloat16")
     print(f"tuned-lens steps, bert-base size (random weights, {loaded.num_layers} layers, vocabulary "
           f"{loaded.anatomy.vocab_size:,}), batch {args.lens_batch} texts, 1 warm-up + {args.lens_timed} timed "
           f"steps, masked positions")
@@ -285,7 +286,7 @@ def lens_speed_part(args) -> None:
                     tokens, start = 0, time.perf_counter()
                 batch, counted = batches.batch(batches.rows(step))
                 with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                    L.layer_losses(loaded, lens, batch, counted, options, step, backward=True, frozen=shadow)
+                    LT.layer_losses(loaded, lens, batch, counted, options, step, backward=True, frozen=shadow)
                 lens.zero_grad(set_to_none=True)
                 tokens += int(batch.attention_mask.sum())
             speed.setdefault(name, []).append(tokens / (time.perf_counter() - start))
@@ -299,13 +300,13 @@ def lens_speed_part(args) -> None:
         lens = L.TunedLens(loaded.num_layers, loaded.anatomy.hidden_size)
         batch, counted = batches.batch(batches.rows(0))
         with profile(activities=[ProfilerActivity.CPU]) as prof, torch.autocast("cpu", dtype=torch.bfloat16):
-            L.layer_losses(loaded, lens, batch, counted, options, 0, backward=True, frozen=frozen)
+            LT.layer_losses(loaded, lens, batch, counted, options, 0, backward=True, frozen=frozen)
         print("  profile of one bf16 lens step (shadows):")
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
 
 
 def lens_kl_part(args) -> None:
-    from analysis.probe import lens as L
+    from analysis.probe import lens_training as LT
     from analysis.probe.options import LensOptions
     from benchmarks.bench_lens import texts
     from models.loading import ModelSpec, load_model
@@ -317,7 +318,7 @@ def lens_kl_part(args) -> None:
     kl = {}
     for flag in ("0", "1"):
         with units(flag), tempfile.TemporaryDirectory() as out:
-            training = L.train(loaded, corpus, LensOptions(model="demo", steps=args.lens_steps,
+            training = LT.train(loaded, corpus, LensOptions(model="demo", steps=args.lens_steps,
                                                            save_every=10**6), Path(out))
         tuned = training["held_out"]["tuned"]["masked"]["kl"][:-1]
         raw = training["held_out"]["raw"]["masked"]["kl"][:-1]

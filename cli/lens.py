@@ -49,14 +49,14 @@ def lens_options(args: argparse.Namespace):
 
 def cmd_lens(args: argparse.Namespace) -> int:
     """Train a tuned lens."""
-    from analysis.probe import lens
+    from analysis.probe import lens_training
     from models.loading import load_model
 
     if args.out is None:
         raise UserError("--out DIR is required: the lens is written there (config.json, translators.safetensors, "
                         "training.json)")
     options = lens_options(args)
-    texts = lens.read_corpus(options)
+    texts = lens_training.read_corpus(options)
     loaded = load_model(options.spec())
     stop = []
     signal.signal(signal.SIGINT, lambda *_: stop.append(True))  # Ctrl-C: checkpoint after this step, then exit
@@ -66,8 +66,9 @@ def cmd_lens(args: argparse.Namespace) -> int:
             bar.update(step - bar.n)
             bar.set_postfix(kl=f"{sum(losses):.3f}")
 
-        training = lens.train(loaded, texts, options, args.out, progress=progress, should_stop=lambda: bool(stop),
-                              log=lambda line: bar.write(line, file=sys.stderr))
+        training = lens_training.train(loaded, texts, options, args.out, progress=progress,
+                                       should_stop=lambda: bool(stop),
+                                       log=lambda line: bar.write(line, file=sys.stderr))
     if stop:
         return 130
     held = training["held_out"]

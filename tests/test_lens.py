@@ -13,6 +13,7 @@ import torch
 
 from analysis.core.inputs import InputError, TextInputs
 from analysis.probe import lens as L
+from analysis.probe import lens_training as LT
 from analysis.probe.options import LensOptions
 from analysis.probe.reconstruction import ProbeConfig, probe
 from models.loading import ModelSpec, load_model
@@ -65,7 +66,7 @@ def test_divergence_columns_are_the_plain_computation(bert):
 
 
 def test_training_lowers_held_out_kl_for_every_layer_and_keeps_the_last(bert, tmp_path):
-    training = L.train(bert, corpus(120), options(steps=30), tmp_path / "lens")
+    training = LT.train(bert, corpus(120), options(steps=30), tmp_path / "lens")
     raw, tuned = training["held_out"]["raw"]["masked"], training["held_out"]["tuned"]["masked"]
     assert all(t < r for r, t in zip(raw["kl"][:-1], tuned["kl"][:-1], strict=True)), (raw["kl"], tuned["kl"])
     assert raw["kl"][-1] == tuned["kl"][-1] == 0.0
@@ -82,7 +83,7 @@ def test_training_lowers_held_out_kl_for_every_layer_and_keeps_the_last(bert, tm
 @pytest.mark.parametrize("family", sorted(TINY_CONFIGS))
 def test_every_family_trains_and_reloads(family, tmp_path):
     loaded = load_model(ModelSpec(str(save_tiny(family, tmp_path / family, copy_steps=5)), device="cpu"))
-    L.train(loaded, corpus(40), options(steps=3), tmp_path / "lens")
+    LT.train(loaded, corpus(40), options(steps=3), tmp_path / "lens")
     lens = L.load(tmp_path / "lens", loaded)
     trained = torch.stack([t.weight for t in lens.translators])
     assert trained.abs().sum() > 0 and len(lens.translators) == loaded.num_layers
@@ -90,7 +91,7 @@ def test_every_family_trains_and_reloads(family, tmp_path):
 
 
 def test_a_lens_for_other_weights_is_refused(bert, tmp_path):
-    L.train(bert, corpus(40), options(steps=2), tmp_path / "lens")
+    LT.train(bert, corpus(40), options(steps=2), tmp_path / "lens")
     other = load_model(ModelSpec(str(save_tiny("bert", tmp_path / "other", seed=1)), device="cpu"))
     with pytest.raises(InputError, match="trained for"):
         L.load(tmp_path / "lens", other)
@@ -101,18 +102,18 @@ def test_a_lens_for_other_weights_is_refused(bert, tmp_path):
 
 def test_stop_and_resume_give_the_uninterrupted_run(bert, tmp_path):
     texts = corpus(80)
-    L.train(bert, texts, options(steps=8), tmp_path / "whole")
+    LT.train(bert, texts, options(steps=8), tmp_path / "whole")
     calls = iter(range(100))
-    L.train(bert, texts, options(steps=8), tmp_path / "parts", should_stop=lambda: next(calls) >= 5)
+    LT.train(bert, texts, options(steps=8), tmp_path / "parts", should_stop=lambda: next(calls) >= 5)
     assert L.trained(tmp_path / "parts") == (5, 8) and L.label(tmp_path / "parts") == "parts (partial: step 5 of 8)"
     assert L.find(bert, [tmp_path]) == [tmp_path / "whole", tmp_path / "parts"]  # finished lenses first
-    L.train(bert, texts, options(steps=8), tmp_path / "parts")
+    LT.train(bert, texts, options(steps=8), tmp_path / "parts")
     assert L.trained(tmp_path / "parts") == (8, 8) and L.label(tmp_path / "parts") == "parts"
     a, b = L.load(tmp_path / "whole", bert), L.load(tmp_path / "parts", bert)
     for x, y in zip(a.parameters(), b.parameters(), strict=True):
         torch.testing.assert_close(x, y)
     with pytest.raises(InputError, match="other options"):
-        L.train(bert, texts, options(steps=9), tmp_path / "parts")
+        LT.train(bert, texts, options(steps=9), tmp_path / "parts")
 
 
 def peak_saved_bytes(layers: int, directory) -> int:
@@ -127,7 +128,7 @@ def peak_saved_bytes(layers: int, directory) -> int:
     AutoModelForMaskedLM.from_config(config).save_pretrained(directory)
     tiny_tokenizer().save_pretrained(directory)
     loaded = load_model(ModelSpec(str(directory), device="cpu"))
-    batch, counted = L.Batches(loaded, corpus(16), 16, 32, 0).batch(list(range(16)))
+    batch, counted = LT.Batches(loaded, corpus(16), 16, 32, 0).batch(list(range(16)))
     live, peak = [0], [0]
 
     def pack(t):
@@ -144,7 +145,7 @@ def peak_saved_bytes(layers: int, directory) -> int:
     torch.Tensor.backward = backward
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            L.layer_losses(loaded, L.TunedLens(layers, 16), batch, counted, options(positions="all"), 0, backward=True)
+            LT.layer_losses(loaded, L.TunedLens(layers, 16), batch, counted, options(positions="all"), 0, backward=True)
     finally:
         torch.Tensor.backward = original
     return peak[0]
@@ -160,7 +161,7 @@ def test_masking_follows_pretraining():
     ids = torch.full((200, 100), 7)
     counted = torch.ones_like(ids, dtype=torch.bool)
     counted[:, :2] = False
-    masked, selected = L.mask_like_pretraining(ids, counted, 0.15, 4, 50, torch.Generator().manual_seed(0))
+    masked, selected = LT.mask_like_pretraining(ids, counted, 0.15, 4, 50, torch.Generator().manual_seed(0))
     assert not selected[:, :2].any() and abs(selected.float().mean().item() / 0.98 - 0.15) < 0.01
     chosen = masked[selected]
     assert abs((chosen == 4).float().mean().item() - 0.8) < 0.02
@@ -247,6 +248,7 @@ import json, os, signal, sys
 from pathlib import Path
 
 from analysis.probe import lens as L
+from analysis.probe import lens_training as LT
 from analysis.probe.options import LensOptions
 from models.loading import ModelSpec, load_model
 
@@ -264,7 +266,7 @@ def replace(src, dst):  # the checkpoint of step 6: SIGKILL before its first ren
 
 
 os.replace = replace
-L.train(load_model(ModelSpec(model, device="cpu")), Path(corpus).read_text().splitlines(),
+LT.train(load_model(ModelSpec(model, device="cpu")), Path(corpus).read_text().splitlines(),
         LensOptions(**json.loads(options)), out, progress=lambda step, total, losses: reported.append(step))
 """
 
@@ -281,13 +283,13 @@ def test_a_sigkill_between_the_files_of_a_checkpoint_never_mixes_steps(bert, tmp
     texts = corpus(80)
     (tmp_path / "texts.txt").write_text("\n".join(texts) + "\n")
     opts = options(steps=8, save_every=3, device="cpu")
-    L.train(bert, texts, opts, tmp_path / "whole")
+    LT.train(bert, texts, opts, tmp_path / "whole")
     proc = subprocess.run([sys.executable, "-c", KILL_AT_A_CHECKPOINT, bert.spec.name, str(tmp_path / "texts.txt"),
                            str(tmp_path / "parts"), str(after), json.dumps(opts.to_dict())],
                           cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
     assert proc.returncode == -9, proc.stderr[-2000:]
     logged = []
-    L.train(bert, texts, opts, tmp_path / "parts", log=logged.append)
+    LT.train(bert, texts, opts, tmp_path / "parts", log=logged.append)
     a, b = L.load(tmp_path / "whole", bert), L.load(tmp_path / "parts", bert)
     for x, y in zip(a.parameters(), b.parameters(), strict=True):
         torch.testing.assert_close(x, y)
@@ -299,10 +301,11 @@ import signal, sys, threading
 from pathlib import Path
 
 from analysis.probe import lens as L
+from analysis.probe import lens_training as LT
 from jobs.store import JobStore
 
 job_id, root = int(sys.argv[1]), Path(sys.argv[2])
-real = L.layer_losses
+real = LT.layer_losses
 
 
 def layer_losses(*args, **kwargs):  # before step 5: Cancel, as the page does, and wait for the worker's SIGTERM
@@ -316,7 +319,7 @@ def layer_losses(*args, **kwargs):  # before step 5: Cancel, as the page does, a
     return real(*args, **kwargs)
 
 
-L.layer_losses = layer_losses
+LT.layer_losses = layer_losses
 sys.argv = ["jobs.run", str(job_id), "--root", str(root)]
 from jobs.run import main
 
@@ -354,7 +357,7 @@ def test_a_cancelled_lens_job_is_listed_as_partial_and_the_same_options_resume_i
     assert L.label(second.artifacts) == f"job #{second.id}"
     assert L.find(loaded) == [second.artifacts, cancelled.artifacts]  # the finished lens first
     options = LensOptions(**{k: v for k, v in config.items() if k != "kind"})
-    L.train(loaded, L.read_corpus(options), options, tmp_path / "whole")
+    LT.train(loaded, LT.read_corpus(options), options, tmp_path / "whole")
     for x, y in zip(L.load(tmp_path / "whole", loaded).parameters(), L.load(second.artifacts, loaded).parameters(),
                     strict=True):
         torch.testing.assert_close(x, y)
@@ -368,15 +371,15 @@ def test_lens_training_names_its_precision_keeps_float32_translators_and_measure
     gradient) are float32 in both, the shared model is left as it was, and the lens still learns."""
     monkeypatch.setenv("LAYERLENS_BF16_UNITS", units)
     seen = set()
-    real = L.kl_to_final
+    real = LT.kl_to_final
 
     def spy(final_logp, logits):
         seen.add((torch.is_grad_enabled(), logits.dtype))
         return real(final_logp, logits)
 
-    monkeypatch.setattr(L, "kl_to_final", spy)
+    monkeypatch.setattr(LT, "kl_to_final", spy)
     params = {n: (p.dtype, p.data_ptr(), p.requires_grad) for n, p in bert.model.named_parameters()}
-    training = L.train(bert, corpus(60), options(steps=10), tmp_path / "lens")
+    training = LT.train(bert, corpus(60), options(steps=10), tmp_path / "lens")
     assert training["autocast"] == mode
     assert json.loads((tmp_path / "lens" / "training.json").read_text())["autocast"] == mode
     step_dtype = torch.bfloat16 if units == "1" else torch.float32

@@ -54,7 +54,7 @@ def test_fine_tuning_ids_ignore_the_stored_padding(padded_dir, strategy, max_len
 @pytest.mark.parametrize("max_length", [8, 64])
 @pytest.mark.parametrize("pairs", [None, PAIRS])
 def test_probe_and_lens_ids_ignore_the_stored_padding(padded_dir, plain_dir, max_length, pairs):
-    from analysis.probe.lens import Batches
+    from analysis.probe.lens_training import Batches
 
     inputs = TextInputs(TEXTS, pairs)
     expected = encode(tiny_tokenizer(), inputs, max_length)

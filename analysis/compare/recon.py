@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.compare.movers import mcnemar
-from analysis.core.scores import wilson_interval
+from analysis.core.scores import bootstrap_counts, wilson_interval
 
 RESAMPLES = 2000  # as the probe's own sentence bootstrap (analysis.probe.reconstruction.BOOTSTRAP_RESAMPLES)
 COLUMNS = ["recon_tokens", "recon_accuracy_a", "recon_ci_low_a", "recon_ci_high_a", "recon_accuracy_b",
@@ -50,17 +50,12 @@ def paired_change_interval(counted: np.ndarray, right_a: np.ndarray, right_b: np
     n, k = right_a.shape
     if n < 2:
         return np.full(k, np.nan), np.full(k, np.nan)
-    rng = np.random.default_rng(seed)
-    step = max(1, chunk_cells // n)
     diff = (np.asarray(right_b, np.float64) - np.asarray(right_a, np.float64))
     changes = np.empty((resamples, k))
-    for start in range(0, resamples, step):
-        rows = min(step, resamples - start)
-        idx = rng.integers(0, n, size=(rows, n))
-        counts = np.bincount((idx + (np.arange(rows) * n)[:, None]).ravel(), minlength=rows * n).reshape(rows, n)
+    for start, counts in bootstrap_counts(n, resamples, seed, chunk_cells):
         total = counts @ np.asarray(counted, np.float64)
         with np.errstate(invalid="ignore", divide="ignore"):
-            changes[start:start + rows] = (counts @ diff) / total[:, None]
+            changes[start:start + len(counts)] = (counts @ diff) / total[:, None]
     low, high = np.nanpercentile(changes, [2.5, 97.5], axis=0)
     return low, high
 

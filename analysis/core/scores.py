@@ -1,11 +1,13 @@
 """Scores of predicted labels, each with what it should be compared with: accuracy and macro-F1 with the
 majority-class baseline, a Wilson interval for an accuracy (it stays in [0, 1]), the confusion matrix, and a
-flag for a model that predicts one class only. Used by fine-tuning, the jobs page and the atlas's probe."""
+flag for a model that predicts one class only. Used by fine-tuning, the jobs page and the atlas's probe. And the
+one sentence bootstrap's draws (:func:`bootstrap_counts`), which the probe's and compare's intervals share."""
 
 from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -13,6 +15,20 @@ WILSON = "95% Wilson interval"
 
 
 Z95 = 1.959963984540054  # the standard normal quantile of a two-sided 95% interval
+
+
+def bootstrap_counts(n: int, resamples: int, seed: int = 0, chunk_cells: int = 20_000_000
+                     ) -> Iterator[tuple[int, np.ndarray]]:
+    """``resamples`` draws of ``n`` rows with replacement (seeded) as ``(start, counts)`` chunks: ``counts``
+    ``(rows, n)``, how often each row was drawn in resamples ``start .. start + rows``. The draws are those of one
+    ``np.random.default_rng(seed).integers(0, n, (resamples, n))``, made in chunks of at most ``chunk_cells``
+    indices (flat memory for many sentences). A statistic that is linear in the rows is then ``counts @ values``."""
+    rng = np.random.default_rng(seed)
+    step = max(1, chunk_cells // n)
+    for start in range(0, resamples, step):
+        rows = min(step, resamples - start)
+        idx = rng.integers(0, n, size=(rows, n))
+        yield start, np.bincount((idx + (np.arange(rows) * n)[:, None]).ravel(), minlength=rows * n).reshape(rows, n)
 
 
 def wilson_interval(correct: int, n: int, z: float = Z95) -> tuple[float, float]:

@@ -1,7 +1,8 @@
 """The ``lens`` job kind (:mod:`jobs.kinds`): train a tuned lens (:mod:`analysis.probe.lens`).
 
 Checked at submit (:func:`validate`): the options (:class:`analysis.probe.options.LensOptions`), the texts (more
-than ``eval_texts``), the model's config and its own MLM head. Run (:func:`run`): :func:`analysis.probe.lens.train`,
+than ``eval_texts``), the model's config and its own MLM head. Run (:func:`run`):
+:func:`analysis.probe.lens_training.train`,
 its checkpoints straight in the artifacts (``STAGED`` False), so a cancelled job resumes. This module never imports
 ``jobs``: the browser's check, the model-config reader, the log, the progress reporter and the stop request are
 passed in.
@@ -36,7 +37,7 @@ def validate(config: dict, browser, model_config) -> tuple[dict, str]:
     a ``ModelLoadError`` or a ``ValueError`` whose message says why. ``browser``: None, or the browser's check of
     the options (``browser(options)``), applied before anything is read; ``model_config(spec)``: the model's
     (config, family), or a ``ModelLoadError``."""
-    from analysis.probe.lens import read_corpus
+    from analysis.probe.lens_training import read_corpus
     from models.loading import has_own_mlm_head
 
     options = LensOptions(**{k: v for k, v in config.items() if k != "kind"})
@@ -53,17 +54,17 @@ def validate(config: dict, browser, model_config) -> tuple[dict, str]:
 
 
 def run(config: dict, out: Path, control) -> dict:
-    """A tuned-lens job: :func:`analysis.probe.lens.train` with its progress through ``control.reporter()``.
+    """A tuned-lens job: :func:`analysis.probe.lens_training.train` with its progress through ``control.reporter()``.
     Cancel (``control.listen()``: its SIGTERM recorded) stops it after the current step with a checkpoint in the
     artifacts, and the process exits with status 1; a later job of the same options (and weights and texts)
     resumes from the furthest such checkpoint of the earlier jobs (``control.earlier``)."""
-    from analysis.probe import lens
+    from analysis.probe import lens_training
     from models.loading import load_model
 
     options = LensOptions(**{k: v for k, v in config.items() if k != "kind"})
     control.listen()
     loaded = load_model(options.spec())
-    texts = lens.read_corpus(options)
+    texts = lens_training.read_corpus(options)
     control.log(f"model: {loaded.spec.name} ({loaded.num_layers} layers) on {loaded.spec.device}; {len(texts):,} "
                 "texts")
     report = control.reporter()
@@ -72,7 +73,7 @@ def run(config: dict, out: Path, control) -> dict:
         report(f"step {step}/{total}: KL summed over layers {sum(losses):.4f}",
                {"step": step, "total_steps": total, "loss": sum(losses)}, force=step == total)
 
-    training = lens.train(loaded, texts, options, out, progress, should_stop=control.stopped, log=control.log,
+    training = lens_training.train(loaded, texts, options, out, progress, should_stop=control.stopped, log=control.log,
                           earlier=control.earlier)
     if training is None:
         raise SystemExit(1)  # the worker records the cancel

@@ -47,6 +47,7 @@ from analysis.core.inputs import InputError, TextInputs
 from analysis.core.memory import release_freed_memory
 from analysis.core.parallel import ONE, Ranks
 from analysis.core.precision import PRECISIONS, describe, dtype_of, head_product
+from analysis.core.scores import bootstrap_counts
 from analysis.probe.certified import Certified, CertifiedHead
 from analysis.probe.rowstats import row_stats
 from analysis.probe.token_sink import TokenSink
@@ -423,18 +424,14 @@ def bootstrap_interval(values: np.ndarray, resamples: int = BOOTSTRAP_RESAMPLES,
     """95% percentile-bootstrap interval of the column means of ``values`` ``(n, k)``: resample the ``n`` rows
     with replacement ``resamples`` times (seeded). Each bound is a mean of the rows' own values, so an interval
     of accuracies never leaves [0, 1]. The draws are made in chunks of at most ``chunk_cells`` indices (flat
-    memory for many sentences) and are the same as one ``rng.integers(0, n, (resamples, n))``."""
+    memory for many sentences) and are the same as one ``rng.integers(0, n, (resamples, n))``
+    (:func:`analysis.core.scores.bootstrap_counts`)."""
     n, k = values.shape
     if n < 2:
         return np.full(k, np.nan), np.full(k, np.nan)
-    rng = np.random.default_rng(seed)
-    step = max(1, chunk_cells // n)
     means = np.empty((resamples, k))
-    for start in range(0, resamples, step):
-        rows = min(step, resamples - start)
-        idx = rng.integers(0, n, size=(rows, n))
-        counts = np.bincount((idx + (np.arange(rows) * n)[:, None]).ravel(), minlength=rows * n).reshape(rows, n)
-        means[start:start + rows] = counts @ values / n
+    for start, counts in bootstrap_counts(n, resamples, seed, chunk_cells):
+        means[start:start + len(counts)] = counts @ values / n
     low, high = np.percentile(means, [2.5, 97.5], axis=0)
     return low, high
 
