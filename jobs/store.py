@@ -19,8 +19,8 @@ import sqlite3
 import time
 from pathlib import Path
 
+from analysis.core.home import jobs_dir
 from analysis.core.staging import clean_stale, pid_alive
-from analysis.core.store import layerlens_home
 
 PROGRESS_WAIT_S = 5.0  # how long a progress write waits for a lock before it is skipped
 WORKER_NOTE = "worker.stopped"  # why the last worker stopped, for the next one to record (see jobs.worker.run)
@@ -132,7 +132,7 @@ def tail(path: Path, lines: int = 15) -> str:
 
 
 def jobs_home() -> Path:
-    return layerlens_home() / "jobs"
+    return jobs_dir()
 
 
 class JobStore:

@@ -8,8 +8,8 @@ import streamlit as st
 from analysis.compare.duplication import compare, sweep
 from analysis.core.csvout import to_csv
 from analysis.core.figures import cka_heatmap
+from analysis.core.home import exports_dir
 from analysis.core.inputs import InputError
-from analysis.core.store import layerlens_home
 from analysis.duplication.export import EXPORT_NAME_RULE, check_export_name, default_export_name, export, loads_with
 from analysis.duplication.plan import aligned_positions, duplicate_first, duplicate_last, parse_plan
 from analysis.probe.plots import accuracy_curve
@@ -101,7 +101,7 @@ if (table := result_store().get(f"{key}:sweep")) is not None:
     st.download_button("sweep.csv", to_csv(table), "sweep.csv", "text/csv", key="dl_sweep")
 
 st.subheader("Export")
-exports = layerlens_home() / "exports"
+exports = exports_dir()
 name = st.text_input(f"Name (saved under {exports})", default_export_name(loaded.spec.name, plan),
                      key="dup_target", help=EXPORT_NAME_RULE[0].upper() + EXPORT_NAME_RULE[1:])
 own = checkpoint_dtype(loaded.spec)

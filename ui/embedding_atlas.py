@@ -162,9 +162,9 @@ def tail(path: Path, lines: int = 5) -> str:
 
 
 def log_dir() -> Path:
-    from analysis.core.store import layerlens_home
+    from analysis.core.home import cache_dir
 
-    folder = layerlens_home() / "cache" / "embedding_atlas"
+    folder = cache_dir() / "embedding_atlas"
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 

@@ -19,8 +19,8 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
+from analysis.core.home import exports_dir, jobs_dir, uploads_dir
 from analysis.core.inputs import CONLLU_SUFFIXES, FORMATS, InputError
-from analysis.core.store import layerlens_home
 from analysis.core.textfiles import setting
 
 BUNDLED = Path(__file__).resolve().parents[1] / "data"
@@ -39,7 +39,7 @@ MB = 1 << 20
 def uploads() -> Path:
     """Where the dashboard saves uploaded files (a data root whatever ``LAYERLENS_DATA_DIRS`` says: a job
     submitted from the browser reads its upload from there)."""
-    return layerlens_home() / "uploads"
+    return uploads_dir()
 
 
 def uploads_cap() -> int:
@@ -222,7 +222,7 @@ def model_roots() -> list[Path]:
         from models.spec import DEMO_DIR
 
         roots = [DEMO_DIR, Path(HF_HUB_CACHE).expanduser()]
-    return list(dict.fromkeys(r.resolve() for r in [*roots, layerlens_home() / "exports", layerlens_home() / "jobs"]))
+    return list(dict.fromkeys(r.resolve() for r in [*roots, exports_dir(), jobs_dir()]))
 
 
 def browser_model(name: str) -> str:

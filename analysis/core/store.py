@@ -19,11 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
+from analysis.core.home import cache_dir
+
 log = logging.getLogger(__name__)
-
-
-def layerlens_home() -> Path:
-    return Path(os.environ.get("LAYERLENS_HOME", "~/.layerlens")).expanduser()
 
 
 def key_of(**parts) -> str:
@@ -35,7 +33,7 @@ class ArrayStore:
     """``get``/``put`` of numpy arrays in ``root/kind/key.npy``."""
 
     def __init__(self, root: Path | None = None):
-        self.root = Path(root) if root is not None else layerlens_home() / "cache"
+        self.root = Path(root) if root is not None else cache_dir()
 
     def path(self, kind: str, key: str) -> Path:
         return self.root / kind / f"{key}.npy"

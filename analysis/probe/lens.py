@@ -187,9 +187,9 @@ def finished(directory: Path) -> bool:
 def search_roots() -> list[Path]:
     """Where lenses are looked for: beside the demo model (its bundled lens), ``LAYERLENS_HOME/lenses`` and the
     artifacts of lens jobs (``LAYERLENS_HOME/jobs/<id>/artifacts``)."""
-    from analysis.core.store import layerlens_home
+    from analysis.core.home import jobs_dir, lenses_dir
 
-    return [DEMO_DIR, layerlens_home() / "lenses", layerlens_home() / "jobs"]
+    return [DEMO_DIR, lenses_dir(), jobs_dir()]
 
 
 def label(directory: Path) -> str:
