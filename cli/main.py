@@ -76,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     parent = model_options()
     for name, (func, help_text, add_arguments) in COMMANDS.items():
-        own_models = name in ("jobs", "finetune", "compare", "dashboard", "heads")  # their models are their own options
+        # their models are their own options (heads, tokens: each action's parser has the model flags)
+        own_models = name in ("jobs", "finetune", "compare", "dashboard", "heads", "tokens")
         parents = [] if own_models else [parent]
         p = sub.add_parser(name, parents=parents, help=help_text, description=help_text)
         add_arguments(p)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from analysis.core.activations import HALF_HELP, HALVES
 from analysis.core.csvout import to_csv
 from analysis.core.inputs import PROBE_ROW_LIMIT, check_row_limit
+from analysis.core.options import HALF_HELP, HALVES
 from cli.common import (
     UserError,
     launched,

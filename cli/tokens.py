@@ -28,45 +28,62 @@ OUTPUTS = {"extract": "run.json", "index": "index.csv, run.json",
            "map": "run.json"}
 
 
+HELPS = {"extract": "token vectors per layer to disk (cached, resumable)",
+         "index": "a nearest-neighbour index per layer",
+         "neighbours": "the nearest tokens of one token at each layer",
+         "geometry": "anisotropy, self-similarity, intra-sentence similarity, variance, rogue dimensions per layer",
+         "map": "every token's 2-D coordinates at one layer (PCA or UMAP), cached beside the vectors"}
+
+
 def add_tokens_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("action", choices=ACTIONS, help="extract: token vectors per layer to disk (cached, resumable); "
-                   "index: a nearest-neighbour index per layer; neighbours: the nearest tokens of one token at each "
-                   "layer; geometry: anisotropy, self-similarity, intra-sentence similarity, variance, rogue "
-                   "dimensions per layer; map: every token's 2-D coordinates at one layer (PCA or UMAP), cached "
-                   "beside the vectors")
-    g = p.add_argument_group("corpus (extract; the other actions extract first when given --input)")
-    g.add_argument("--input", type=Path, help="texts (.txt one per line, .txt.gz, .csv, .tsv, .jsonl) or a CoNLL-U "
-                   "treebank (.conllu, .conllu.gz: tokens get UPOS and DEPREL)")
-    g.add_argument("--column", default="text", help="text column of a .csv/.tsv/.jsonl (default: text)")
-    g.add_argument("--label-column", help="a label column kept with each token")
-    g.add_argument("--limit", type=positive_int, help="read at most this many texts (sentences)")
-    g.add_argument("--layers", default="all", help="hidden states to keep: all (default), a slice such as -4: or a "
-                   "list such as 0,6,12")
-    g.add_argument("--shard-rows", type=positive_int, help="tokens per shard (default: about 256 MB a shard)")
-    g = p.add_argument_group("vectors (index, neighbours, geometry)")
-    g.add_argument("--vectors", type=Path, help="an extraction directory (printed by extract) or extract's --out")
+    """One parser per action, each with the model flags and only its own flags (``tokens ACTION --help``)."""
+    from cli.common import model_options
+
+    sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    actions = {name: sub.add_parser(name, parents=[model_options()], help=text, description=text)
+               for name, text in HELPS.items()}
+    for name, a in actions.items():
+        title = "corpus" if name == "extract" else "corpus (read and extracted first when --input is given)"
+        g = a.add_argument_group(title)
+        g.add_argument("--input", type=Path, help="texts (.txt one per line, .txt.gz, .csv, .tsv, .jsonl) or a "
+                       "CoNLL-U treebank (.conllu, .conllu.gz: tokens get UPOS and DEPREL)")
+        g.add_argument("--column", default="text", help="text column of a .csv/.tsv/.jsonl (default: text)")
+        g.add_argument("--label-column", help="a label column kept with each token")
+        g.add_argument("--limit", type=positive_int, help="read at most this many texts (sentences)")
+        g.add_argument("--layers", default="all", help="hidden states to keep (extract) or to use: all (default), a "
+                       "slice such as -4: or a list such as 0,6,12")
+        g.add_argument("--shard-rows", type=positive_int, help="tokens per shard (default: about 256 MB a shard)")
+        if name != "extract":
+            a.add_argument_group("vectors").add_argument(
+                "--vectors", type=Path, help="an extraction directory (printed by extract) or extract's --out")
+        if name in ("index", "map", "geometry"):
+            a.add_argument("--seed", type=nonnegative_int, default=0, help={
+                "index": "seed of the IVF training sample and the recall queries",
+                "map": "seed of UMAP's sample and fit", "geometry": "seed of the samples and the bootstrap"}[name])
+    g = actions["index"].add_argument_group("index")
     g.add_argument("--index", choices=INDEX_KINDS, default="auto", help="index kind (default auto: flat, exact, up "
                    "to 1,000,000 tokens, ivf above; measured in docs/tokens.md)")
-    g.add_argument("--rebuild", action="store_true", help="index, map: compute again even when cached")
-    g.add_argument("--recall-queries", type=nonnegative_int, default=200, help="index: tokens on which recall@10 "
+    g.add_argument("--rebuild", action="store_true", help="build again even when cached")
+    g.add_argument("--recall-queries", type=nonnegative_int, default=200, help="tokens on which recall@10 "
                    "against exact search is measured for an approximate index (default 200; 0: none)")
-    g.add_argument("--exact", action="store_true", help="neighbours: brute-force search over the shards, no index")
-    g.add_argument("--standardize", action="store_true", help="neighbours: cosine of vectors z-scored per "
-                   "dimension over the corpus (Timkey & van Schijndel 2021: no rogue dimension dominates; brute "
-                   "force)")
-    g.add_argument("--row", type=nonnegative_int, help="neighbours: the query token's row in tokens.parquet")
-    g.add_argument("--text-id", type=nonnegative_int, help="neighbours: the query's text (with --position or --word)")
-    g.add_argument("--position", type=nonnegative_int, help="neighbours: the query's token position in its text")
-    g.add_argument("--word", help="neighbours: the query's word or token (first match, or within --text-id)")
-    g.add_argument("-k", "--k", type=positive_int, default=10, help="neighbours per layer (default 10)")
     g.add_argument("--threads", type=positive_int, help="faiss threads (default: faiss's own)")
-    g = p.add_argument_group("map")
-    g.add_argument("--layer", type=int, help="map: the hidden state (default: the last extracted)")
-    g.add_argument("--method", choices=MAP_METHODS, default="pca", help="map: pca (exact, every token) or umap "
+    g = actions["neighbours"].add_argument_group("query")
+    g.add_argument("--index", choices=INDEX_KINDS, default="auto", help="the index searched (default auto)")
+    g.add_argument("--exact", action="store_true", help="brute-force search over the shards, no index")
+    g.add_argument("--standardize", action="store_true", help="cosine of vectors z-scored per dimension over the "
+                   "corpus (Timkey & van Schijndel 2021: no rogue dimension dominates; brute force)")
+    g.add_argument("--row", type=nonnegative_int, help="the query token's row in tokens.parquet")
+    g.add_argument("--text-id", type=nonnegative_int, help="the query's text (with --position or --word)")
+    g.add_argument("--position", type=nonnegative_int, help="the query's token position in its text")
+    g.add_argument("--word", help="the query's word or token (first match, or within --text-id)")
+    g.add_argument("-k", "--k", type=positive_int, default=10, help="neighbours per layer (default 10)")
+    g = actions["map"].add_argument_group("map")
+    g.add_argument("--layer", type=int, help="the hidden state (default: the last extracted)")
+    g.add_argument("--method", choices=MAP_METHODS, default="pca", help="pca (exact, every token) or umap "
                    "(fitted on --sample random tokens, the others transformed); default pca")
-    g.add_argument("--sample", type=positive_int, default=20_000, help="map: tokens UMAP is fitted on (default "
-                   "20,000; the seed is --seed)")
-    g = p.add_argument_group("geometry")
+    g.add_argument("--sample", type=positive_int, default=20_000, help="tokens UMAP is fitted on (default 20,000)")
+    g.add_argument("--rebuild", action="store_true", help="compute again even when cached")
+    g = actions["geometry"].add_argument_group("geometry")
     g.add_argument("--blocks", type=positive_int, default=20, help="contiguous text blocks of the intervals "
                    "(bootstrap; jackknife for the variance statistics; default 20)")
     g.add_argument("--boots", type=positive_int, default=200, help="bootstrap replicates (default 200)")
@@ -75,7 +92,6 @@ def add_tokens_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-types", type=positive_int, default=1000, help="word types sampled (default 1000)")
     g.add_argument("--max-texts", type=positive_int, default=1000, help="texts sampled for intra-sentence "
                    "similarity (default 1000)")
-    g.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the samples and the bootstrap")
 
 
 def _extract(args: argparse.Namespace, ranks, spec, progress=None):

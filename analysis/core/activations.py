@@ -17,7 +17,7 @@ import torch
 from tokenizers import Encoding, Tokenizer
 
 from analysis.core.inputs import InputError, TextInputs
-from analysis.core.options import TRUNCATIONS
+from analysis.core.options import HALVES, TRUNCATIONS
 from models.anatomy import FAMILIES
 from models.cache import free_bytes, is_out_of_memory
 from models.loading import LoadedModel
@@ -288,10 +288,6 @@ def make_batch(encoded: Encoded, idx: list[int], pad_id: int, device: str = "cpu
 
 # --- which states: each layer's output, or also the attention half of each layer ------------------------------
 
-HALVES = ("output", "attention")
-HALF_HELP = ("which states are read: 'output' the embeddings and each layer's output (L + 1 states); 'attention' "
-             "also the residual stream after each layer's attention block, before its feed-forward block (2L + 1 "
-             "states, two per layer)")
 
 
 def state_labels(num_layers: int, half: str = "output") -> list[tuple[int, str]]:

@@ -33,7 +33,6 @@ import pandas as pd
 import torch
 
 from analysis.core.activations import (
-    HALVES,
     bucket_indices,
     counted_mask,
     encode,
@@ -45,6 +44,7 @@ from analysis.core.activations import (
 )
 from analysis.core.inputs import InputError, TextInputs
 from analysis.core.memory import release_freed_memory
+from analysis.core.options import HALVES
 from analysis.core.parallel import ONE, Ranks
 from analysis.core.precision import PRECISIONS, describe, dtype_of, head_product
 from analysis.core.scores import bootstrap_counts
