@@ -52,7 +52,8 @@ def add_heads_arguments(p: argparse.ArgumentParser) -> None:
     g = actions["importance"].add_argument_group("data (one of)")
     data = g.add_mutually_exclusive_group(required=True)
     data.add_argument("--data", type=Path, help="a labelled set (.csv, .tsv, .jsonl) scored by --model's own "
-                      "sequence-classification head (a fine-tuned classifier with labels)")
+                      "sequence-classification head (a fine-tuned classifier with labels), or with --model job:N by "
+                      "that fine-tuning job's classifier")
     data.add_argument("--input", type=Path, help="texts scored by the MLM loss of --model's own MLM head")
     _corpus_flags(g)
     g.add_argument("--label-column", default="label", help="--data's label column (default: label)")
@@ -154,6 +155,10 @@ def _cmd_importance(args: argparse.Namespace) -> int:
     path = args.data or args.input
     if not path.is_file():
         raise UserError(f"--{'data' if args.data else 'input'} {path}: no such file")
+    from analysis.compare.modelref import is_job
+
+    if is_job(args.model):
+        return _job_importance(args)
     with StageBars() as bars:
         output = actions.importance(spec_from_args(args, "cpu" if args.data else None), texts=args.input,
                                     data=args.data, column=args.column, label_column=args.label_column,
@@ -163,6 +168,46 @@ def _cmd_importance(args: argparse.Namespace) -> int:
     _finish(args, output)
     print(f"{output.model['model']}: base accuracy {output.info['base_accuracy']:.4f}; with half the heads masked "
           f"(least important first) {actions.at_fraction(output.files['pruning.csv'], 0.5):.4f}", file=sys.stderr)
+    print(f"wrote {args.out}: {OUTPUTS['importance']}", file=sys.stderr)
+    return 0
+
+
+def _job_importance(args: argparse.Namespace) -> int:
+    """``--model job:N``: with ``--data``, the job's own classifier (its pooling head on its fine-tuned encoder,
+    :func:`analysis.training.finetune.load_checkpoint`) scored on the labelled set; with ``--input``, the fine-tuned
+    encoder read by the MLM head it started from (the one resolver, :mod:`analysis.compare.modelref`)."""
+    import dataclasses
+
+    from analysis.core.inputs import read_file
+    from analysis.heads import actions
+    from analysis.heads import importance as imp
+    from cli.compare import model_spec
+
+    spec, label = model_spec(args.model, args.model, None, args)
+    with StageBars() as bars:
+        options = {"steps": args.steps, "drop": args.drop, "progress": bars}
+        if args.input is not None:
+            output = actions.importance(dataclasses.replace(spec, device=args.device), texts=args.input,
+                                        column=args.column, limit=args.limit, batch_size=args.batch_size,
+                                        mask_prob=args.mask_prob, seed=args.seed, **options)
+        else:
+            from analysis.training.finetune import load_checkpoint
+
+            checkpoint = Path(spec.name).parent
+            if not (checkpoint / "head.json").is_file():
+                raise UserError(f"{args.model} ({label}) kept no classifier (head.json) beside its encoder")
+            model, tokenizer, meta = load_checkpoint(checkpoint, "cpu")
+            labels = {str(name): i for i, name in enumerate(meta["labels"])}
+            data = read_file(args.data, args.column, args.pair_column, args.limit, label_column=args.label_column)
+            batches = imp.classifier_batches(tokenizer, data, labels, int(meta.get("max_length") or 512),
+                                             args.batch_size, meta.get("truncation") or "head")
+            result = imp.head_importance(model, batches, encoder=model.encoder, **options)
+            output = actions.importance_output(result, actions.LOSSES["job"], {
+                "model": label, "model_spec": {"job": args.model, "checkpoint": str(checkpoint)},
+                "load_seconds": None})
+    _finish(args, output)
+    print(f"{label}: base accuracy {output.info['base_accuracy']:.4f}; with half the heads masked (least "
+          f"important first) {actions.at_fraction(output.files['pruning.csv'], 0.5):.4f}", file=sys.stderr)
     print(f"wrote {args.out}: {OUTPUTS['importance']}", file=sys.stderr)
     return 0
 

@@ -17,6 +17,7 @@ from jobs import run as job_run
 from jobs.store import JobStore
 from jobs.submit import SubmitError, job_name, submit
 from tests.conftest import FIXTURES
+from tests.test_training import bert4  # noqa: F401  (a fixture)
 
 TREEBANK = FIXTURES / "ud_tiny_test.conllu"
 TEXTS = "the film is good .\ni hated it , very dull !\nfun and not bad\n"
@@ -129,3 +130,36 @@ def test_cancel_stops_the_job_at_its_next_progress_report_and_writes_nothing(hom
     finally:
         signal.signal(signal.SIGTERM, before)
     assert reports == [] and list(out.iterdir()) == []
+
+
+def test_importance_of_a_fine_tuning_jobs_classifier_from_the_cli(bert4, tmp_path, monkeypatch, capsys):  # noqa: F811
+    """`heads importance --model job:N --data ROWS`: the job's own classifier (its pooling head on its fine-tuned
+    encoder) scored on the rows it was validated on; with every head kept its accuracy is the accuracy of the
+    predictions the job itself saved (predictions.csv); a job that kept no checkpoint is one line."""
+    from tests.test_compare_jobs import run_job
+
+    store = JobStore(tmp_path / "home" / "jobs")
+    monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("LAYERLENS_JOBS_NO_WORKER", "1")
+    job = run_job(store, bert4, tmp_path)
+    out = tmp_path / "out"
+    assert main(["heads", "importance", "--model", f"job:{job.id}", "--data", str(tmp_path / "val.tsv"),
+                 "--steps", "2", "--batch-size", "4", "--out", str(out)]) == 0
+    saved = pd.read_csv(job.artifacts / "predictions.csv", keep_default_na=False)
+    rows = pd.read_csv(tmp_path / "val.tsv", sep="\t", keep_default_na=False)
+    expected = float((saved.set_index("example_id")["prediction"].astype(str).sort_index().to_numpy()
+                      == rows["label"].astype(str).to_numpy()).mean())
+    pruning = pd.read_csv(out / "pruning.csv")
+    base = pruning[(pruning.order == "importance") & (pruning.masked == 0)]["accuracy"].item()
+    assert base == pytest.approx(expected)
+    info = json.loads((out / "run.json").read_text())
+    assert info["model"] == job.label and "fine-tuning job's classifier" in info["loss"]
+    assert len(pd.read_csv(out / "importance.csv")) == 4 * 2  # bert4: 4 layers x 2 heads
+    mlm = tmp_path / "mlm"  # --input: the fine-tuned encoder read by the MLM head it started from
+    assert main(["heads", "importance", "--model", f"job:{job.id}", "--input", str(tmp_path / "val.tsv"),
+                 "--steps", "1", "--out", str(mlm)]) == 0
+    assert "MLM" in json.loads((mlm / "run.json").read_text())["loss"]
+    capsys.readouterr()
+    assert main(["heads", "importance", "--model", "job:99", "--data", str(tmp_path / "val.tsv"),
+                 "--out", str(tmp_path / "x")]) == 2
+    assert capsys.readouterr().err.strip().count("\n") == 0

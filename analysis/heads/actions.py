@@ -22,7 +22,9 @@ INTERVALS = {"heads.csv": "95% Student t interval over sentence means (sentences
              "baseline": "the best fixed offset k per relation and direction (the word k positions away), on the "
                          "same words (Clark et al. 2019 §4.2)"}
 LOSSES = {"mlm": "MLM cross-entropy at masked tokens; accuracy: MLM token accuracy",
-          "classifier": "the classifier's cross-entropy; accuracy: classification accuracy"}
+          "classifier": "the classifier's cross-entropy; accuracy: classification accuracy",
+          "job": "the fine-tuning job's classifier (its pooling head on its fine-tuned encoder): cross-entropy; "
+                 "accuracy: classification accuracy"}
 
 
 @dataclasses.dataclass
@@ -126,10 +128,16 @@ def importance(spec, *, texts: Path | None = None, data: Path | None = None, col
         batches = imp.classifier_batches(loaded.tokenizer, labelled, labels, max_input_length(loaded), batch_size)
         result = imp.head_importance(model, batches, **options)
         loss = LOSSES["classifier"]
+    return importance_output(result, loss, model_facts(loaded))
+
+
+def importance_output(result, loss: str, model: dict) -> Output:
+    """The files and ``run.json`` facts of an :class:`analysis.heads.importance.ImportanceResult` (``loss``: what
+    was scored; ``model``: :func:`model_facts`, or a fine-tuning job's classifier's)."""
     info = {**result.info, "loss": loss,
             "random_orders": "3 seeded random permutations of all heads (seeds 0, 1, 2)"}
     return Output({"importance.csv": result.importance, "pruning.csv": result.pruning}, info, result.importance,
-                  model_facts(loaded))
+                  model)
 
 
 def at_fraction(pruning: pd.DataFrame, fraction: float, order: str = "importance") -> float:

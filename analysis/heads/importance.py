@@ -122,7 +122,7 @@ def classifier_labels(model: nn.Module, name: str = "the classifier") -> dict[st
 
 
 def classifier_batches(tokenizer, data: TextInputs, label2id: dict[str, int], max_length: int,
-                       batch_size: int = 16) -> list[LossBatch]:
+                       batch_size: int = 16, truncation: str = "head") -> list[LossBatch]:
     """A labelled set tokenised (pairs kept, cut at ``max_length``) with its class ids; a label the classifier
     does not have is an :class:`InputError`."""
     if not len(data):
@@ -133,7 +133,7 @@ def classifier_batches(tokenizer, data: TextInputs, label2id: dict[str, int], ma
     if unknown:
         raise InputError(f"labels {', '.join(unknown[:5])} are not among the classifier's labels "
                          f"({', '.join(label2id)})")
-    encoded = encode(tokenizer, data, max_length)
+    encoded = encode(tokenizer, data, max_length, truncation)  # as the classifier was trained
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     return [LossBatch(inputs, torch.tensor([label2id[data.labels[i]] for i in idx]))
             for idx, inputs in _batched(encoded.input_ids, encoded.token_type_ids, pad, batch_size)]
