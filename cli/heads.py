@@ -197,11 +197,11 @@ def _job_importance(args: argparse.Namespace) -> int:
             if not (checkpoint / "head.json").is_file():
                 raise UserError(f"{args.model} ({label}) kept no classifier (head.json) beside its encoder")
             model, tokenizer, meta = load_checkpoint(checkpoint, "cpu")
-            labels = {str(name): i for i, name in enumerate(meta["labels"])}
             data = read_file(args.data, args.column, args.pair_column, args.limit, label_column=args.label_column)
-            batches = imp.classifier_batches(tokenizer, data, labels, int(meta.get("max_length") or 512),
-                                             args.batch_size, meta.get("truncation") or "head")
-            result = imp.head_importance(model, batches, encoder=model.encoder, **options)
+            result = imp.classifier_importance(model, tokenizer, meta["labels"], data, encoder=model.encoder,
+                                               max_length=int(meta.get("max_length") or 512),
+                                               truncation=meta.get("truncation") or "head",
+                                               batch_size=args.batch_size, **options)
             output = actions.importance_output(result, actions.LOSSES["job"], {
                 "model": label, "model_spec": {"job": args.model, "checkpoint": str(checkpoint)},
                 "load_seconds": None})

@@ -235,7 +235,7 @@ def compare_buttons(finished: list, group: str | None) -> None:
     vectors each epoch saved; else its fine-tuned model on its held-out rows), or on the picked sweep group."""
     from analysis.training.runs import job_run
 
-    c1, c2, c3 = st.columns([3, 2, 2])
+    c1, c2, c3, c4 = st.columns([3, 2, 2, 2])
     by_id = {j.id: j for j in finished}
     ids, default = list(by_id), st.session_state.get("job_view")
     chosen = c1.selectbox("Finished run", ids, index=ids.index(default) if default in ids else 0,
@@ -252,6 +252,12 @@ def compare_buttons(finished: list, group: str | None) -> None:
             values = {"compare_what": "pair", "compare_model": f"job:{job.id}", "compare_job": job.id,
                       "compare_source": f"Held-out rows of job #{job.id}"}
         prefill("pages/7_Compare_checkpoints.py", values)
+    if c4.button("Head importance ↗", key="job_go_heads", disabled=not (job.artifacts / "checkpoint" /
+                                                                        "head.json").is_file(),
+                 help="Which attention heads this classifier needs: each head's importance for its loss and the "
+                 "pruning curve on its held-out rows (Michel et al. 2019; Attention heads page). Needs the saved "
+                 "classifier (not k-fold)."):
+        prefill("pages/9_Attention_heads.py", {"heads_job": job.id, "heads_open_job": True})
     if group is not None:
         members = sorted(j.id for j in finished if j.group == group)
         if c3.button("Compare the group", key="job_go_compare_group", help=f"Each finished run of group '{group}' "

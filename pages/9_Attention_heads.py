@@ -60,7 +60,9 @@ compare = st.text_input("Compare with (optional)", key="heads_compare", placehol
                         "job:N or random", help=f"A second model, read on the same corpus and sentence: "
                         f"{COMPARE_HELP}. The head view needs the same tokenizer.").strip()
 compare_link(st, "heads", compare)
-tab_corpus, tab_view = st.tabs(["Over a corpus", "One sentence (head view)"])
+JOB_TAB = "A fine-tuned classifier (a job)"
+tab_corpus, tab_view, tab_job = st.tabs(["Over a corpus", "One sentence (head view)", JOB_TAB],
+                                        default=JOB_TAB if st.session_state.pop("heads_open_job", False) else None)
 
 # --- one sentence: the head view (run first: the corpus tab may stop the page while it waits for a click) -------
 with tab_view:
@@ -96,6 +98,58 @@ with tab_view:
                 chart(plots.statistic_heatmap(change, "mean_abs_difference", "How much each head changed on this "
                                               "sentence: mean |second − first| over its token pairs"),
                       "heads_view_change")
+
+# --- a fine-tuning job's classifier: its head importance on its held-out rows (before the corpus tab may stop) --
+with tab_job:
+    from analysis.heads.importance import classifier_importance
+    from analysis.training.finetune import held_out_rows, load_checkpoint
+    from analysis.training.options import resolve
+    from ui.inputs import finished_classifier_jobs
+
+    finished = finished_classifier_jobs()
+    if not finished:
+        st.info("No finished fine-tuning job with a saved classifier yet: run one on the Fine-tuning jobs page. Its "
+                "head importance is then computed here on the rows it was evaluated on.")
+    else:
+        by_id = {j.id: j for j in finished}
+        job_id = st.selectbox("Job", list(by_id), key="heads_job", format_func=lambda i: f"#{i} {by_id[i].name}",
+                              help="A finished fine-tuning job: its own classifier (its pooling head on its "
+                              "fine-tuned encoder), scored on its held-out rows.")
+        job = by_id[job_id]
+        try:
+            rows, which = held_out_rows(resolve(job.config), job.artifacts)
+        except Exception as exc:
+            fail(exc, "Reading the job's held-out rows")
+            rows = None
+        if rows is not None:
+            st.caption(f"Scored on {which}.")
+            if st.button("Compute the classifier's head importance", key="heads_job_run"):
+                st.session_state["heads_job_request"] = job_id
+            if st.session_state.get("heads_job_request") == job_id:
+                def compute(report):
+                    model, tokenizer, meta = load_checkpoint(job.artifacts / "checkpoint", "cpu")
+                    return classifier_importance(
+                        model, tokenizer, meta["labels"], rows, encoder=model.encoder,
+                        max_length=int(meta.get("max_length") or 512), truncation=meta.get("truncation") or "head",
+                        progress=lambda stage, done, n: report(done / max(n, 1), f"{stage} {done}/{n}"))
+                try:
+                    result = shared_result(result_key("heads_job_importance", job_id, str(job.artifacts)),
+                                           f"Head importance of job #{job_id}", compute)
+                except Exception as exc:
+                    fail(exc, "Head importance")
+                else:
+                    c1, c2 = st.columns(2)
+                    with c1:
+                        chart(plots.importance_heatmap(result.importance), "heads_job_importance")
+                    with c2:
+                        chart(plots.pruning_curve(result.pruning, "classification accuracy"), "heads_job_pruning")
+                    st.caption(f"Classification accuracy {result.info['base_accuracy']:.3f} with every head, on "
+                               f"{result.info['targets']:,} rows. Prunable share per layer (heads that can go, "
+                               "least important first, before accuracy drops by 1 point): "
+                               + ", ".join(f"layer {int(r.layer)} {r.prunable_share:.0%}"
+                                           for r in result.layers.itertuples()))
+                    st.download_button("importance.csv", to_csv(result.importance), "importance.csv", "text/csv",
+                                       key="dl_job_importance")
 
 # --- over a corpus ------------------------------------------------------------------------------------------------
 with tab_corpus:

@@ -16,6 +16,7 @@ from analysis.heads.view import head_view
 from models.loading import ModelSpec
 from tests.conftest import FIXTURES
 from tests.test_app import run_page
+from tests.test_training import bert4  # noqa: F401  (a fixture)
 
 PAGE = "pages/9_Attention_heads.py"
 TEXTS = "the film is good .\ni liked the movie , and it was fun !\nnot very good"
@@ -86,3 +87,33 @@ def test_the_structure_page_opens_the_heads_on_its_treebank(tiny_dirs, tmp_path,
     assert not at.exception and at.title[0].value == "Attention heads"
     assert at.radio(key="heads_corpus").value.startswith("A treebank")
     assert at.selectbox(key="heads_treebank").value == (tmp_path / "en_ewt-ud-test.conllu").resolve()
+
+
+def test_a_fine_tuning_jobs_classifier_on_its_held_out_rows(bert4, tmp_path, monkeypatch):  # noqa: F811
+    """The third tab: a finished job's classifier, scored on its held-out rows; the importance shown is the
+    engine's (classifier_importance on load_checkpoint's classifier), its base accuracy the job's own predictions'."""
+    from analysis.heads.importance import classifier_importance
+    from analysis.training.finetune import held_out_rows, load_checkpoint
+    from analysis.training.options import resolve
+    from jobs.store import JobStore
+    from tests.test_compare_jobs import run_job
+
+    monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("LAYERLENS_JOBS_NO_WORKER", "1")
+    job = run_job(JobStore(tmp_path / "home" / "jobs"), bert4, tmp_path)
+    at = run_page(PAGE, model=str(bert4))
+    assert not at.exception
+    assert at.selectbox(key="heads_job").value == job.id
+    at.button(key="heads_job_run").click().run()
+    assert not at.exception and not at.error
+    model, tokenizer, meta = load_checkpoint(job.artifacts / "checkpoint", "cpu")
+    rows, _ = held_out_rows(resolve(job.config), job.artifacts)
+    expected = classifier_importance(model, tokenizer, meta["labels"], rows, encoder=model.encoder,
+                                     max_length=int(meta["max_length"]), truncation=meta["truncation"])
+    saved = pd.read_csv(job.artifacts / "predictions.csv", keep_default_na=False)
+    assert expected.info["base_accuracy"] == (saved["prediction"] == saved["label"]).mean()
+    caption = " ".join(c.value for c in at.caption)
+    assert f"Classification accuracy {expected.info['base_accuracy']:.3f} with every head" in caption
+    shown = json.loads(at.get("plotly_chart")[-2].proto.spec)["data"][0]
+    np.testing.assert_allclose(np.nan_to_num(array(shown["z"])).sum(),
+                               expected.importance["normalized"].sum(), rtol=1e-6)

@@ -258,6 +258,18 @@ def head_importance(model: nn.Module, batches: Sequence[LossBatch], *, encoder: 
     return ImportanceResult(table, pruning, layer_table, info)
 
 
+def classifier_importance(model: nn.Module, tokenizer, labels: Sequence[str], data: TextInputs, *,
+                          encoder: nn.Module | None = None, max_length: int = 512, truncation: str = "head",
+                          batch_size: int = 16, **options) -> ImportanceResult:
+    """:func:`head_importance` of a classifier already loaded (``model(**inputs)`` gives logits over ``labels``, in
+    that order; ``encoder``: its encoder, whose heads are gated) on the labelled set ``data``, tokenised as it was
+    trained (``max_length``, ``truncation``). A fine-tuning job's classifier is
+    :func:`analysis.training.finetune.load_checkpoint`'s (the CLI's and the page's ``job:N``)."""
+    batches = classifier_batches(tokenizer, data, {str(name): i for i, name in enumerate(labels)}, max_length,
+                                 batch_size, truncation)
+    return head_importance(model, batches, encoder=encoder, **options)
+
+
 def mlm_importance(loaded: LoadedModel, texts: TextInputs, *, batch_size: int = 16, mask_prob: float = 0.15,
                    seed: int = 0, **options) -> ImportanceResult:
     """:func:`head_importance` for the MLM loss of ``loaded`` (its own MLM head) on ``texts``."""
