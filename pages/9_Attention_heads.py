@@ -132,12 +132,15 @@ with tab_job:
                         model, tokenizer, meta["labels"], rows, encoder=model.encoder,
                         max_length=int(meta.get("max_length") or 512), truncation=meta.get("truncation") or "head",
                         progress=lambda stage, done, n: report(done / max(n, 1), f"{stage} {done}/{n}"))
+                stop = stop_button("Head importance", "heads_job_request")
                 try:
                     result = shared_result(result_key("heads_job_importance", job_id, str(job.artifacts)),
                                            f"Head importance of job #{job_id}", compute)
                 except Exception as exc:
+                    stop.empty()
                     fail(exc, "Head importance")
                 else:
+                    stop.empty()
                     c1, c2 = st.columns(2)
                     with c1:
                         chart(plots.importance_heatmap(result.importance), "heads_job_importance")

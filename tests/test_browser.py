@@ -26,10 +26,14 @@ def page(browser, server, tmp_path):
     p.close()
 
 
-@pytest.mark.parametrize("path", PAGES)
-def test_every_page_opens_without_an_error(page, server, path):
-    open_page(page, server, path)
-    assert_no_error(page)
+def test_every_page_opens_without_an_error(page, server):
+    """Each page in turn in one tab (one tab: the test costs the pages, not a new tab and screenshot each)."""
+    for path in PAGES:
+        open_page(page, server, path)
+        try:
+            assert_no_error(page)
+        except AssertionError as exc:
+            raise AssertionError(f"{path}: {exc}") from None
 
 
 def test_probe_the_prefilled_sentences(page, server):
