@@ -214,9 +214,12 @@ with tab_corpus:
                                       f"{loaded.spec.name}", diverging=True), "heads_statistic_difference")
     else:
         chart(plots.statistic_heatmap(results[shown].heads, statistic), f"heads_{statistic}")
+    baseline = info.get("uniform_attention", {}).get(statistic)
     st.caption(f"Each sentence's mean over its tokens, then the mean over sentences; hover for the 95% interval "
-               f"({info['interval']}). Uniform attention over n tokens has entropy log n: compare *entropy* with "
-               "*uniform_entropy*.")
+               f"({info['interval']})."
+               + (f" **Baseline**: every token attending uniformly to its sentence would give {statistic} = "
+                  f"{baseline:.3f} on these sentences." if baseline is not None else "")
+               + " Uniform attention over n tokens has entropy log n: compare *entropy* with *uniform_entropy*.")
     with st.expander("heads.csv: every statistic of every head", expanded=False):
         st.dataframe(main.heads, hide_index=True, key="heads_table")
         st.download_button("heads.csv", to_csv(main.heads), "heads.csv", "text/csv", key="dl_heads")

@@ -92,6 +92,19 @@ def test_statistics_equal_a_plain_loop_over_transformers(tiny_dirs, family):
                                                                          1e-12).all()
     assert result.clusters is not None and list(result.clusters.columns) == ["layer", "head", "x", "y"]
     assert result.relations is None  # texts: no parsing
+    # the baseline beside each statistic: uniform attention over each sentence, by a plain loop over its ids
+    tok = AutoTokenizer.from_pretrained(tiny_dirs[family])
+    punct = set(punctuation_ids(tok).nonzero()[0].tolist())
+    plain = []
+    for text in TEXTS.texts:
+        ids = tok(text)["input_ids"]
+        n = len(ids)
+        plain.append({"entropy": math.log(n), "cls": ids.count(tok.cls_token_id) / n,
+                      "sep": ids.count(tok.sep_token_id) / n, "punct": sum(i in punct for i in ids) / n,
+                      "self": 1 / n, "previous": 1 / n, "next": 1 / n,
+                      "distance": np.mean([sum(abs(i - j) for j in range(n)) / n for i in range(n)])})
+    for name, value in result.info["uniform_attention"].items():
+        assert value == pytest.approx(np.mean([row[name] for row in plain]), rel=1e-5), name
 
 
 def planted(n_sentences, length, make_row):

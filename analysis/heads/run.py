@@ -28,7 +28,7 @@ from analysis.core.treebank import Treebank
 from analysis.core.vectors import Progress
 from analysis.heads.model import attentions, check_eager, head_shape
 from analysis.heads.parse import Parsing, relations_of
-from analysis.heads.stats import HeadClusters, TokenStatistics, punctuation_ids, sample_tokens
+from analysis.heads.stats import STATISTICS, HeadClusters, TokenStatistics, punctuation_ids, sample_tokens
 from analysis.heads.words import pooling_matrices, word_attention
 from models.loading import LoadedModel
 
@@ -99,6 +99,7 @@ def analyse(loaded: LoadedModel, source: TextInputs | Treebank, *, statistics: b
         chosen = relations_of([sentences[i] for i in kept], relations)
         parser = Parsing(layers, heads, chosen)
     stats = TokenStatistics(layers, heads) if statistics else None
+    uniform = TokenStatistics(1, 1) if statistics else None  # the baseline: uniform attention on the same sentences
     lengths = [len(encoded.input_ids[i]) for i in kept]
     sample = sample_tokens(lengths, cluster_tokens, seed) if clusters else set()
     heads_map = HeadClusters(layers, heads) if clusters else None
@@ -135,6 +136,8 @@ def analyse(loaded: LoadedModel, source: TextInputs | Treebank, *, statistics: b
                 words = parser.batch([sentences[r] for r in rows])
                 mean, total = pooling_matrices([encoded.word_ids[r] for r in rows], [len(sentences[r]) for r in rows],
                                                width)
+            if uniform is not None:
+                uniform.add(0, (mask.float() / n[:, None])[:, None, None, :].expand(-1, 1, width, -1), n, flags)
             for layer, a in enumerate(maps):
                 a = a.float().cpu()
                 if stats is not None:
@@ -153,6 +156,9 @@ def analyse(loaded: LoadedModel, source: TextInputs | Treebank, *, statistics: b
             done += len(idx)
             if progress is not None:
                 progress("attention", done, len(kept))
+    if uniform is not None:  # what each statistic would be if every token attended uniformly to its sentence
+        row = uniform.table().iloc[0]
+        info["uniform_attention"] = {name: float(row[name]) for name in STATISTICS if name != "uniform_entropy"}
     info.update(sentences=len(kept), tokens=int(sum(lengths)), seconds=round(time.perf_counter() - start, 3),
                 cluster_tokens=heads_map.tokens if heads_map is not None else 0, max_cells=max_cells,
                 interval="95% Student t interval over sentence means", word_attention="Clark et al. 2019 §4.1: "
