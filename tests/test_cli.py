@@ -71,6 +71,7 @@ def test_probe_writes_the_contract_files(tiny_dirs, tmp_path):
     assert run["options"]["top_k"] == 2 and run["texts"] == 3 and "transformers" in run["versions"]
 
 
+@pytest.mark.slow  # a real process per case (the one stderr line is the process's)
 @pytest.mark.parametrize("content, extra, message", [
     (b"", [], "in.csv is empty"),
     (b"sentence\nhello\n", [], "no column 'text'"),
@@ -113,6 +114,7 @@ def readme_examples() -> list[str]:
     return [line.strip() for line in block.strip().splitlines()]
 
 
+@pytest.mark.slow  # about a minute: every example of the README's CLI block on the demo model
 def test_every_readme_example_runs_as_written(tmp_path, monkeypatch):
     """From the repository root, each example's own output folder under out/ (here under a temp dir), the jobs
     under a temp LAYERLENS_HOME; 'jobs submit' only queues (no worker) so nothing outlives the test."""
