@@ -122,7 +122,7 @@ with tab_job:
             fail(exc, "Reading the job's held-out rows")
             rows = None
         if rows is not None:
-            st.caption(f"Scored on {which}.")
+            st.caption(f"The job's own fine-tuned model and classifier (not the sidebar's model), scored on {which}.")
             if st.button("Compute the classifier's head importance", key="heads_job_run"):
                 st.session_state["heads_job_request"] = job_id
             if st.session_state.get("heads_job_request") == job_id:
