@@ -101,7 +101,11 @@ def test_a_fine_tuning_jobs_classifier_on_its_held_out_rows(bert4, tmp_path, mon
     monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("LAYERLENS_JOBS_NO_WORKER", "1")
     job = run_job(JobStore(tmp_path / "home" / "jobs"), bert4, tmp_path)
-    at = run_page(PAGE, model=str(bert4))
+    at = run_page("pages/5_Fine_Tune_Jobs.py", model=str(bert4))  # the jobs page's button opens the tab on the job
+    at.selectbox(key="job_compare_one").set_value(job.id).run()
+    at.button(key="job_go_heads").click().run()
+    assert not at.exception and at.session_state["heads_job"] == job.id
+    at.switch_page(PAGE).run()  # AppTest reruns the page it was sent to
     assert not at.exception
     assert at.selectbox(key="heads_job").value == job.id
     at.button(key="heads_job_run").click().run()
