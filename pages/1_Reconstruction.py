@@ -107,6 +107,10 @@ if st.checkbox("Zoom the accuracy axis to the data", key="probe_zoom", help="The
                "it starts)."):
     fig.update_yaxes(range=None, autorange=True)
 chart(fig, "reconstruction_accuracy")
+if config.half == "attention":
+    st.caption("The points halfway between layers are the **attention halves**: layer l's residual stream after its "
+               "attention block (LayerNorm included) and before its feed-forward block, drawn at l − 0.5, read "
+               "through the same head. The table's half column says which is which.")
 if lens_dir is not None:
     st.markdown("**Raw head and tuned lens**: how far each layer's reading is from the final layer's distribution. "
                 "A tuned lens translates each layer before the head, so its curves say what a layer knows once "
