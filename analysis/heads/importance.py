@@ -215,13 +215,21 @@ def head_importance(model: nn.Module, batches: Sequence[LossBatch], *, encoder: 
     counts = sorted({int(round(f * n_heads)) for f in np.linspace(0, 1, steps + 1)})
     orders = [("importance", None, order)] + [("random", s, np.random.default_rng(s).permutation(n_heads))
                                                for s in seeds]
+    measured: dict[frozenset, float] = {}  # masked heads -> accuracy: each set of masked heads is scored once
+
+    def accuracy_without(masked_heads) -> float:
+        key = frozenset(int(h) for h in masked_heads)
+        if key not in measured:  # e.g. 0% and 100% masked are the same for every order
+            gates = torch.ones(n_heads)
+            gates[torch.as_tensor(sorted(key), dtype=torch.long)] = 0
+            measured[key] = mean_loss(model, batches, gates.view(layers, heads), encoder)[1]
+        return measured[key]
+
     rows, work, done = [], len(orders) * len(counts), 0
     for name, seed, sequence in orders:
         for masked in counts:
             check()
-            gates = torch.ones(n_heads)
-            gates[torch.as_tensor(sequence[:masked], dtype=torch.long)] = 0
-            _, accuracy = mean_loss(model, batches, gates.view(layers, heads), encoder)
+            accuracy = accuracy_without(sequence[:masked])
             rows.append({"order": name, "seed": seed, "fraction": masked / n_heads, "masked": masked,
                          "accuracy": accuracy})
             done += 1
@@ -233,11 +241,10 @@ def head_importance(model: nn.Module, batches: Sequence[LossBatch], *, encoder: 
     layer_rows = []
     for layer in range(layers):
         check()
-        gates = torch.ones(layers, heads)
-        prunable = 0
+        prunable, gone = 0, []
         for head in np.argsort(normed[layer], kind="stable"):
-            gates[layer, int(head)] = 0
-            _, accuracy = mean_loss(model, batches, gates, encoder)
+            gone.append(layer * heads + int(head))
+            accuracy = accuracy_without(gone)
             if accuracy < base - drop - 1e-12:
                 break
             prunable += 1
