@@ -157,59 +157,51 @@ def _cmd_importance(args: argparse.Namespace) -> int:
         raise UserError(f"--{'data' if args.data else 'input'} {path}: no such file")
     from analysis.compare.modelref import is_job
 
-    if is_job(args.model):
-        return _job_importance(args)
     with StageBars() as bars:
-        output = actions.importance(spec_from_args(args, "cpu" if args.data else None), texts=args.input,
-                                    data=args.data, column=args.column, label_column=args.label_column,
-                                    pair_column=args.pair_column, limit=args.limit, batch_size=args.batch_size,
-                                    mask_prob=args.mask_prob, seed=args.seed, steps=args.steps, drop=args.drop,
-                                    progress=bars)
+        if is_job(args.model):
+            output, name = _job_importance(args, bars)
+        else:  # the data's classifier is read on the CPU (actions.importance)
+            output = actions.importance(spec_from_args(args), texts=args.input, data=args.data, column=args.column,
+                                        label_column=args.label_column, pair_column=args.pair_column,
+                                        limit=args.limit, batch_size=args.batch_size, mask_prob=args.mask_prob,
+                                        seed=args.seed, steps=args.steps, drop=args.drop, progress=bars)
+            name = output.model["model"]
     _finish(args, output)
-    print(f"{output.model['model']}: base accuracy {output.info['base_accuracy']:.4f}; with half the heads masked "
+    print(f"{name}: base accuracy {output.info['base_accuracy']:.4f}; with half the heads masked "
           f"(least important first) {actions.at_fraction(output.files['pruning.csv'], 0.5):.4f}", file=sys.stderr)
     print(f"wrote {args.out}: {OUTPUTS['importance']}", file=sys.stderr)
     return 0
 
 
-def _job_importance(args: argparse.Namespace) -> int:
+def _job_importance(args: argparse.Namespace, bars):
     """``--model job:N``: with ``--data``, the job's own classifier (its pooling head on its fine-tuned encoder,
     :func:`analysis.training.finetune.load_checkpoint`) scored on the labelled set; with ``--input``, the fine-tuned
-    encoder read by the MLM head it started from (the one resolver, :mod:`analysis.compare.modelref`)."""
-    import dataclasses
-
+    encoder read by the MLM head it started from (the one resolver, :mod:`analysis.compare.modelref`). Returns the
+    action's :class:`analysis.heads.actions.Output` and the job's label."""
     from analysis.core.inputs import read_file
     from analysis.heads import actions
     from analysis.heads import importance as imp
     from cli.compare import model_spec
 
     spec, label = model_spec(args.model, args.model, None, args)
-    with StageBars() as bars:
-        options = {"steps": args.steps, "drop": args.drop, "progress": bars}
-        if args.input is not None:
-            output = actions.importance(dataclasses.replace(spec, device=args.device), texts=args.input,
-                                        column=args.column, limit=args.limit, batch_size=args.batch_size,
-                                        mask_prob=args.mask_prob, seed=args.seed, **options)
-        else:
-            from analysis.training.finetune import load_checkpoint
+    options = {"steps": args.steps, "drop": args.drop, "progress": bars}
+    if args.input is not None:
+        return actions.importance(spec, texts=args.input, column=args.column, limit=args.limit,
+                                  batch_size=args.batch_size, mask_prob=args.mask_prob, seed=args.seed,
+                                  **options), label
+    from analysis.training.finetune import load_checkpoint
 
-            checkpoint = Path(spec.name).parent
-            if not (checkpoint / "head.json").is_file():
-                raise UserError(f"{args.model} ({label}) kept no classifier (head.json) beside its encoder")
-            model, tokenizer, meta = load_checkpoint(checkpoint, "cpu")
-            data = read_file(args.data, args.column, args.pair_column, args.limit, label_column=args.label_column)
-            result = imp.classifier_importance(model, tokenizer, meta["labels"], data, encoder=model.encoder,
-                                               max_length=int(meta.get("max_length") or 512),
-                                               truncation=meta.get("truncation") or "head",
-                                               batch_size=args.batch_size, **options)
-            output = actions.importance_output(result, actions.LOSSES["job"], {
-                "model": label, "model_spec": {"job": args.model, "checkpoint": str(checkpoint)},
-                "load_seconds": None})
-    _finish(args, output)
-    print(f"{label}: base accuracy {output.info['base_accuracy']:.4f}; with half the heads masked (least "
-          f"important first) {actions.at_fraction(output.files['pruning.csv'], 0.5):.4f}", file=sys.stderr)
-    print(f"wrote {args.out}: {OUTPUTS['importance']}", file=sys.stderr)
-    return 0
+    checkpoint = Path(spec.name).parent
+    if not (checkpoint / "head.json").is_file():
+        raise UserError(f"{args.model} ({label}) kept no classifier (head.json) beside its encoder")
+    model, tokenizer, meta = load_checkpoint(checkpoint, "cpu")
+    data = read_file(args.data, args.column, args.pair_column, args.limit, label_column=args.label_column)
+    result = imp.classifier_importance(model, tokenizer, meta["labels"], data, encoder=model.encoder,
+                                       max_length=int(meta.get("max_length") or 512),
+                                       truncation=meta.get("truncation") or "head", batch_size=args.batch_size,
+                                       **options)
+    return actions.importance_output(result, actions.LOSSES["job"], {
+        "model": label, "model_spec": {"job": args.model, "checkpoint": str(checkpoint)}, "load_seconds": None}), label
 
 
 def _cmd_view(args: argparse.Namespace) -> int:

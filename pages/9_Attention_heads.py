@@ -56,6 +56,23 @@ def fail(exc: Exception, what: str) -> None:
              f"{type(exc).__name__}: {exc}")
 
 
+def show_importance(result, accuracy: str, headline: str, key: str) -> None:
+    """An importance result: its layer x head map, the pruning curve (``accuracy``: what it measures), ``headline``
+    then each layer's prunable share, and the two files."""
+    c1, c2 = st.columns(2)
+    with c1:
+        chart(plots.importance_heatmap(result.importance), f"{key}_importance")
+    with c2:
+        chart(plots.pruning_curve(result.pruning, accuracy), f"{key}_pruning")
+    st.caption(f"{headline} Prunable share per layer (heads that can go, least important first, before accuracy "
+               "drops by 1 point): " + ", ".join(f"layer {int(r.layer)} {r.prunable_share:.0%}"
+                                                 for r in result.layers.itertuples()))
+    d1, d2 = st.columns(2)
+    d1.download_button("importance.csv", to_csv(result.importance), "importance.csv", "text/csv",
+                       key=f"dl_{key}_importance")
+    d2.download_button("pruning.csv", to_csv(result.pruning), "pruning.csv", "text/csv", key=f"dl_{key}_pruning")
+
+
 compare = st.text_input("Compare with (optional)", key="heads_compare", placeholder="hub id, local directory, "
                         "job:N or random", help=f"A second model, read on the same corpus and sentence: "
                         f"{COMPARE_HELP}. The head view needs the same tokenizer.").strip()
@@ -104,7 +121,7 @@ with tab_job:
     from analysis.heads.importance import classifier_importance
     from analysis.training.finetune import held_out_rows, load_checkpoint
     from analysis.training.options import resolve
-    from ui.inputs import finished_classifier_jobs
+    from ui.jobs import finished_classifier_jobs
 
     finished = finished_classifier_jobs()
     if not finished:
@@ -141,18 +158,9 @@ with tab_job:
                     fail(exc, "Head importance")
                 else:
                     stop.empty()
-                    c1, c2 = st.columns(2)
-                    with c1:
-                        chart(plots.importance_heatmap(result.importance), "heads_job_importance")
-                    with c2:
-                        chart(plots.pruning_curve(result.pruning, "classification accuracy"), "heads_job_pruning")
-                    st.caption(f"Classification accuracy {result.info['base_accuracy']:.3f} with every head, on "
-                               f"{result.info['targets']:,} rows. Prunable share per layer (heads that can go, "
-                               "least important first, before accuracy drops by 1 point): "
-                               + ", ".join(f"layer {int(r.layer)} {r.prunable_share:.0%}"
-                                           for r in result.layers.itertuples()))
-                    st.download_button("importance.csv", to_csv(result.importance), "importance.csv", "text/csv",
-                                       key="dl_job_importance")
+                    show_importance(result, "classification accuracy", f"Classification accuracy "
+                                    f"{result.info['base_accuracy']:.3f} with every head, on "
+                                    f"{result.info['targets']:,} rows.", "heads_job")
 
 # --- over a corpus ------------------------------------------------------------------------------------------------
 with tab_corpus:
@@ -270,16 +278,5 @@ with tab_corpus:
         fail(exc, "Head importance")
         st.stop()
     stop.empty()
-    c1, c2 = st.columns(2)
-    with c1:
-        chart(plots.importance_heatmap(importance.importance), "heads_importance")
-    with c2:
-        chart(plots.pruning_curve(importance.pruning, "MLM token accuracy"), "heads_pruning")
-    st.caption(f"MLM token accuracy at {importance.info['targets']:,} masked tokens: "
-               f"{importance.info['base_accuracy']:.3f} with every head. Prunable share per layer (heads that can go, "
-               "least important first, before accuracy drops by 1 point): "
-               + ", ".join(f"layer {int(r.layer)} {r.prunable_share:.0%}" for r in importance.layers.itertuples()))
-    d1, d2 = st.columns(2)
-    d1.download_button("importance.csv", to_csv(importance.importance), "importance.csv", "text/csv",
-                       key="dl_importance")
-    d2.download_button("pruning.csv", to_csv(importance.pruning), "pruning.csv", "text/csv", key="dl_pruning")
+    show_importance(importance, "MLM token accuracy", f"MLM token accuracy at {importance.info['targets']:,} masked "
+                    f"tokens: {importance.info['base_accuracy']:.3f} with every head.", "heads")

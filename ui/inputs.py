@@ -268,15 +268,3 @@ def uploads_panel(key: str) -> None:
     st.button("Delete the chosen uploads", key=f"{key}_uploads_delete", disabled=not choice,
               on_click=_delete_uploads, args=(key,))
 
-
-def finished_classifier_jobs() -> list:
-    """The succeeded fine-tuning jobs that saved their classifier (``checkpoint/head.json``), newest first."""
-    from jobs.store import JobStore, StoreError
-
-    try:
-        jobs = JobStore().list()
-    except StoreError as exc:
-        st.error(str(exc))
-        return []
-    return [j for j in jobs if j.config.get("kind", "finetune") == "finetune" and j.status == "succeeded"
-            and (j.artifacts / "checkpoint" / "head.json").is_file()]

@@ -160,16 +160,28 @@ def structure_job_form(spec, train, test, options, label_data=None) -> None:
             st.error(f"Not queued: {exc}")
 
 
-def _jobs_of(kind: str, store=None) -> list:
+def _jobs_of(kind: str, store=None, stop: bool = True) -> list:
+    """Every job of ``kind`` (the registry's reading of its options: a job naming none is a fine-tuning job), newest
+    first. A damaged or unreadable jobs.db is one line naming it; then the page stops, or with ``stop=False`` this
+    part of it has no jobs."""
     import streamlit as st
 
+    from jobs import kinds
     from jobs.store import JobStore, StoreError
 
     try:
-        return [j for j in (store or JobStore()).list() if j.config.get("kind") == kind]
-    except StoreError as exc:  # a damaged or unreadable jobs.db: one line naming it
+        return [j for j in (store or JobStore()).list() if kinds.of(j.config).NAME == kind]
+    except StoreError as exc:
         st.error(str(exc))
-        st.stop()
+        if stop:
+            st.stop()
+        return []
+
+
+def finished_classifier_jobs() -> list:
+    """The succeeded fine-tuning jobs that saved their classifier (``checkpoint/head.json``), newest first."""
+    return [j for j in _jobs_of("finetune", stop=False)
+            if j.status == "succeeded" and (j.artifacts / "checkpoint" / "head.json").is_file()]
 
 
 def _structure_jobs(store=None) -> list:

@@ -80,15 +80,12 @@ def run(config: dict, out: Path, control) -> dict:
     ``step`` of ``total_steps`` within it) and ``control.log``; Cancel (``control.listen()``) stops it at the next
     progress report (``control.check()`` raises). The action's files and ``run.json`` go to ``out``. Returns
     the job's metrics: what ``run.json`` says beside the files."""
-    import dataclasses
-
     from analysis import versions
     from analysis.heads import actions
     from analysis.heads.model import load_eager
 
     options = _options(config)
     control.listen()
-    source = _read(options)
     report = control.reporter()
 
     def progress(stage: str, done: int, total: int) -> None:
@@ -98,15 +95,14 @@ def run(config: dict, out: Path, control) -> dict:
 
     name, path = options.source()
     control.log(f"heads {options.action} of {options.model} on {path}")
-    if options.action == "importance":
-        spec = options.spec()
+    if options.action == "importance":  # it reads its input itself (a labelled set's classifier on the CPU)
         output = actions.importance(
-            dataclasses.replace(spec, device="cpu") if name == "data" else spec,
-            texts=Path(path) if name == "input" else None, data=Path(path) if name == "data" else None,
+            options.spec(), texts=Path(path) if name == "input" else None, data=Path(path) if name == "data" else None,
             column=options.text_column, label_column=options.label_column, pair_column=options.pair_column,
             limit=options.limit, batch_size=options.batch_size, mask_prob=options.mask_prob, seed=options.seed,
             steps=options.steps, drop=options.drop, progress=progress)
     else:
+        source = _read(options)
         loaded = load_eager(options.spec())
         if options.action == "stats":
             output = actions.stats(loaded, source, clusters=options.clusters, cluster_tokens=options.cluster_tokens,

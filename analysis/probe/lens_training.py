@@ -239,7 +239,6 @@ def train(loaded: LoadedModel, texts: list[str], options, out: Path, progress: C
     opt, scheduler = make_optimizer(lens, options, steps)
     run = {"format": FORMAT, "options": options.to_dict(), "weights_id": loaded.weights_id,
            "texts": texts_digest(texts), "total_steps": steps}
-    out.mkdir(parents=True, exist_ok=True)
     clean_stale_files(out)  # a killed run's half-written checkpoint
     source = _resume_source(out, run, earlier)
     start_step, curve = 0, []
