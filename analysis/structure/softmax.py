@@ -18,7 +18,8 @@ The difference is arithmetic, argued: scikit-learn evaluates the loss and gradie
 (``n_threads = 1`` in its lbfgs path); here they are two float32 matrix products per evaluation (torch, on the
 threads it is given: one per fit in a structure run, whose fits run side by side,
 :func:`analysis.structure.run.parallel_fits`), with the loss summed in float64 so that L-BFGS-B's line search
-sees a smooth function. Tests check the converged model against scikit-learn's (``tests/test_structure_softmax.py``:
+sees a smooth function. Tests check the converged model against scikit-learn's
+(``tests/unit/structure/test_structure_softmax.py``:
 the objective equal to 1e-6 relative, probabilities within 2e-3, predictions identical; float32 resolves the
 objective to about 1e-7, which leaves its flattest directions, the intercepts, free by about 1e-3; measured on
 the test's planted problems with seeds 0-5: 1.2e-5 to 3.0e-4) and the stopping rule (the same iteration count

@@ -1,0 +1,114 @@
+"""Outputs are whole or absent (issue 20.4): a staging folder renamed into place, the old result kept until then."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from analysis.core.inputs import InputError
+from analysis.core.staging import check_replaceable, clean_stale, staged
+from cli.main import main
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def snapshot(folder: Path) -> dict:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def leftovers(parent: Path) -> list[str]:
+    return [p.name for p in parent.iterdir() if ".staging-" in p.name]
+
+
+def test_staged_replaces_only_on_success(tmp_path):
+    out = tmp_path / "out"
+    with staged(out) as stage:
+        (stage / "run.json").write_text("{}")
+        (stage / "a.csv").write_text("first")
+    assert snapshot(out) == {"run.json": b"{}", "a.csv": b"first"}
+    with pytest.raises(RuntimeError), staged(out) as stage:
+        (stage / "run.json").write_text("{}")
+        (stage / "b.csv").write_text("half")
+        raise RuntimeError("interrupted")
+    assert snapshot(out) == {"run.json": b"{}", "a.csv": b"first"} and leftovers(tmp_path) == []
+    with staged(out) as stage:
+        (stage / "run.json").write_text("{}")
+    assert snapshot(out) == {"run.json": b"{}"}  # a new result replaces the old one whole, no stale files
+
+
+def test_a_folder_of_your_own_is_never_replaced(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(InputError, match="LayerLens did not write"):
+        check_replaceable(tmp_path)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(InputError, match="not a directory"):
+        check_replaceable(tmp_path / "file")
+
+
+def test_stale_staging_of_a_dead_process_is_cleaned(tmp_path):
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / f".out.staging-{dead.pid}-abc"
+    stale.mkdir()
+    mine = tmp_path / f".out.staging-{os.getpid()}-abc"
+    mine.mkdir()
+    assert clean_stale(tmp_path / "out") == [stale] and mine.exists()
+
+
+def test_a_probe_that_fails_while_writing_keeps_the_previous_result(tmp_path, tiny_dirs, monkeypatch, capsys):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("the film is good .\nit was dull .\n")
+    out = tmp_path / "out"
+    argv = ["probe", "--model", str(tiny_dirs["bert"]), "--input", str(texts), "--out", str(out)]
+    assert main(argv) == 0
+    before = snapshot(out)
+    texts.write_text("a different text .\n")
+    import cli.probe
+
+    calls = []
+
+    def fail_on_second(frame, path=None, index=False):  # layers.csv is written, then decoded.csv fails
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError("disk full")
+        return frame.to_csv(path, index=index)
+
+    monkeypatch.setattr(cli.probe, "to_csv", fail_on_second)
+    assert main(argv) == 1 and "disk full" in capsys.readouterr().err
+    assert snapshot(out) == before and leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_probe_killed_midway_keeps_the_previous_result(tmp_path, tiny_dirs, sig):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("the film is good .\n")
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "analysis", "probe", "--model", str(tiny_dirs["bert"]), "--input", str(texts),
+            "--batch-size", "1", "--out", str(out)]
+    subprocess.run(argv, cwd=ROOT, check=True, capture_output=True)
+    before = snapshot(out)
+    texts.write_text("".join(f"the film {i} is good and not very dull .\n" for i in range(1800)))
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not leftovers(tmp_path) and time.time() < deadline:  # it is writing into its staging folder
+        time.sleep(0.05)
+    time.sleep(0.5)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err, err[-2000:]
+    assert snapshot(out) == before and leftovers(tmp_path) == []
+
+
+def test_a_one_class_training_set_leaves_no_output_folder(tmp_path, tiny_dirs, capsys):
+    data = tmp_path / "one.csv"
+    data.write_text("text,label\n" + "".join(f"the film {i} .,pos\n" for i in range(10)))
+    out = tmp_path / "run"
+    assert main(["finetune", "--model", str(tiny_dirs["bert"]), "--train", str(data), "--out", str(out)]) == 2
+    assert "single class" in capsys.readouterr().err
+    assert not out.exists() and leftovers(tmp_path) == []
