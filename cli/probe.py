@@ -10,11 +10,11 @@ from tqdm.auto import tqdm
 
 from analysis.core.csvout import to_csv
 from analysis.core.inputs import PROBE_ROW_LIMIT, check_row_limit
-from analysis.core.options import HALF_HELP, HALVES
+from analysis.probe.options import PROBE_FLAGS, ProbeConfig
 from cli.common import (
     UserError,
+    add_option_flag,
     launched,
-    nonnegative_int,
     positive_int,
     prepare_out,
     processes_note,
@@ -28,21 +28,10 @@ def add_probe_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--input", type=Path, required=True, help="texts: .txt (one per line), .csv, .tsv or .jsonl")
     g.add_argument("--column", default="text", help="column holding the texts (csv/tsv/jsonl; default: text)")
     g.add_argument("--pair-column", help="column holding the second text of a pair (e.g. text_pair, aspect)")
-    g.add_argument("--mode", choices=["unmasked", "masked"], default="unmasked",
-                   help="unmasked: the input as is (Kao et al.); masked: every token masked once, 15%% at a time")
-    g.add_argument("--include-special", action="store_true", help="also count [CLS], [SEP] and other specials")
-    g.add_argument("--top-k", type=positive_int, default=5, help="predictions kept per token (default 5)")
-    g.add_argument("--max-length", type=positive_int, help="cut texts to this many tokens (default: the model's limit)")
-    g.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the masked mode's random groups")
-    g.add_argument("--precision", choices=["float32", "certified"], default="float32",
-                   help="the MLM head's vocabulary product: float32 (default), or certified: bf16 on a machine with "
-                   "bf16 units, each row certified equal to float32 or recomputed (identical tables; run.json "
-                   "says what ran). --dtype bfloat16 is the approximate mode, checked against float32 on a sample")
+    for name in PROBE_FLAGS:  # from the schema: default, choices, help; its checks run in cmd_probe
+        add_option_flag(g, name, schema=ProbeConfig)
     g.add_argument("--max-rows", type=positive_int, default=PROBE_ROW_LIMIT, help="refuse inputs with more texts "
                    f"than this (default {PROBE_ROW_LIMIT:,}, the pages' limit)")
-    g.add_argument("--half", choices=HALVES, default="output", help=HALF_HELP + "; with 'attention', "
-                   "layers.csv, decoded.csv and tokens.parquet gain a half column (attention/output) and each layer "
-                   "has two rows, its attention half first (not with --lens: the lens reads layer outputs)")
     g.add_argument("--lens", type=Path, metavar="DIR", help="also read the layers through this tuned lens (`lens "
                    "train`): layers.csv and decoded.csv gain a lens column (raw/tuned) and every row kl_to_final "
                    "and agreement; the tuned per-token rows go to tokens_tuned.parquet")
@@ -53,7 +42,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from analysis.core.inputs import read_file
-    from analysis.probe.reconstruction import ProbeConfig, probe, require_mlm_head
+    from analysis.probe.reconstruction import probe, require_mlm_head
     from analysis.probe.token_sink import TokenSink
     from models.loading import load_model
 
@@ -67,9 +56,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     for note in inputs.notes() if ranks.is_main else ():
         print(f"note: {note}", file=sys.stderr)
     try:
-        config = ProbeConfig(mode=args.mode, include_special=args.include_special, top_k=args.top_k,
-                             batch_size=args.batch_size, max_length=args.max_length, seed=args.seed,
-                             precision=args.precision, half=args.half)
+        config = ProbeConfig(batch_size=args.batch_size, **{name: getattr(args, name) for name in PROBE_FLAGS})
     except ValueError as exc:
         raise UserError(str(exc)) from None
     loaded = load_model(spec)

@@ -29,6 +29,7 @@ METHODS = ("pca", "umap", "tsne")  # 2-D projections
 BACKENDS = ("local", "slurm")  # where a job runs (jobs.backends)
 Truncation = Literal[TRUNCATIONS]  # type: ignore[valid-type]
 Dtype = Literal[DTYPE_NAMES]  # type: ignore[valid-type]
+PRECISIONS = ("float32", "certified")  # analysis.core.precision: the MLM head's vocabulary product
 HALVES = ("output", "attention")  # analysis.core.activations.hidden_states: which states are read
 HALF_HELP = ("which states are read: 'output' the embeddings and each layer's output (L + 1 states); 'attention' "
              "also the residual stream after each layer's attention block, before its feed-forward block (2L + 1 "
@@ -55,7 +56,7 @@ class Options(BaseModel):
 
     def replace(self, **changes):
         """A validated copy with ``changes`` (``dataclasses.replace`` for these schemas)."""
-        return type(self)(**{**self.to_dict(), **changes})
+        return type(self)(**{**self.model_dump(), **changes})
 
 
 class ModelOptions(Options):

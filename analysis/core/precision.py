@@ -29,7 +29,8 @@ from pathlib import Path
 
 import torch
 
-PRECISIONS = ("float32", "certified")
+from analysis.core.options import PRECISIONS  # noqa: F401  (defined torch-free, for the options schemas)
+
 FORCE_ENV = "LAYERLENS_BF16_UNITS"  # "1"/"0": say the machine has (not) bf16 matrix units (tests, benchmarks)
 
 

@@ -1,13 +1,54 @@
-"""The tuned lens' options, defined once (:class:`LensOptions`): the ``lens train`` flags, a ``lens`` job's JSON
-and the page's form are derived from it."""
+"""The probe technique's options, each defined once: :class:`ProbeConfig` (the reconstruction probe; the
+``layerlens probe`` flags and a run.json's ``options`` come from it) and :class:`LensOptions` (the tuned lens; the
+``lens train`` flags, a ``lens`` job's JSON and the page's form come from it)."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
-from analysis.core.options import MAX_SEED, ModelOptions, text_column
+from analysis.core.options import HALF_HELP, HALVES, MAX_SEED, PRECISIONS, ModelOptions, Options, text_column
+
+MODES = ("unmasked", "masked")
+PROBE_FLAGS = ("mode", "include_special", "top_k", "max_length", "seed", "precision", "half")  # `layerlens probe`'s
+
+
+class ProbeConfig(Options):
+    """The reconstruction probe's options (Kao et al. 2020, §3: each layer read through the model's own MLM head).
+    Frozen: a page's remembered result is keyed by it. ``batch_size`` and ``logits_budget_bytes`` change the
+    memory a run takes, never its numbers."""
+
+    model_config = ConfigDict(frozen=True)
+
+    mode: Literal[MODES] = Field("unmasked", title="mode", description="unmasked: the input as is (Kao et "  # type: ignore[valid-type]
+                                 "al.); masked: every token masked once, 15% at a time")
+    include_special: bool = Field(False, title="include special tokens", description="also count [CLS], [SEP] and "
+                                  "other specials")
+    top_k: int = Field(5, ge=1, title="top-k", description="predictions kept per token")
+    batch_size: int = Field(32, ge=1, title="batch size", description="texts per forward pass")
+    max_length: int | None = Field(None, ge=2, title="max length", description="cut texts to this many tokens "
+                                   "(default: the model's limit)")
+    mask_fraction: float = Field(0.15, gt=0, le=1, title="mask fraction", description="the masked mode's share of "
+                                 "a text's tokens masked at once")
+    seed: int = Field(0, ge=0, le=MAX_SEED, title="seed", description="seed of the masked mode's random groups")
+    logits_budget_bytes: int = Field(32 * 2**20, ge=1, title="logits budget", description="bytes of vocabulary "
+                                     "logits held at once")
+    precision: Literal[PRECISIONS] = Field("float32", title="precision", description="the MLM head's "  # type: ignore[valid-type]
+                                           "vocabulary product: float32 (default), or certified: bf16 on a "
+                                           "machine with bf16 units, each row certified equal to float32 or "
+                                           "recomputed (identical tables; run.json says what ran). --dtype "
+                                           "bfloat16 is the approximate mode, checked against float32 on a sample")
+    half: Literal[HALVES] = Field("output", title="half", description=HALF_HELP + "; with 'attention', "  # type: ignore[valid-type]
+                                  "layers.csv, decoded.csv and tokens.parquet gain a half column "
+                                  "(attention/output) and each layer has two rows, its attention half first (not "
+                                  "with --lens: the lens reads layer outputs)")
+
+    def to_dict(self) -> dict:  # "half" only when it is not the default: a run.json reads as before
+        out = self.model_dump()
+        if self.half == "output":
+            out.pop("half")
+        return out
 
 
 class LensOptions(ModelOptions):

@@ -44,62 +44,21 @@ from analysis.core.activations import (
 )
 from analysis.core.inputs import InputError, TextInputs
 from analysis.core.memory import release_freed_memory
-from analysis.core.options import HALVES
 from analysis.core.parallel import ONE, Ranks
-from analysis.core.precision import PRECISIONS, describe, dtype_of, head_product
+from analysis.core.precision import describe, dtype_of, head_product
 from analysis.core.scores import bootstrap_counts
 from analysis.probe.certified import Certified, CertifiedHead
+from analysis.probe.options import ProbeConfig
 from analysis.probe.rowstats import row_stats
 from analysis.probe.token_sink import TokenSink
 from models.loading import LoadedModel
 
-MODES = ("unmasked", "masked")
 LAYER_COLUMNS = ["layer", "tokens", "correct", "accuracy", "sentence_mean", "ci_low", "ci_high"]
 DIVERGENCE_COLUMNS = ["kl_to_final", "agreement"]  # with a lens (or divergence=True)
 
 
 class Stopped(Exception):
     """The caller asked the probe to stop."""
-
-
-@dataclasses.dataclass(frozen=True)
-class ProbeConfig:
-    mode: str = "unmasked"
-    include_special: bool = False
-    top_k: int = 5
-    batch_size: int = 32
-    max_length: int | None = None  # default: the model's own limit
-    mask_fraction: float = 0.15
-    seed: int = 0
-    logits_budget_bytes: int = 32 * 2**20
-    precision: str = "float32"  # analysis.core.precision: "float32", or "certified" (bf16 product, float32 tables)
-    half: str = "output"  # analysis.core.activations.HALVES: "attention" also reads each layer's attention half
-
-    def __post_init__(self):
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {', '.join(MODES)}, not '{self.mode}'")
-        if self.top_k < 1:
-            raise ValueError("top-k must be at least 1")
-        if self.batch_size < 1:
-            raise ValueError("batch size must be at least 1")
-        if self.max_length is not None and self.max_length < 2:
-            raise ValueError("max length must be at least 2")
-        if not 0 < self.mask_fraction <= 1:
-            raise ValueError("mask fraction must be in (0, 1]")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not '{self.precision}'")
-        if self.half not in HALVES:
-            raise ValueError(f"half must be one of {', '.join(HALVES)}, not '{self.half}'")
-
-    def to_dict(self) -> dict:  # "half" only when it is not the default: a run.json reads as before
-        out = dataclasses.asdict(self)
-        if self.half == "output":
-            out.pop("half")
-        return out
-
-    @classmethod
-    def from_dict(cls, d: dict) -> ProbeConfig:
-        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
 
 
 @dataclasses.dataclass
@@ -215,7 +174,7 @@ def require_mlm_head(loaded: LoadedModel) -> None:
                          "device, precision, MLM head': 'Read layers with the MLM head of'")
 
 
-def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig = ProbeConfig(),
+def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig | None = None,
           sink: TokenSink | None = None, progress: Callable[[int, int], None] | None = None,
           should_stop: Callable[[], bool] | None = None, ranks: Ranks = ONE, lens=None,
           divergence: bool = False, check_agreement: bool = True) -> ProbeResult | None:
@@ -229,6 +188,7 @@ def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig = ProbeCo
     Under a launcher (``ranks``, :mod:`analysis.core.parallel`) each process probes its share of the batches and the
     main process merges them in plan order: it alone gets the result (others get None), calls ``progress`` (for
     the whole run) and ``should_stop``, and writes to ``sink``. The rows and numbers equal one process's."""
+    config = config or ProbeConfig()
     require_mlm_head(loaded)
     if config.half != "output" and lens is not None:
         raise InputError("a tuned lens is trained on each layer's output: read the attention halves with the MLM "
@@ -344,7 +304,7 @@ def approximate_check(loaded: LoadedModel, inputs: TextInputs, config: ProbeConf
                         tuple(inputs.pairs[:AGREEMENT_TEXTS]) if inputs.pairs else None)
     reference = load_model(reference_spec(loaded.spec))
     ref_lens = copy.deepcopy(lens).float() if lens is not None else None
-    cheap = dataclasses.replace(config, precision="float32")
+    cheap = config.replace(precision="float32")
     ours = probe(loaded, sample, cheap, lens=lens, check_agreement=False)
     theirs = probe(reference, sample, cheap, lens=ref_lens, check_agreement=False)
     a, b = ours.tokens, theirs.tokens

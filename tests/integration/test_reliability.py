@@ -21,7 +21,7 @@ from tests.unit.training.test_training import bert4  # noqa: F401  (a fixture)
     (["atlas", "--model", "demo", "--data", "analysis/data/demo_sentiment.csv", "--seed", "-1", "--out", "OUT"],
      "--seed: must be 0 or more, got -1"),
     (["probe", "--model", "demo", "--input", "analysis/data/demo_sentiment.csv", "--seed", "-2", "--out", "OUT"],
-     "--seed: must be 0 or more, got -2"),
+     "seed: must be at least 0, got '-2'"),
     (["finetune", "--model", "demo", "--train", "demo", "--weight-decay", "-0.1", "--out", "OUT"],
      "weight_decay (weight decay): must be at least 0"),
     (["probe", "--model", "demo", "--input", "analysis/data/demo_sentiment.csv", "--out", "FILE/sub"],

@@ -115,7 +115,7 @@ def test_the_attention_halves_are_refused_with_a_lens(tiny_dirs):
     loaded = load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu"))
     with pytest.raises(InputError, match="tuned lens is trained on each layer's output"):
         probe(loaded, TextInputs(("a film",)), ProbeConfig(half="attention"), lens=object())
-    with pytest.raises(ValueError, match="half must be one of"):
+    with pytest.raises(ValueError, match="half: must be one of"):
         ProbeConfig(half="ffn")
     assert "half" not in ProbeConfig().to_dict() and ProbeConfig(half="attention").to_dict()["half"] == "attention"
 
