@@ -6,15 +6,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from analysis.atlas.options import COLOR_BY
+from analysis.atlas.options import ATLAS_FLAGS, AtlasConfig
 from analysis.core.csvout import to_csv
 from analysis.core.inputs import check_row_limit
-from analysis.core.options import METHODS, POOLINGS
 from cli.common import (
     StageBars,
     UserError,
+    add_option_flag,
     launched,
-    nonnegative_int,
     positive_int,
     prepare_out,
     processes_note,
@@ -33,16 +32,8 @@ def add_atlas_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--text-column", default="text", help="column holding the texts (default: text)")
     g.add_argument("--pair-column", help="column holding the second text of a pair (aspect, hypothesis)")
     g.add_argument("--label-column", default="label", help="column holding the class labels (default: label)")
-    g.add_argument("--pooling", choices=POOLINGS, default="cls",
-                   help="cls: first token (default); mean: mean of counted tokens")
-    g.add_argument("--method", choices=METHODS, default="pca", help="2-D projection (default pca)")
-    g.add_argument("--color-by", choices=COLOR_BY, default="label", help="a classifier checkpoint can also colour "
-                   "its points by its own prediction or by whether it is correct (coords.csv gains prediction, "
-                   "probability, correct)")
-    g.add_argument("--layers", default="-6:", help="hidden states to project: all, a slice (default -6:) or 0,4,8")
-    g.add_argument("--max-length", type=positive_int, help="cut texts to this many tokens (default: the model's limit)")
-    g.add_argument("--folds", type=positive_int, default=5, help="folds of the linear probe (default 5)")
-    g.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the folds, the projection and any sample")
+    for name in ATLAS_FLAGS:  # from the schema: default, choices, help; its checks run in cmd_atlas
+        add_option_flag(g, name, schema=AtlasConfig)
     g.add_argument("--sample", type=positive_int, help="use a random sample of this many rows")
     g.add_argument("--max-rows", type=positive_int, help="refuse more rows than this (default: the pages' limit, "
                    "LAYERLENS_ATLAS_MAX_ROWS or 20,000)")
@@ -50,15 +41,14 @@ def add_atlas_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_atlas(args: argparse.Namespace) -> int:
     """Layer atlas: per-layer sentence vectors in 2-D, separability per layer, layer x layer CKA."""
-    from analysis.atlas.atlas import AtlasConfig, atlas
+    from analysis.atlas.atlas import atlas
     from analysis.core.inputs import from_hub_dataset, max_rows, read_file
     from analysis.core.layers import layers_note, parse_layers
     from models.loading import load_model
 
     if args.out is None:
         raise UserError("--out DIR is required: the atlas writes coords.csv, separability.csv, cka.csv, run.json")
-    config = AtlasConfig(pooling=args.pooling, method=args.method, layers=args.layers, max_length=args.max_length,
-                         batch_size=args.batch_size, folds=args.folds, seed=args.seed, color_by=args.color_by)
+    config = AtlasConfig(batch_size=args.batch_size, **{name: getattr(args, name) for name in ATLAS_FLAGS})
     if args.data is not None:
         data = read_file(args.data, args.text_column, args.pair_column, label_column=args.label_column)
     else:
@@ -70,9 +60,9 @@ def cmd_atlas(args: argparse.Namespace) -> int:
         print(f"note: {note}", file=sys.stderr)
     if args.sample:
         if args.sample < len(data) and ranks.is_main:
-            print(f"note: using a random sample of {args.sample:,} of {len(data):,} rows (seed {args.seed})",
+            print(f"note: using a random sample of {args.sample:,} of {len(data):,} rows (seed {config.seed})",
                   file=sys.stderr)
-        data = data.sample(args.sample, args.seed)
+        data = data.sample(args.sample, config.seed)
     check_row_limit(data, args.max_rows or max_rows(), "atlas'", sample=True)
     loaded = load_model(spec)
     parse_layers(args.layers, loaded.num_layers + 1)  # a bad --layers is said before any work

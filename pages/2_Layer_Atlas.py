@@ -1,11 +1,11 @@
 """Layer atlas (Song et al. 2020 Fig. 2; Sun et al. 2019 Tab. 3): each layer's sentence vectors by class."""
 
 
-import dataclasses
 
 import streamlit as st
 
-from analysis.atlas.atlas import COLOR_BY, AtlasConfig, atlas
+from analysis.atlas.atlas import atlas
+from analysis.atlas.options import COLOR_BY, AtlasConfig
 from analysis.atlas.plots import atlas_grid, separability_curve
 from analysis.core.csvout import to_csv
 from analysis.core.figures import cka_heatmap
@@ -72,7 +72,7 @@ except InputError as exc:
 def run(spec: ModelSpec, label: str):
     """The atlas of ``spec`` on the inputs, shared across sessions."""
     key = result_key(spec.resolved().to_dict(), inputs.content_hash(), inputs.ids, config.to_dict())
-    own = config if spec.name == loaded.spec.name else dataclasses.replace(config, color_by="label")
+    own = config if spec.name == loaded.spec.name else config.replace(color_by="label")
     return shared_result(key, label, lambda report: atlas(
         model_cache().get(spec), inputs, own,
         progress=lambda stage, done, n: report(done / max(n, 1), f"{label}: {stage} {done}/{n}")))

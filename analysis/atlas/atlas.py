@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from analysis.atlas.options import COLOR_BY
+from analysis.atlas.options import AtlasConfig
 from analysis.core.activations import (
     encode,
     make_batch,
@@ -32,42 +32,13 @@ from analysis.core.activations import (
 from analysis.core.cka import constant_layers, linear_cka
 from analysis.core.inputs import InputError, TextInputs, check_row_limit, max_rows
 from analysis.core.layers import parse_layers
-from analysis.core.options import POOLINGS
 from analysis.core.parallel import ONE, Ranks
 from analysis.core.precision import model_mode
-from analysis.core.projection import METHOD_NAMES, METHODS, project_layers
+from analysis.core.projection import METHOD_NAMES, project_layers
 from analysis.core.separability import SEPARABILITY_COLUMNS, SILHOUETTE_MAX_ROWS, check_labels, separability
 from analysis.core.store import ArrayStore
 from analysis.core.vectors import Progress, extract, representations
 from models.loading import LoadedModel, load_model, split_pooling
-
-
-@dataclasses.dataclass(frozen=True)
-class AtlasConfig:
-    pooling: str = "cls"
-    method: str = "pca"
-    layers: str = "-6:"  # "all", a Python slice such as "-6:", or a list such as "0,4,8"
-    max_length: int | None = None
-    batch_size: int = 32
-    folds: int = 5
-    seed: int = 0
-    color_by: str = "label"  # or, for a classifier checkpoint, its own "prediction" or whether it is "correct"
-
-    def __post_init__(self):
-        if self.color_by not in COLOR_BY:
-            raise InputError(f"unknown colouring '{self.color_by}'; choose one of {', '.join(COLOR_BY)}")
-        if self.pooling not in POOLINGS:
-            raise InputError(f"unknown pooling '{self.pooling}'; choose one of {', '.join(POOLINGS)}")
-        if self.method not in METHODS:
-            raise InputError(f"unknown method '{self.method}'; choose one of {', '.join(METHODS)}")
-        if self.folds < 2:
-            raise InputError(f"the linear probe needs at least 2 folds, got {self.folds}")
-        if self.batch_size < 1 or (self.max_length is not None and self.max_length < 2):
-            raise InputError("batch size must be at least 1 and max length at least 2")
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
 
 # --- representations ---------------------------------------------------------------------------------------
 
@@ -161,12 +132,13 @@ def approximate_check(loaded: LoadedModel, inputs: TextInputs, config: AtlasConf
     return {"agreement": {"rows": m, "cka_per_layer": [round(c, 6) for c in cka], "min_cka": float(np.nanmin(cka))}}
 
 
-def atlas(loaded: LoadedModel, inputs: TextInputs, config: AtlasConfig = AtlasConfig(),
+def atlas(loaded: LoadedModel, inputs: TextInputs, config: AtlasConfig | None = None,
           progress: Progress | None = None, store: ArrayStore | None = None,
           ranks: Ranks = ONE, row_limit: int | None = None) -> AtlasResult | None:
     """Representations (cached), projections of the chosen layers, separability of every layer and CKA.
     Under a launcher the processes share the extraction; the main process does the rest and alone gets the
     result (others get None)."""
+    config = config or AtlasConfig()
     start = time.perf_counter()
     check_row_limit(inputs, row_limit or max_rows(), "atlas'", sample=True)  # LAYERLENS_ATLAS_MAX_ROWS
     counts = check_labels(inputs.labels, config.folds)

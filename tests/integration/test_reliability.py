@@ -19,7 +19,7 @@ from tests.unit.training.test_training import bert4  # noqa: F401  (a fixture)
     (["atlas", "--model", "demo", "--hf-dataset", "", "--out", "OUT"], "no dataset name given"),
     (["finetune", "--model", "demo", "--train", "hf:/etc:train", "--out", "OUT"], "no dataset name given"),
     (["atlas", "--model", "demo", "--data", "analysis/data/demo_sentiment.csv", "--seed", "-1", "--out", "OUT"],
-     "--seed: must be 0 or more, got -1"),
+     "seed: must be at least 0, got '-1'"),
     (["probe", "--model", "demo", "--input", "analysis/data/demo_sentiment.csv", "--seed", "-2", "--out", "OUT"],
      "seed: must be at least 0, got '-2'"),
     (["finetune", "--model", "demo", "--train", "demo", "--weight-decay", "-0.1", "--out", "OUT"],
