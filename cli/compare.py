@@ -6,7 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from analysis.core.options import POOLINGS
+from analysis.compare.options import COMPARE_FLAGS, PAIRINGS, CompareConfig
+from analysis.core.options import help_text
 from cli.common import (
     StageBars,
     UserError,
@@ -32,9 +33,6 @@ def add_compare_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--head-from", metavar="MODEL", help="lend this masked LM's MLM head to every compared model that "
                    "has none of its own (a fine-tuned classifier: the model it was fine-tuned from), for the "
                    "reconstruction columns; a model with its own head keeps it")
-    g.add_argument("--reconstruction", action=argparse.BooleanOptionalAction, default=True,
-                   help="each model's reconstruction accuracy per layer through its MLM head and the change "
-                   "(default on; a model without a head gets blank columns, run.json says why)")
     for name in ("device", "dtype", "allow_pickle"):
         add_option_flag(g, name)
     g.add_argument("--data", type=Path, help="rows: .txt, .csv, .tsv or .jsonl (labels optional)")
@@ -42,19 +40,10 @@ def add_compare_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--pair-column", help="column holding the second text of a pair")
     g.add_argument("--label-column", default="label", help="column holding the class labels, if any (default: "
                    "label; without it the probe columns are left out)")
-    g.add_argument("--pooling", choices=POOLINGS, default="cls", help="sentence vector (default cls)")
-    g.add_argument("--max-length", type=positive_int, help="cut texts to this many tokens (default: the limit)")
-    g.add_argument("--batch-size", type=positive_int, default=32, help="texts per forward pass (default 32)")
-    g.add_argument("--folds", type=positive_int, default=5, help="folds of the linear probe (default 5)")
-    g.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the folds, of the sentence bootstrap "
-                   "and of the rows the CKA interval uses above 1,000")
+    for name in COMPARE_FLAGS:  # from the schema: default, choices, help; its checks run in cmd_compare
+        add_option_flag(g, name, schema=CompareConfig)
     g.add_argument("--bootstrap", type=positive_int, help=argparse.SUPPRESS)  # before the CKA jackknife: ignored
-    g.add_argument("--debiased", action="store_true", help="debiased CKA (Nguyen et al. 2021) instead of linear CKA "
-                   "in layer_summary.csv's cka columns only (cka_cross.csv stays linear CKA; it matters for few rows)")
-    g.add_argument("--pair-layers", choices=("index", "relative"), default="index", help="models of different depth: "
-                   "pair layers by index (0 .. the shallower model's last; default) or by relative depth (layer / L: "
-                   "every layer of the shallower model with the deeper one's nearest); run.json lists the pairs and "
-                   "the layers left out (cka_cross.csv has every pair)")
+    g.add_argument("--pair-layers", choices=PAIRINGS, default="index", help=help_text("pairing", CompareConfig))
     g.add_argument("--out", type=Path, help="directory for cka_cross.csv, layer_summary.csv, movers.csv, "
                    "coords_aligned.csv, run.json")
 
@@ -114,7 +103,7 @@ def load(spec, args: argparse.Namespace):
 def cmd_compare(args: argparse.Namespace) -> int:
     """Compare checkpoints layer by layer."""
     from analysis.compare.checks import check_rows
-    from analysis.compare.run import CompareConfig, compare
+    from analysis.compare.run import compare
 
     if args.out is None:
         raise UserError("--out DIR is required: compare writes cka_cross.csv, layer_summary.csv, movers.csv, "
@@ -129,9 +118,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.bootstrap is not None:
         print("note: --bootstrap is ignored: the CKA interval is a delete-one jackknife over the rows now (no "
               "resamples)", file=sys.stderr)
-    config = CompareConfig(pooling=args.pooling, max_length=args.max_length, batch_size=args.batch_size,
-                           folds=args.folds, seed=args.seed, debiased=args.debiased,
-                           reconstruction=args.reconstruction, pairing=args.pair_layers)
+    config = CompareConfig(pairing=args.pair_layers, **{name: getattr(args, name) for name in COMPARE_FLAGS})
     extra: dict = {}
     if args.job is not None:
         return write(*compare_job(args, config), args)

@@ -7,6 +7,7 @@ import numpy as np
 import streamlit as st
 
 from analysis.compare.epochs import compare_epochs, validation_rows
+from analysis.compare.options import CompareConfig
 from analysis.compare.plots import (
     aligned_map,
     epoch_colours,
@@ -15,7 +16,7 @@ from analysis.compare.plots import (
     paired_accuracy_curves,
     paired_cka_curve,
 )
-from analysis.compare.run import CompareConfig, compare
+from analysis.compare.run import compare
 from analysis.core.csvout import to_csv
 from analysis.core.dataroots import browser_model
 from analysis.core.figures import cka_heatmap, plain

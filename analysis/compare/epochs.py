@@ -17,7 +17,6 @@ Nothing here reads the job store (:mod:`analysis` does not import :mod:`jobs`): 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 
@@ -26,9 +25,9 @@ import pandas as pd
 from threadpoolctl import threadpool_limits
 
 from analysis.compare.checks import check_rows
+from analysis.compare.options import CompareConfig
 from analysis.compare.predictions import own_predictions
 from analysis.compare.run import (
-    CompareConfig,
     CompareResult,
     add_head_predictions,
     add_reconstruction,
@@ -77,7 +76,7 @@ def compare_epochs(base: LoadedModel, run: JobRun, config: CompareConfig | None 
     check_rows(rows, config.folds, config.debiased)
     epochs = run.epochs()
     max_length = run.metrics.get("max_length_used") or run.options.training().max_length
-    config = dataclasses.replace(config, max_length=max_length)
+    config = config.replace(max_length=max_length)
     a = representations(base, rows, "cls", max_length, config.batch_size, progress,
                         truncation=run.options.training().truncation, mmap=True)[0]
     names = {e: f"{run.label} · epoch {e}" for e in epochs}

@@ -31,6 +31,7 @@ from threadpoolctl import threadpool_limits
 
 from analysis.compare.checks import check_rows, layer_pairs, pairing_info, same_tokenizer, same_tokens
 from analysis.compare.movers import mcnemar, movement, neighbour_overlap, procrustes_rotation
+from analysis.compare.options import CompareConfig
 from analysis.compare.predictions import own_predictions
 from analysis.compare.recon import COLUMNS, RESAMPLES, reconstruction_rows
 from analysis.core.cka import constant_layer, cross_cka, paired_cka
@@ -38,24 +39,7 @@ from analysis.core.inputs import InputError, TextInputs
 from analysis.core.scores import majority_baseline, wilson_interval
 from models.loading import LoadedModel
 
-NEIGHBOURS = 10
 CHANGED = 0.5  # an example whose neighbours "mostly changed": fewer than half of its 10 nearest are kept
-
-
-@dataclasses.dataclass(frozen=True)
-class CompareConfig:
-    pooling: str = "cls"
-    max_length: int | None = None
-    batch_size: int = 32
-    folds: int = 5
-    seed: int = 0
-    debiased: bool = False
-    neighbours: int = NEIGHBOURS
-    reconstruction: bool = True  # each model read by its MLM head (own or lent): analysis.compare.recon
-    pairing: str = "index"  # how layers pair when depths differ: analysis.compare.checks.layer_pairs
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass
@@ -125,7 +109,7 @@ def pair_coords(coords: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def compare_pair(a: np.ndarray, b: np.ndarray, names: tuple[str, str], inputs: TextInputs,
-                 config: CompareConfig = CompareConfig(), oof_a: dict | None = None,
+                 config: CompareConfig | None = None, oof_a: dict | None = None,
                  maps: bool = True) -> tuple[list, list, list, list]:
     """One pair's tables from the vectors ``a`` ``(L_A + 1, n, d)`` and ``b`` of the same rows of ``inputs`` (arrays
     or memory-mapped files: read two layers at a time, one of each, so memory stays bounded by two layers' vectors):
@@ -140,6 +124,7 @@ def compare_pair(a: np.ndarray, b: np.ndarray, names: tuple[str, str], inputs: T
     ``threadpoolctl.threadpool_limits(1, "blas")`` (as :func:`compare` does). Measured on the 2-core machine with
     another process busy: OpenBLAS's two threads took 3.6 s for a 768 x 768 ``eigh`` that one thread does in 0.11 s
     (its threads spin-wait for the busy core)."""
+    config = config or CompareConfig()
     from analysis.core.separability import out_of_fold
 
     name_a, name_b = names
@@ -297,10 +282,11 @@ def add_head_predictions(movers: list[pd.DataFrame], a: list[str] | None, b: lis
         frame.insert(at, "head_prediction_a", a if a is not None else None)
 
 
-def compare(models: list[LoadedModel], inputs: TextInputs, config: CompareConfig = CompareConfig(),
+def compare(models: list[LoadedModel], inputs: TextInputs, config: CompareConfig | None = None,
             progress=None, names: list[str] | None = None) -> CompareResult:
     """Compare ``models[1:]`` each with ``models[0]`` on ``inputs`` (module docstring). ``names``: how the tables
     name each model (default its ``spec.name``; ``job #3 (cls, demo)`` for a job's checkpoint)."""
+    config = config or CompareConfig()
     from analysis.core.vectors import representations
 
     names = list(names) if names is not None else [m.spec.name for m in models]
