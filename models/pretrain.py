@@ -16,11 +16,9 @@ tokenizer (``--tokenizer models/demo`` reproduces the committed demo model).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gzip
 import json
 import logging
-import math
 import platform
 import random
 import sys
@@ -28,6 +26,7 @@ import time
 from pathlib import Path
 
 import torch
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from tqdm.auto import tqdm
 from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast, DataCollatorForLanguageModeling
@@ -37,29 +36,35 @@ log = logging.getLogger(__name__)
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
-@dataclasses.dataclass
-class PretrainConfig:
-    """Model size and optimisation settings. ``small`` is the demo model; ``tiny`` exists for tests."""
+class PretrainConfig(BaseModel):
+    """Model size and optimisation settings. ``small`` is the demo model; ``tiny`` exists for tests. A pydantic
+    schema like the techniques' options (it sits under ``analysis/``, so it takes pydantic's base directly)."""
 
-    vocab_size: int = 6000
-    hidden_size: int = 256
-    num_layers: int = 4
-    num_heads: int = 4
-    intermediate_size: int = 1024
-    seq_len: int = 64
-    batch_size: int = 32
-    steps: int = 4000
-    lr: float = 1e-3
-    warmup_fraction: float = 0.06
-    weight_decay: float = 0.01
-    short_seq_prob: float = 0.1  # as in BERT: some chunks are shorter, so [SEP] and padding appear everywhere
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    vocab_size: int = Field(6000, ge=len(SPECIAL_TOKENS) + 1)
+    hidden_size: int = Field(256, ge=1)
+    num_layers: int = Field(4, ge=1)
+    num_heads: int = Field(4, ge=1)
+    intermediate_size: int = Field(1024, ge=1)
+    seq_len: int = Field(64, ge=4)
+    batch_size: int = Field(32, ge=1)
+    steps: int = Field(4000, ge=1)
+    lr: float = Field(1e-3, gt=0)
+    warmup_fraction: float = Field(0.06, ge=0, le=1)
+    weight_decay: float = Field(0.01, ge=0)
+    short_seq_prob: float = Field(0.1, ge=0, le=1)  # as in BERT: some chunks are shorter, so [SEP] and padding appear
     # No dropout: in short runs it keeps the model at the unigram plateau far longer (measured: a 4-layer BERT
     # on a copy-the-neighbour task escaped after ~220 steps without dropout, not within 300 with 0.1).
-    dropout: float = 0.0
-    seed: int = 0
+    dropout: float = Field(0.0, ge=0, lt=1)
+    seed: int = Field(0, ge=0, le=2**32 - 1)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return self.model_dump()
+
+    def replace(self, **changes) -> PretrainConfig:
+        """A validated copy with ``changes`` (pydantic.ValidationError on a bad value)."""
+        return type(self)(**{**self.model_dump(), **changes})
 
 
 PRESETS = {
@@ -413,11 +418,11 @@ def main(argv: list[str] | None = None) -> int:
         if path is not None and not path.is_file():
             print(f"error: no such file: {path}", file=sys.stderr)
             return 2
-    cfg = dataclasses.replace(PRESETS[args.config], seed=args.seed)
-    if args.steps is not None:
-        cfg = dataclasses.replace(cfg, steps=args.steps)
-    if not math.isfinite(cfg.lr) or cfg.steps < 1:
-        print("error: --steps must be at least 1", file=sys.stderr)
+    try:
+        cfg = PRESETS[args.config].replace(seed=args.seed, **({} if args.steps is None else {"steps": args.steps}))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        print(f"error: --{first['loc'][0]}: {first['msg'].lower()}, got {first['input']!r}", file=sys.stderr)
         return 2
     if args.init_from is not None and not (args.init_from / "config.json").is_file():
         print(f"error: no saved model in {args.init_from}", file=sys.stderr)

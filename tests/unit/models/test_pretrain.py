@@ -1,4 +1,3 @@
-import dataclasses
 import gzip
 import random
 from pathlib import Path
@@ -97,9 +96,13 @@ def test_cli_rejects_a_missing_corpus(tmp_path, capsys):
     assert "no such file" in capsys.readouterr().err
 
 
-def test_presets_are_dataclasses():
-    cfg = dataclasses.replace(PRESETS["small"], steps=5)
+def test_presets_are_validated_schemas(small_corpus, tmp_path, capsys):
+    cfg = PRESETS["small"].replace(steps=5)
     assert cfg.to_dict()["steps"] == 5 and PRESETS["small"].steps != 5
+    assert list(cfg.to_dict())[:3] == ["vocab_size", "hidden_size", "num_layers"]  # the model card's order
+    assert pretrain_main(["--corpus", str(small_corpus), "--out", str(tmp_path / "o"), "--steps", "0"]) == 2
+    assert "error: --steps: input should be greater than or equal to 1, got 0" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
 
 
 def test_tokenizer_trainings_agree_on_almost_every_token(small_corpus):
