@@ -13,6 +13,7 @@ import torch
 from analysis.core.activations import counted_mask, encode, hidden_states, make_batch, max_input_length
 from analysis.core.cka import linear_cka
 from analysis.core.inputs import TextInputs
+from analysis.core.vectors import run_plan
 from analysis.duplication.plan import duplicate_first, preview
 from models.loading import LoadedModel
 
@@ -24,14 +25,17 @@ def token_states(loaded: LoadedModel, inputs: TextInputs, max_tokens: int = 4000
     tok = loaded.tokenizer
     encoded = encode(tok, inputs, max_input_length(loaded))
     special = list(tok.all_special_ids)
-    parts, n = [], 0
-    for start in range(0, len(encoded), batch_size):
-        batch = make_batch(encoded, list(range(start, min(start + batch_size, len(encoded)))), tok.pad_token_id,
-                           loaded.spec.device)
+
+    def run(idx: list[int]) -> np.ndarray:
+        batch = make_batch(encoded, idx, tok.pad_token_id, loaded.spec.device)
         keep = counted_mask(batch, special, include_special=False)
-        states = torch.stack(hidden_states(loaded, batch))[:, keep]  # (L + 1, tokens, hidden)
-        parts.append(states.float().cpu().numpy())
-        n += states.shape[1]
+        return torch.stack(hidden_states(loaded, batch))[:, keep].float().cpu().numpy()  # (L + 1, tokens, hidden)
+
+    plan = [list(range(start, min(start + batch_size, len(encoded)))) for start in range(0, len(encoded), batch_size)]
+    parts, n = [], 0
+    for step in run_plan(plan, run):  # in input order, so the first max_tokens positions are the same every time
+        parts.extend(step)
+        n += sum(states.shape[1] for states in step)
         if n >= max_tokens:
             break
     return np.concatenate(parts, axis=1)[:, :max_tokens]

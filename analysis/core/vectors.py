@@ -1,16 +1,21 @@
-"""Sentence vectors: every hidden state's pooled vector of each text (Song et al. 2020 §3.3.1: the [CLS] state;
-or the mean over counted tokens, or a sentence encoder's own pooling), extracted in length buckets and cached on
-disk by model fingerprint, data hash, pooling and max length (:mod:`analysis.core.store`)."""
+"""The one extraction loop (:func:`run_plan`: batches of texts through the encoder, shared by the processes of a
+launcher, gathered in plan order), and sentence vectors on it: every hidden state's pooled vector of each text
+(Song et al. 2020 §3.3.1: the [CLS] state; or the mean over counted tokens, or a sentence encoder's own pooling),
+extracted in length buckets and cached on disk by model fingerprint, data hash, pooling and max length
+(:mod:`analysis.core.store`). Word vectors (:mod:`analysis.structure.words`), token vectors
+(:mod:`analysis.tokens.vectors`) and the duplication's token states run on the same loop."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
 
 import numpy as np
 import torch
 
 from analysis.core.activations import (
+    Encoded,
     bucket_indices,
     counted_mask,
     encode,
@@ -25,6 +30,30 @@ from analysis.core.store import ArrayStore, key_of
 from models.loading import LoadedModel, split_pooling
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total): every extraction's progress callback
+T = TypeVar("T")
+
+
+def batch_plan(loaded: LoadedModel, encoded: Encoded, batch_size: int, ranks: Ranks = ONE) -> list[list[int]]:
+    """The length-bucketed batches of ``encoded`` (:func:`analysis.core.activations.bucket_indices`), made by the
+    main process and the same in every process."""
+    return ranks.broadcast(list(bucket_indices(encoded, batch_size, loaded)) if ranks.is_main else None)
+
+
+def run_plan(plan: Sequence[list[int]], run: Callable[[list[int]], T], ranks: Ranks = ONE,
+             stop: Callable[[], BaseException | None] | None = None) -> Iterator[list[T]]:
+    """THE extraction loop: each batch of ``plan`` (lists of text indices, the same in every process) through
+    ``run`` (its batch halved on running out of memory: :func:`analysis.core.activations.halving_on_oom`), the
+    processes of a launcher taking one batch each per step (:meth:`analysis.core.parallel.Ranks.steps`).
+    Yields, in the main process, each step's results in plan order (one per batch, or more where a batch was
+    halved); the other processes yield nothing and must run the generator to its end (or the main process's
+    break), step by step, as the main process does. ``stop``: asked by the main process before each step; the
+    exception it returns (a Stop pressed) is raised in every process."""
+    for idx in ranks.steps(plan):
+        if stop is not None and (stopped := ranks.broadcast(stop() if ranks.is_main else None)) is not None:
+            raise stopped
+        gathered = ranks.gather(list(halving_on_oom(run, idx)) if idx is not None else [])
+        if ranks.is_main:
+            yield [result for rank_results in gathered for result in rank_results]
 
 
 @torch.inference_mode()
@@ -76,12 +105,8 @@ def extract(loaded: LoadedModel, inputs: TextInputs, pooling: str = "cls", max_l
             pooled = torch.nn.functional.normalize(pooled.float(), p=2, dim=-1)
         return idx, pooled.float().cpu().numpy()
 
-    plan = ranks.broadcast(list(bucket_indices(encoded, batch_size, loaded)) if ranks.is_main else None)
-    for idx in ranks.steps(plan):
-        gathered = ranks.gather(list(halving_on_oom(run, idx)) if idx is not None else [])
-        if not ranks.is_main:
-            continue
-        for part, pooled in (p for rank_parts in gathered for p in rank_parts):
+    for step in run_plan(batch_plan(loaded, encoded, batch_size, ranks), run, ranks):
+        for part, pooled in step:
             out[:, part] = pooled
             done += len(part)
         if progress:

@@ -33,10 +33,8 @@ import pandas as pd
 import torch
 
 from analysis.core.activations import (
-    bucket_indices,
     counted_mask,
     encode,
-    halving_on_oom,
     hidden_states,
     make_batch,
     max_input_length,
@@ -47,6 +45,7 @@ from analysis.core.memory import release_freed_memory
 from analysis.core.parallel import ONE, Ranks
 from analysis.core.precision import describe, dtype_of, head_product
 from analysis.core.scores import bootstrap_counts
+from analysis.core.vectors import batch_plan, run_plan
 from analysis.probe.certified import Certified, CertifiedHead
 from analysis.probe.options import ProbeConfig
 from analysis.probe.rowstats import row_stats
@@ -253,15 +252,11 @@ def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig | None = 
         if part["rows"] is not None:
             sink.add(**label_rows(part["rows"], labels, config.half))
 
-    plan = ranks.broadcast(list(bucket_indices(encoded, config.batch_size, loaded)) if ranks.is_main else None)
-    for batch_idx in ranks.steps(plan):
-        if ranks.broadcast(ranks.is_main and should_stop is not None and should_stop()):
-            raise Stopped(f"stopped after {done} of {n} texts")
-        parts = list(halving_on_oom(run, batch_idx)) if batch_idx is not None else []
-        gathered = ranks.gather(parts)
-        if not ranks.is_main:
-            continue
-        for part in (p for rank_parts in gathered for p in rank_parts):
+    def stop() -> Stopped | None:
+        return Stopped(f"stopped after {done} of {n} texts") if should_stop is not None and should_stop() else None
+
+    for step in run_plan(batch_plan(loaded, encoded, config.batch_size, ranks), run, ranks, stop):
+        for part in step:
             record(part)
             done += len(part["text_ids"])
         if progress is not None:

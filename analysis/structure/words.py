@@ -24,9 +24,7 @@ import torch
 
 from analysis.core.activations import (
     Encoded,
-    bucket_indices,
     encode_words,
-    halving_on_oom,
     hidden_states,
     make_batch,
     max_input_length,
@@ -34,7 +32,7 @@ from analysis.core.activations import (
 from analysis.core.inputs import InputError
 from analysis.core.parallel import ONE, Ranks
 from analysis.core.store import ArrayStore, key_of
-from analysis.core.vectors import Progress
+from analysis.core.vectors import Progress, batch_plan, run_plan
 from models.loading import LoadedModel
 
 WORD_VECTORS = ("first", "mean")
@@ -156,15 +154,14 @@ def extract(loaded: LoadedModel, sentences: list[list[str]], pooling: str = "fir
         counts = torch.bincount(wrd, minlength=n).clamp(min=1).to(states.dtype)
         return idx, (pooled / counts[None, :, None]).cpu().numpy()
 
-    plan = ranks.broadcast(list(bucket_indices(sub, batch_size, loaded)) if ranks.is_main else None)
+    plan = batch_plan(loaded, sub, batch_size, ranks)
     if not ranks.is_main:  # a helper process: its share of the batches, sent to the main process
-        for idx in ranks.steps(plan):
-            ranks.gather(list(halving_on_oom(run, idx)) if idx is not None else [])
+        for _ in run_plan(plan, run, ranks):
+            pass
         return None
     with store.create("word_vectors", key, shape) as out:  # written in place: memory holds a batch, not the file
-        for idx in ranks.steps(plan):
-            for part, pooled in (p for rank_parts in ranks.gather(list(halving_on_oom(run, idx)) if idx is not None
-                                                                   else []) for p in rank_parts):
+        for step in run_plan(plan, run, ranks):
+            for part, pooled in step:
                 start = 0
                 for s in part:
                     out[:, offsets[s]:offsets[s + 1]] = pooled[:, start:start + sizes[s]]

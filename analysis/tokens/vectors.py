@@ -45,7 +45,7 @@ from analysis.core.staging import clean_stale_files as clean_stale  # noqa: F401
 from analysis.core.staging import npy_damage, open_npy
 from analysis.core.staging import write_atomic as _write_atomic
 from analysis.core.store import ArrayStore, key_of
-from analysis.core.vectors import Progress
+from analysis.core.vectors import Progress, run_plan
 from analysis.tokens.corpus import TokenCorpus
 
 log = logging.getLogger(__name__)
@@ -398,9 +398,6 @@ def extract(loaded, corpus: TokenCorpus, layers: list[int] | None = None, batch_
             halves = [states[i][mask].float() for i in pick.tolist()]
         return idx, counts, torch.stack(halves).cpu().numpy(), bad
 
-    def compute(idx):
-        return list(act.halving_on_oom(run, idx)) if idx is not None else []
-
     done_rows = sum(int(corpus.counts[a:b].sum()) for i, (a, b) in enumerate(plan) if i not in todo)
     for i in todo:
         a, b = plan[i]
@@ -413,8 +410,8 @@ def extract(loaded, corpus: TokenCorpus, layers: list[int] | None = None, batch_
         if not ranks.is_main:
             again = True
             while again:  # the main process may ask for the shard again, in float32
-                for idx in ranks.steps(batches):
-                    ranks.gather(compute(idx))
+                for _ in run_plan(batches, run, ranks):
+                    pass
                 again = ranks.broadcast(None)
             continue
         if before_shard:
@@ -428,8 +425,8 @@ def extract(loaded, corpus: TokenCorpus, layers: list[int] | None = None, batch_
             nonlocal done_rows
             out = open_npy(tmp, dtype, shape)
             wider = False
-            for idx in ranks.steps(batches):
-                for part, counts, vectors, bad in (p for parts in ranks.gather(compute(idx)) for p in parts):
+            for step in run_plan(batches, run, ranks):
+                for part, counts, vectors, bad in step:
                     if vectors is None:
                         raise _not_finite(layers, bad, len(part))
                     if vectors.dtype.itemsize > out.dtype.itemsize:
