@@ -11,6 +11,7 @@ from transformers import AutoModelForMaskedLM, BertConfig, BertForSequenceClassi
 
 from analysis.core.inputs import InputError, TextInputs
 from analysis.heads.importance import (
+    ScoredLogits,
     classifier_batches,
     classifier_labels,
     gate_gradient,
@@ -95,6 +96,25 @@ def test_a_head_mask_zeroes_exactly_that_heads_slice(tiny_dirs):
     assert torch.count_nonzero(context[..., width:]) == 0 and torch.count_nonzero(context[..., :width]) > 0
 
 
+@pytest.mark.parametrize("family", ["bert", "albert", "roberta", "distilbert", "electra", "xlm-roberta"])
+def test_the_logits_at_the_masked_positions_are_the_models_own_there(tiny_dirs, family):
+    """mlm_importance reads the MLM head at the scored positions only: the same logits as the whole model's
+    forward there, with heads gated or not, and the gradient reaches the gates the same way."""
+    loaded = load_model(ModelSpec(str(tiny_dirs[family]), device="cpu"))
+    scored = ScoredLogits(loaded)
+    gates = torch.rand(head_shape(loaded.model), generator=torch.Generator().manual_seed(0))
+    for batch in mlm_batches(loaded, TEXTS, batch_size=2, seed=1):
+        where = batch.labels != -100
+        with torch.no_grad(), head_gates(loaded.model, gates):
+            whole = loaded.model(**batch.inputs).logits[where]
+            part = scored(where, **batch.inputs)
+        torch.testing.assert_close(part, whole, rtol=1e-5, atol=1e-5)
+    plain = gate_gradient(loaded.model, mlm_batches(loaded, TEXTS, seed=1))
+    rows = [type(b)({**b.inputs, "scored": b.labels != -100}, b.labels[b.labels != -100])
+            for b in mlm_batches(loaded, TEXTS, seed=1)]
+    np.testing.assert_allclose(gate_gradient(scored, rows, loaded.model), plain, rtol=1e-4, atol=1e-7)
+
+
 @pytest.mark.parametrize("family", ["bert", "albert"])
 def test_importance_equals_a_finite_difference(tiny_dirs, family):
     loaded = load_model(ModelSpec(str(tiny_dirs[family]), device="cpu"))
@@ -124,7 +144,9 @@ def test_importance_is_normalised_per_layer_and_the_curve_is_whole(tiny_dirs):
     norms = table.groupby("layer")["normalized"].apply(lambda v: float(np.sqrt((v ** 2).sum())))
     np.testing.assert_allclose(norms.to_numpy(), 1.0)
     raw = table.pivot(index="layer", columns="head", values="importance").to_numpy()
-    np.testing.assert_allclose(raw, np.abs(gate_gradient(loaded.model, mlm_batches(loaded, TEXTS))))
+    # the engine reads the head at the masked rows only; the whole model's logits give the same gradient
+    np.testing.assert_allclose(raw, np.abs(gate_gradient(loaded.model, mlm_batches(loaded, TEXTS))), rtol=1e-4,
+                               atol=1e-7)
     assert sorted(table["order"]) == list(range(len(table)))
     curve = result.pruning
     assert list(curve.columns) == ["order", "seed", "fraction", "masked", "accuracy"]
