@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from analysis.core.options import PRECISIONS  # noqa: F401  (defined torch-free, for the options schemas)
+from analysis.core.options import PRECISIONS  # defined torch-free, for the options schemas
 
 FORCE_ENV = "LAYERLENS_BF16_UNITS"  # "1"/"0": say the machine has (not) bf16 matrix units (tests, benchmarks)
 

@@ -179,6 +179,15 @@ def reserve(fd: int, size: int) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
+def save_npy(path: Path, array) -> None:
+    """``array`` as a ``.npy`` file at exactly ``path`` (``np.save`` given a name adds ".npy" to a temporary one);
+    pickles refused. For :func:`write_atomic`'s writer: ``write_atomic(path, lambda tmp: save_npy(tmp, a))``."""
+    import numpy as np
+
+    with open(path, "wb") as f:
+        np.save(f, array, allow_pickle=False)
+
+
 def open_npy(path: Path, dtype, shape: tuple[int, ...]):
     """A new ``.npy`` file at ``path`` (replacing what is there) holding a ``shape`` array of ``dtype``, returned
     memory-mapped for writing (``numpy.memmap``, mode ``r+``) once every byte of it is reserved on disk

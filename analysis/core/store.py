@@ -52,17 +52,12 @@ class ArrayStore:
             return None
 
     def put(self, kind: str, key: str, array: np.ndarray) -> None:
-        from analysis.core.staging import NoSpace, write_atomic
+        from analysis.core.staging import NoSpace, save_npy, write_atomic
 
         path = self.path(kind, key)
-
-        def save(tmp: Path) -> None:
-            with open(tmp, "wb") as f:  # a file object: np.save would add ".npy" to a temporary name
-                np.save(f, array, allow_pickle=False)
-
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(path, save)
+            write_atomic(path, lambda tmp: save_npy(tmp, array))
         except (OSError, NoSpace) as exc:  # a full or read-only disk costs a recomputation, never the result
             log.warning("could not cache %s (%s)", path, exc)
 

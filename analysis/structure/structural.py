@@ -40,7 +40,7 @@ import torch
 from scipy.stats import rankdata
 
 from analysis.core.treebank import Sentence
-from analysis.core.trees import non_punct, prim_edges, uuas_counts  # noqa: F401  (moved there; kept importable from here)
+from analysis.core.trees import non_punct, uuas_counts
 
 STRUCTURAL_TASKS = ("distance", "depth")
 DEFAULT_RANK = 128

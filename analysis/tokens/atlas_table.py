@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.core.staging import write_atomic
 from analysis.tokens import maps
-from analysis.tokens.vectors import TokenVectors, _write_atomic
+from analysis.tokens.vectors import TokenVectors
 
 #: ``tokens.parquet`` columns carried into the table, where present (``start``/``end``/``shard``/``token_id`` are
 #: left out: the page reads them from the extraction when it needs them).
@@ -69,5 +70,5 @@ def atlas_table(tv: TokenVectors | Path | str, layer: int, method: str = "pca", 
                                             if s.is_file()):
         return path
     frame = build_table(tv, coords, text=text)
-    _write_atomic(path, lambda tmp: frame.to_parquet(tmp, index=False, row_group_size=256 * 1024))
+    write_atomic(path, lambda tmp: frame.to_parquet(tmp, index=False, row_group_size=256 * 1024))
     return path

@@ -75,9 +75,10 @@ def run(config: dict, out: Path, control) -> dict:
     from analysis.core.activations import max_input_length
     from analysis.core.csvout import to_csv
     from analysis.core.layers import parse_layers
+    from analysis.core.staging import clean_stale_files
     from analysis.tokens.corpus import read_corpus
     from analysis.tokens.search import index_row
-    from analysis.tokens.vectors import clean_stale, extract
+    from analysis.tokens.vectors import extract
     from models.loading import load_model
 
     options = TokensJobOptions(**{k: v for k, v in config.items() if k != "kind"})
@@ -133,7 +134,7 @@ def run(config: dict, out: Path, control) -> dict:
     if options.index != "none":
         info["index"] = options.index
         if (tv.directory / "index").is_dir():
-            clean_stale(tv.directory / "index")  # a killed job's half-written index file
+            clean_stale_files(tv.directory / "index")  # a killed job's half-written index file
         for n, layer in enumerate(layers):
             def indexing(_stage, done, total, n=n, layer=layer):
                 check()

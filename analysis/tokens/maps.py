@@ -21,8 +21,8 @@ import warnings
 import numpy as np
 
 from analysis.core.inputs import InputError
-from analysis.core.staging import npy_damage, open_npy
-from analysis.tokens.vectors import TokenVectors, _save_npy, _write_atomic
+from analysis.core.staging import npy_damage, open_npy, save_npy, write_atomic
+from analysis.tokens.vectors import TokenVectors
 
 CHUNK = 65_536
 METHODS = ("pca", "umap")
@@ -140,11 +140,11 @@ def pca_map(tv: TokenVectors, layer: int, components: int = 2, force: bool = Fal
         out.flush()
         del out
 
-    _write_atomic(path, fill)
+    write_atomic(path, fill)
     meta = {"layer": layer, "method": "pca (exact: float64 covariance over every token, eigh)",
             "components": components, "explained_variance_ratio": ratio.tolist(), "rows": tv.rows,
             "sign": "each axis's largest-magnitude loading is positive", "file": path.name}
-    _write_atomic(meta_path, lambda p: p.write_text(json.dumps(meta, indent=1)))
+    write_atomic(meta_path, lambda p: p.write_text(json.dumps(meta, indent=1)))
     return np.load(path, mmap_mode="r"), meta
 
 
@@ -248,8 +248,8 @@ def umap_map(tv: TokenVectors, layer: int, sample: int = UMAP_SAMPLE, seed: int 
         out.flush()
         del out
 
-    _write_atomic(path, fill)
-    _write_atomic(rows_path, lambda p: _save_npy(p, rows))  # after the map: a Stop in the transform leaves nothing
+    write_atomic(path, fill)
+    write_atomic(rows_path, lambda p: save_npy(p, rows))  # after the map: a Stop in the transform leaves nothing
     meta = {"layer": layer, "method": "umap (fitted on a random sample, the other rows transformed)",
             "rows": tv.rows, "sample": int(sample), "seed": seed, "sample_rule":
             "numpy.random.default_rng(seed).choice(rows, sample, replace=False), sorted",
@@ -260,7 +260,7 @@ def umap_map(tv: TokenVectors, layer: int, sample: int = UMAP_SAMPLE, seed: int 
             "transform_graph_seconds": round(timings.get("graph_seconds", 0.0), 3),
             "transform_layout_seconds": round(timings.get("layout_seconds", 0.0), 3),
             "transformed_rows": int(tv.rows - sample), "file": path.name}
-    _write_atomic(meta_path, lambda p: p.write_text(json.dumps(meta, indent=1)))
+    write_atomic(meta_path, lambda p: p.write_text(json.dumps(meta, indent=1)))
     return np.load(path, mmap_mode="r"), meta
 
 

@@ -25,8 +25,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.core.inputs import InputError
-from analysis.core.staging import npy_damage, open_npy
-from analysis.tokens.vectors import TokenVectors, _write_atomic
+from analysis.core.staging import npy_damage, open_npy, write_atomic
+from analysis.tokens.vectors import TokenVectors
 
 KINDS = ("flat", "hnsw", "ivf")
 DEFAULT_KIND = "auto"  # flat up to EXACT_ROWS rows, ivf above (measured: docs/tokens.md)
@@ -73,7 +73,7 @@ def layer_moments(tv: TokenVectors, layer: int) -> tuple[np.ndarray, np.ndarray]
         with open(p, "wb") as f:
             np.save(f, np.stack([mean, std]))
 
-    _write_atomic(path, write)
+    write_atomic(path, write)
     return mean, std
 
 
@@ -164,7 +164,7 @@ def _write_flat(tv: TokenVectors, layer: int, path: Path, progress=None) -> None
             out.flush()
         del out
 
-    _write_atomic(path, fill)
+    write_atomic(path, fill)
 
 
 def _new_index(kind: str, d: int, n: int, sample: np.ndarray | None):
@@ -222,11 +222,11 @@ def build_index(tv: TokenVectors, layer: int, kind: str = DEFAULT_KIND, threads:
                 if progress:
                     progress("index", first + lo + min(65_536, len(block) - lo), tv.rows)
         seconds = time.perf_counter() - t0
-        _write_atomic(path, lambda p: faiss.write_index(index, str(p)))
+        write_atomic(path, lambda p: faiss.write_index(index, str(p)))
     meta = {"layer": layer, "kind": kind, "rows": tv.rows, "hidden": tv.hidden, "metric": "cosine (inner product "
             "of L2-normalised float32)", "params": params, "build_seconds": round(seconds, 3),
             "file": path.name, "bytes": path.stat().st_size}
-    _write_atomic(meta_path, lambda p: p.write_text(json.dumps(meta, indent=1)))
+    write_atomic(meta_path, lambda p: p.write_text(json.dumps(meta, indent=1)))
     return {**meta, "cached": False}
 
 
@@ -323,7 +323,7 @@ def measure_recall(tv: TokenVectors, layer: int, kind: str, queries: int = 200, 
     meta = json.loads(path.read_text())
     meta[f"recall@{k}"] = value
     meta["recall_queries"] = len(rows)
-    _write_atomic(path, lambda p: p.write_text(json.dumps(meta, indent=1)))
+    write_atomic(path, lambda p: p.write_text(json.dumps(meta, indent=1)))
     return {"layer": layer, "kind": kind, f"recall@{k}": value, "queries": len(rows)}
 
 

@@ -41,9 +41,7 @@ import pandas as pd
 
 from analysis.core.inputs import InputError
 from analysis.core.parallel import ONE, Ranks
-from analysis.core.staging import clean_stale_files as clean_stale  # noqa: F401  (the tokens job's name for it)
-from analysis.core.staging import npy_damage, open_npy
-from analysis.core.staging import write_atomic as _write_atomic
+from analysis.core.staging import clean_stale_files, npy_damage, open_npy, save_npy, write_atomic
 from analysis.core.store import ArrayStore, key_of
 from analysis.core.vectors import Progress, run_plan
 from analysis.tokens.corpus import TokenCorpus
@@ -73,11 +71,6 @@ def plan_shards(counts: np.ndarray, shard_rows: int) -> list[tuple[int, int]]:
     if start < len(counts) and counts[start:].sum() > 0:
         out.append((start, len(counts)))
     return out
-
-
-def _save_npy(path: Path, array: np.ndarray) -> None:
-    with open(path, "wb") as f:  # a file object: np.save would add ".npy" to a temporary name
-        np.save(f, array, allow_pickle=False)
 
 
 def storage_dtype(block: np.ndarray) -> type:
@@ -291,7 +284,7 @@ def _write_metadata(directory: Path, manifest: dict, tokens: Callable[[], pd.Dat
                                                                              manifest["texts"])):
         if _parquet_damage(directory / name, rows):
             table = frame()
-            _write_atomic(directory / name, lambda p, table=table: table.to_parquet(p, index=False))
+            write_atomic(directory / name, lambda p, table=table: table.to_parquet(p, index=False))
     path = directory / "manifest.json"
     try:
         old = _read_manifest(path) if path.is_file() else None
@@ -299,7 +292,7 @@ def _write_metadata(directory: Path, manifest: dict, tokens: Callable[[], pd.Dat
         old = None
     if old is not None and _base(old) == _base(manifest):
         return old
-    _write_atomic(path, lambda p: p.write_text(json.dumps(manifest, indent=1)))
+    write_atomic(path, lambda p: p.write_text(json.dumps(manifest, indent=1)))
     return manifest
 
 
@@ -314,7 +307,7 @@ def _finish(tv: TokenVectors) -> TokenVectors:
             s["float32_layers"] = [layer for slot, layer in enumerate(tv.layers)
                                    if storage_dtype(shard[slot]) is np.float32]
     manifest["storage"] = storage_text(manifest)
-    _write_atomic(tv.directory / "manifest.json", lambda p: p.write_text(json.dumps(manifest, indent=1)))
+    write_atomic(tv.directory / "manifest.json", lambda p: p.write_text(json.dumps(manifest, indent=1)))
     return tv
 
 
@@ -357,7 +350,7 @@ def extract(loaded, corpus: TokenCorpus, layers: list[int] | None = None, batch_
     offsets = np.concatenate([[0], np.cumsum(corpus.counts)])
     if ranks.is_main:
         directory.mkdir(parents=True, exist_ok=True)
-        clean_stale(directory)
+        clean_stale_files(directory)
         shards = _shard_entries(plan, offsets)
         manifest = {"version": VERSION, "key": key, "model": loaded.spec.name, "fingerprint": loaded.fingerprint,
                     "layers": layers, "hidden": hidden, "rows": corpus.n_rows, "dtype": "float16",
@@ -455,7 +448,7 @@ def extract(loaded, corpus: TokenCorpus, layers: list[int] | None = None, batch_
         while again:
             before = done_rows
             try:
-                _write_atomic(path, lambda tmp, dtype=dtype: fill(tmp, dtype))
+                write_atomic(path, lambda tmp, dtype=dtype: fill(tmp, dtype))
                 again = False
             except _Wider:
                 done_rows, dtype = before, np.float32
@@ -489,7 +482,7 @@ def write_arrays(directory: Path, vectors: np.ndarray, tokens: pd.DataFrame, tex
     for s in shards:
         block = vectors[:, s["first_row"]:s["first_row"] + s["rows"]]
         block = np.ascontiguousarray(block, dtype=storage_dtype(block))
-        _write_atomic(directory / s["file"], lambda p, block=block: _save_npy(p, block))
+        write_atomic(directory / s["file"], lambda p, block=block: save_npy(p, block))
     shard_of = np.repeat(np.arange(len(plan)), [s["rows"] for s in shards])
     _write_metadata(directory, manifest, lambda: tokens.assign(shard=shard_of), texts)
     return TokenVectors.open(_finish(TokenVectors(directory, manifest)).directory)

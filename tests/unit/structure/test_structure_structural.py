@@ -10,6 +10,7 @@ from scipy.sparse.csgraph import minimum_spanning_tree
 from scipy.stats import spearmanr
 
 from analysis.core.treebank import read_conllu
+from analysis.core.trees import prim_edges
 from analysis.structure import structural
 from tests.conftest import FIXTURES
 
@@ -27,7 +28,7 @@ def test_prims_tree_is_scipys_minimum_spanning_tree(n):
     rng = np.random.default_rng(n)
     x = rng.normal(size=(n, 6))
     dist = ((x[:, None] - x[None]) ** 2).sum(-1)
-    assert structural.prim_edges(dist) == scipy_edges(dist)
+    assert prim_edges(dist) == scipy_edges(dist)
 
 
 def test_uuas_equals_a_plain_scipy_computation_without_punctuation():
