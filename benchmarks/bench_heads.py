@@ -99,7 +99,7 @@ def importance_bench(rows: int) -> None:
     config = loaded.model.config
     layers, heads = head_shape(loaded.model)
     peak = gemm_gflops()
-    batches = imp.mlm_batches(loaded, texts)
+    model, batches = imp.scored_mlm(loaded, texts)  # what mlm_importance scores: the head at the masked rows only
     tokens = sum(int(b.inputs["attention_mask"].sum()) for b in batches)
     calls = []
     real_mean_loss = imp.mean_loss
@@ -110,7 +110,7 @@ def importance_bench(rows: int) -> None:
 
     imp.mean_loss = counted
     cpu, wall = time.process_time(), time.perf_counter()
-    result = imp.head_importance(loaded.model, batches, steps=10)
+    result = imp.head_importance(model, batches, encoder=loaded.model, steps=10)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     imp.mean_loss = real_mean_loss
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -124,16 +124,16 @@ def importance_bench(rows: int) -> None:
           f"{per_pass / 1e9:.1f} GFLOP: {per_pass * passes / wall / 1e9:.1f} GFLOP/s, "
           f"{per_pass * passes / wall / 1e9 / peak:.0%} of the peak")
     start = time.perf_counter()
-    gradient = np.abs(imp.gate_gradient(loaded.model, batches))
+    gradient = np.abs(imp.gate_gradient(model, batches, loaded.model))
     ours = time.perf_counter() - start
     start = time.perf_counter()
-    base, _ = imp.mean_loss(loaded.model, batches, torch.ones(layers, heads))
+    base, _ = imp.mean_loss(model, batches, torch.ones(layers, heads), loaded.model)
     ablation = np.zeros((layers, heads))
     for layer in range(layers):
         for head in range(heads):
             gates = torch.ones(layers, heads)
             gates[layer, head] = 0
-            ablation[layer, head] = imp.mean_loss(loaded.model, batches, gates)[0] - base
+            ablation[layer, head] = imp.mean_loss(model, batches, gates, loaded.model)[0] - base
     naive_seconds = time.perf_counter() - start
     agree = np.corrcoef(gradient.ravel(), np.abs(ablation).ravel())[0, 1]
     print(f"importance by gradient {ours:.1f} s against by ablation ({layers * heads + 1} passes) {naive_seconds:.1f} "

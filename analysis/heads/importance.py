@@ -295,8 +295,15 @@ def mlm_importance(loaded: LoadedModel, texts: TextInputs, *, batch_size: int = 
                    seed: int = 0, **options) -> ImportanceResult:
     """:func:`head_importance` for the MLM loss of ``loaded`` (its own MLM head) on ``texts``, the head read at
     the masked positions only (:class:`ScoredLogits`)."""
+    return head_importance(*scored_mlm(loaded, texts, batch_size, mask_prob, seed), encoder=loaded.model, **options)
+
+
+def scored_mlm(loaded: LoadedModel, texts: TextInputs, batch_size: int = 16, mask_prob: float = 0.15,
+               seed: int = 0) -> tuple[ScoredLogits, list[LossBatch]]:
+    """What :func:`mlm_importance` scores: :class:`ScoredLogits` and :func:`mlm_batches` whose targets are the
+    masked positions' ids (one row each), the positions passed as the input ``scored``."""
     if loaded.mlm_head is None:
         raise InputError(f"'{loaded.spec.name}' has no MLM head: give a labelled set and a classifier instead")
     batches = [LossBatch({**b.inputs, "scored": b.labels != -100}, b.labels[b.labels != -100])
                for b in mlm_batches(loaded, texts, batch_size, mask_prob, seed)]
-    return head_importance(ScoredLogits(loaded), batches, encoder=loaded.model, **options)
+    return ScoredLogits(loaded), batches
