@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
-from analysis.core.options import MAX_SEED, METHODS, POOLINGS, Options
+from analysis.core.options import MAX_SEED, METHODS, POOLINGS, Options, batch_size_field, max_length_field
 
 COLOR_BY = ("label", "prediction", "correct")  # a classifier's own predictions can colour the atlas
 ATLAS_FLAGS = ("pooling", "method", "color_by", "layers", "max_length", "folds", "seed")  # `layerlens atlas`'s
@@ -24,9 +24,8 @@ class AtlasConfig(Options):
     method: Literal[METHODS] = Field("pca", title="method", description="2-D projection")  # type: ignore[valid-type]
     layers: str = Field("-6:", min_length=1, title="layers", description="hidden states to project: all, a slice "
                         "or 0,4,8")
-    max_length: int | None = Field(None, ge=2, title="max length", description="cut texts to this many tokens "
-                                   "(default: the model's limit)")
-    batch_size: int = Field(32, ge=1, title="batch size", description="texts per forward pass")
+    max_length: int | None = max_length_field()
+    batch_size: int = batch_size_field()
     folds: int = Field(5, ge=2, title="folds", description="folds of the linear probe")
     seed: int = Field(0, ge=0, le=MAX_SEED, title="seed", description="seed of the folds, the projection and any "
                       "sample")

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
-from analysis.core.options import MAX_SEED, POOLINGS, Options
+from analysis.core.options import MAX_SEED, POOLINGS, Options, batch_size_field, max_length_field
 
 NEIGHBOURS = 10
 PAIRINGS = ("index", "relative")  # how layers pair when depths differ: analysis.compare.checks.layer_pairs
@@ -22,9 +22,8 @@ class CompareConfig(Options):
     model_config = ConfigDict(frozen=True)
 
     pooling: Literal[POOLINGS] = Field("cls", title="pooling", description="sentence vector")  # type: ignore[valid-type]
-    max_length: int | None = Field(None, ge=1, title="max length", description="cut texts to this many tokens "
-                                   "(default: the limit)")
-    batch_size: int = Field(32, ge=1, title="batch size", description="texts per forward pass")
+    max_length: int | None = max_length_field(lowest=1)
+    batch_size: int = batch_size_field()
     folds: int = Field(5, ge=1, title="folds", description="folds of the linear probe")
     seed: int = Field(0, ge=0, le=MAX_SEED, title="seed", description="seed of the folds, of the sentence bootstrap "
                       "and of the rows the CKA interval uses above 1,000")

@@ -99,6 +99,17 @@ def text_column():
     return Field("text", min_length=1, title="text column")
 
 
+def max_length_field(lowest: int = 2):
+    """The length limit's field, the same in every engine schema that reads texts (None: the model's limit)."""
+    return Field(None, ge=lowest, title="max length", description="cut texts to this many tokens (default: the "
+                 "model's limit)")
+
+
+def batch_size_field():
+    """Texts per forward pass (memory only: the numbers never depend on it)."""
+    return Field(32, ge=1, title="batch size", description="texts per forward pass")
+
+
 def pair_column():
     return Field(None, title="second text column", description="the aspect (ABSA) or hypothesis (NLI)")
 

@@ -8,7 +8,17 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
-from analysis.core.options import HALF_HELP, HALVES, MAX_SEED, PRECISIONS, ModelOptions, Options, text_column
+from analysis.core.options import (
+    HALF_HELP,
+    HALVES,
+    MAX_SEED,
+    PRECISIONS,
+    ModelOptions,
+    Options,
+    batch_size_field,
+    max_length_field,
+    text_column,
+)
 
 MODES = ("unmasked", "masked")
 PROBE_FLAGS = ("mode", "include_special", "top_k", "max_length", "seed", "precision", "half")  # `layerlens probe`'s
@@ -26,9 +36,8 @@ class ProbeConfig(Options):
     include_special: bool = Field(False, title="include special tokens", description="also count [CLS], [SEP] and "
                                   "other specials")
     top_k: int = Field(5, ge=1, title="top-k", description="predictions kept per token")
-    batch_size: int = Field(32, ge=1, title="batch size", description="texts per forward pass")
-    max_length: int | None = Field(None, ge=2, title="max length", description="cut texts to this many tokens "
-                                   "(default: the model's limit)")
+    batch_size: int = batch_size_field()
+    max_length: int | None = max_length_field()
     mask_fraction: float = Field(0.15, gt=0, le=1, title="mask fraction", description="the masked mode's share of "
                                  "a text's tokens masked at once")
     seed: int = Field(0, ge=0, le=MAX_SEED, title="seed", description="seed of the masked mode's random groups")

@@ -62,15 +62,23 @@ def test_slurm_job_crash_is_failed_with_the_log_tail(slurm, tmp_path):
     assert job.status == "failed" and "no usable rows" in job.error
 
 
-def test_a_killed_slurm_job_is_failed_on_refresh(slurm):
-    store, config = slurm
-    job_id = submit({**config, "epochs": 100_000}, store)
-    job = wait(store, job_id, ("running",), timeout=60)
-    deadline = time.time() + 180  # a loaded machine may take a minute to start the child
-    while job.pid == int(job.backend_id) and time.time() < deadline:  # run_job first records itself, then its child
+def own_process_recorded(store, job_id):
+    """The job once its own process has recorded itself (run_job on the "node" records itself first, then its
+    child); a loaded machine may take a minute to start the child."""
+    deadline = time.time() + 180
+    job = store.get(job_id)
+    while job.pid == int(job.backend_id) and time.time() < deadline:
         time.sleep(0.1)
         job = store.get(job_id)
     assert job.pid != int(job.backend_id), "the job's own process never recorded itself"
+    return job
+
+
+def test_a_killed_slurm_job_is_failed_on_refresh(slurm):
+    store, config = slurm
+    job_id = submit({**config, "epochs": 100_000}, store)
+    wait(store, job_id, ("running",), timeout=60)
+    job = own_process_recorded(store, job_id)
     for pid in (int(job.backend_id), job.pid):  # the Slurm job and the job's own process: a node lost
         os.killpg(pid, signal.SIGKILL) if pid == job.pid else os.kill(pid, signal.SIGKILL)
     deadline = time.time() + 10
@@ -88,12 +96,8 @@ def test_a_result_that_arrives_after_refresh_failed_the_job_is_a_success(slurm, 
     store, config = slurm
     gates = hook(GATE_FINISH)
     job_id = submit(config, store)
-    job = wait(store, job_id, ("running",), timeout=60)
-    deadline = time.time() + 180  # a loaded machine may take a minute to start the child
-    while job.pid == int(job.backend_id) and time.time() < deadline:  # run_job first records itself, then its child
-        time.sleep(0.1)
-        job = store.get(job_id)
-    assert job.pid != int(job.backend_id), "the job's own process never recorded itself"
+    wait(store, job_id, ("running",), timeout=60)
+    job = own_process_recorded(store, job_id)
     assert reached(gates, "finish", until=lambda: store.get(job_id).status != "running")  # artifacts complete
     os.kill(int(job.backend_id), signal.SIGKILL)  # the submit process, not the job's own
     deadline = time.time() + 30
