@@ -2,10 +2,10 @@
 
 from pathlib import Path
 
-import plotly.graph_objects as go
 import streamlit as st
 
 from analysis.compare.duplication import compare, sweep
+from analysis.compare.plots import duplication_sweep
 from analysis.core.csvout import to_csv
 from analysis.core.figures import cka_heatmap
 from analysis.core.home import exports_dir
@@ -94,10 +94,7 @@ if (result := result_store().get(f"{key}:preview")) is not None:
         table(deeper.layers.assign(source=result["names"])[["layer", "source", *original.layers.columns[1:]]],
               LAYER_HEADERS)
 if (table := result_store().get(f"{key}:sweep")) is not None:
-    fig = go.Figure(go.Scatter(x=table["duplicated"], y=table["final_layer_accuracy"], mode="lines+markers"))
-    fig.update_layout(title="Final-layer reconstruction accuracy vs duplicated layers", height=360,
-                      xaxis={"title": "duplicated layers k", "dtick": 1}, yaxis={"title": "accuracy", "range": [0, 1]})
-    chart(fig, "duplication_sweep")
+    chart(duplication_sweep(table), "duplication_sweep")
     st.download_button("sweep.csv", to_csv(table), "sweep.csv", "text/csv", key="dl_sweep")
 
 st.subheader("Export")

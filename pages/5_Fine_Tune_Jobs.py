@@ -4,7 +4,6 @@ import os
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
 from analysis.core.dataroots import LABELLED_SUFFIXES, browser_model, browser_source, save_upload
@@ -14,7 +13,7 @@ from analysis.core.scores import classification_metrics
 from analysis.training.finetune import majority_vote
 from analysis.training.heads import head_names
 from analysis.training.options import PRESETS, SWEEPABLE, grid, model_config, model_defaults, resolve, sources
-from analysis.training.plots import history_chart
+from analysis.training.plots import confusion_matrix, history_chart, runs_compared
 from jobs import backends
 from jobs.store import FINISHED, JobStore, StoreError
 from jobs.submit import SubmitError, submit, submit_sweep
@@ -181,12 +180,8 @@ def show_scores(job, container, matrix_container) -> None:
                           "not a sign that the model learned.")
     if m.get("confusion_matrix"):
         names = [plain(n) for n in m["labels"]]
-        fig = go.Figure(go.Heatmap(z=m["confusion_matrix"], x=names, y=names, colorscale="Blues", zmin=0,
-                                   texttemplate="%{z}",
-                                   hovertemplate="true %{y} · predicted %{x}: %{z}<extra></extra>"))
-        fig.update_layout(title="Confusion matrix", xaxis_title="predicted", yaxis_title="true",
-                          yaxis={"autorange": "reversed"}, height=300, margin={"t": 40, "b": 10})
-        chart(fig, f"job{job.id}_confusion", matrix_container, key=f"confusion_{job.id}")
+        chart(confusion_matrix(m["confusion_matrix"], names), f"job{job.id}_confusion", matrix_container,
+              key=f"confusion_{job.id}")
 
 
 @st.fragment(run_every=2)
@@ -285,10 +280,7 @@ if finished:
                "rows, scored on the rows it was evaluated on (the same baseline as the ensemble's below).")
     if table["evaluated on"].nunique() > 1:
         st.caption("These runs were scored on different kinds of rows (see 'evaluated on'): compare like with like.")
-    fig = go.Figure([go.Bar(name=m, x=[f"#{r.job} {r.head}" for r in table.itertuples()], y=table[m])
-                     for m in ("accuracy", "majority class", "macro_f1")])
-    fig.update_layout(barmode="group", yaxis={"range": [0, 1]}, height=320, margin={"t": 30})
-    chart(fig, "jobs_compared")
+    chart(runs_compared(table), "jobs_compared")
     picked = st.multiselect("Majority-vote ensemble of", [j.id for j in finished], key="job_ensemble",
                             help="runs evaluated on the same examples; ties go to the first label")
     if len(picked) >= 2:

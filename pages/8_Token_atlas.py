@@ -15,11 +15,11 @@ from analysis.core.inputs import LABEL_HINTS, InputError, columns_of, guess_text
 from analysis.core.layers import parse_layers
 from analysis.core.store import ArrayStore
 from analysis.tokens.density import HOWS, map_figure, rasterise, sample_rows, warm_up
-from analysis.tokens.plots import GEOMETRY_LINES, bands_caption, geometry_figure
+from analysis.tokens.plots import GEOMETRY_LINES, bands_caption, geometry_figure, neighbour_labels
 from analysis.tokens.search import find_rows, marked, neighbours, summary
 from analysis.tokens.vectors import KIND, TokenVectors
 from ui.inputs import uploads_panel
-from ui.results import CHART_FORMAT, chart, md_plain, result_key, shared_result, stop_button, wait_for_run
+from ui.results import chart, md_plain, result_key, shared_result, stop_button, wait_for_run
 from ui.sidebar import start_page
 
 loaded = start_page("Token atlas", (
@@ -330,10 +330,7 @@ def show_map() -> None:
     fig = map_figure(density, sample, None if colour == "none" else colour, ring,
                      title=f"Hidden state {layer}: {FMT(tv.rows)} tokens", **titles)
     fig.update_layout(dragmode="select")
-    fmt = st.session_state.get(CHART_FORMAT, "png")
-    event = st.plotly_chart(fig, key="tokens_map", on_select="rerun", selection_mode=("box", "lasso"), config={
-        "displaylogo": False, "toImageButtonOptions": {"format": fmt, "filename": f"layerlens_tokens_map_{layer}",
-                                                       "scale": 2}})
+    event = chart(fig, f"tokens_map_{layer}", key="tokens_map", select=("box", "lasso"))
     compiled = (f" (+ {density.compile_seconds:,.1f} s compiling datashader's counting, once per server)"
                 if density.compile_seconds > 0.05 else "")
     sampled = (f"all {FMT(tv.rows)} tokens" if len(rows) == tv.rows else
@@ -437,11 +434,7 @@ def show_neighbours() -> None:
     for col in ("upos", "deprel"):
         if col in found:
             counts = found.groupby(["layer", col]).size().rename("count").reset_index()
-            import plotly.express as px
-
-            fig = px.bar(counts, x="layer", y="count", color=col, title=f"{col.upper()} of the neighbours per layer")
-            fig.update_xaxes(type="category", title="hidden state")
-            chart(fig, f"tokens_neighbours_{col}")
+            chart(neighbour_labels(counts, col), f"tokens_neighbours_{col}")
     if standardize:
         raw = across(int(row), k, False)
         kept = [{"layer": x, "shared_with_raw": len(set(raw[raw["layer"] == x]["row"]) &

@@ -88,11 +88,15 @@ def wait_for_run(request_key: str, clicked: bool, request, hint: str) -> None:
 CHART_FORMAT, STOPPED = "ll_chart_format", "ll_stopped"
 
 
-def chart(fig, name: str, where=st, key: str | None = None) -> None:
-    """Draw a Plotly figure; its camera icon saves ``layerlens_<name>`` in the sidebar's image format."""
+def chart(fig, name: str, where=st, key: str | None = None, select: tuple[str, ...] | None = None):
+    """Draw a Plotly figure; its camera icon saves ``layerlens_<name>`` in the sidebar's image format.
+    ``select`` (e.g. ``("box", "lasso")``): a selection reruns the page, and the selection event is returned."""
     fmt = st.session_state.get(CHART_FORMAT, "png")
-    where.plotly_chart(fig, key=key, config={
-        "displaylogo": False, "toImageButtonOptions": {"format": fmt, "filename": f"layerlens_{name}", "scale": 2}})
+    config = {"displaylogo": False,
+              "toImageButtonOptions": {"format": fmt, "filename": f"layerlens_{name}", "scale": 2}}
+    if select:
+        return where.plotly_chart(fig, key=key, on_select="rerun", selection_mode=select, config=config)
+    return where.plotly_chart(fig, key=key, config=config)
 
 
 def stop_button(what: str, request_key: str | None = None):

@@ -65,3 +65,13 @@ def geometry_figure(table_: pd.DataFrame):
     fig.update_layout(height=660, margin={"t": 60, "l": 40, "r": 20, "b": 40},
                       legend={"orientation": "h", "y": -0.12})
     return fig
+
+
+def neighbour_labels(counts: pd.DataFrame, column: str):
+    """How many of a token's neighbours carry each UD label (``column``: upos or deprel) per hidden state
+    (``counts``: layer, the label, count)."""
+    import plotly.express as px
+
+    fig = px.bar(counts, x="layer", y="count", color=column, title=f"{column.upper()} of the neighbours per layer")
+    fig.update_xaxes(type="category", title="hidden state")
+    return fig

@@ -78,3 +78,21 @@ def mean_weight_lines(frames: dict[str, pd.DataFrame], layer_names: list[str], t
     fig.update_layout(title=title, yaxis={"title": "mean weight", "rangemode": "tozero"}, height=360,
                       margin={"t": 50, "b": 10})
     return fig
+
+
+def confusion_matrix(matrix: list[list[int]], names: list[str]) -> go.Figure:
+    """A run's confusion matrix (rows: the true class, columns: the predicted one), each cell's count written in it."""
+    fig = go.Figure(go.Heatmap(z=matrix, x=names, y=names, colorscale="Blues", zmin=0, texttemplate="%{z}",
+                               hovertemplate="true %{y} · predicted %{x}: %{z}<extra></extra>"))
+    fig.update_layout(title="Confusion matrix", xaxis_title="predicted", yaxis_title="true",
+                      yaxis={"autorange": "reversed"}, height=300, margin={"t": 40, "b": 10})
+    return fig
+
+
+def runs_compared(table: pd.DataFrame) -> go.Figure:
+    """Finished runs side by side: accuracy, the majority-class baseline and macro-F1 per run (``job``, ``head``
+    and those three columns of the jobs page's comparison table)."""
+    fig = go.Figure([go.Bar(name=m, x=[f"#{r.job} {r.head}" for r in table.itertuples()], y=table[m])
+                     for m in ("accuracy", "majority class", "macro_f1")])
+    fig.update_layout(barmode="group", yaxis={"range": [0, 1]}, height=320, margin={"t": 30})
+    return fig

@@ -1,6 +1,7 @@
 """The import contract of the layout (docs/architecture.md), read from the code's own imports.
 
-Every package is covered: the CLI is a leaf nothing imports; streamlit only in app.py, pages/ and ui/; no two files
+Every package is covered: the CLI is a leaf nothing imports; streamlit only in app.py, pages/ and ui/; pages
+build no figure (no plotly import: ui.results.chart draws what the techniques' plots modules build); no two files
 import each other in a loop; no private name (``_x``) is imported across packages; no module over 500 lines
 (tests and benchmarks aside); ``analysis.core`` imports only itself and ``models``; a technique (a package under
 ``analysis/`` other than ``core``) imports only itself, ``core`` and ``models`` (``compare`` may import the
@@ -95,6 +96,8 @@ def violations() -> set[str]:
         if "import streamlit" in text or "from streamlit" in text:
             if not file.startswith(UI):
                 found.add(f"streamlit: {file}")
+        if file.startswith("pages/") and ("import plotly" in text or "from plotly" in text):
+            found.add(f"a page builds a figure: {file}")  # figures come from the techniques' plots modules
         mine = package_of(file)
         for target, names in imports(path):
             if target == file:
