@@ -9,6 +9,7 @@ import streamlit as st
 
 from analysis.core.csvout import to_csv
 from analysis.core.dataroots import TREEBANK_SUFFIXES, server_file_picker_label, server_files
+from analysis.core.figures import plain
 from analysis.core.inputs import InputError, TextInputs
 from analysis.core.treebank import read_conllu
 from analysis.heads import plots
@@ -212,14 +213,21 @@ with tab_corpus:
     c1, c2 = st.columns([2, 2])
     statistic = c1.selectbox("Statistic", list(STATISTICS), index=STATISTICS.index("previous"),
                              key="heads_statistic", format_func=lambda s: f"{s}: {plots.TITLES[s]}")
-    shown = c2.radio("Model", [*results, "difference"], horizontal=True, key="heads_shown",
-                     help="difference: the second model's statistic minus this one's") if len(results) > 1 \
-        else loaded.spec.name
+    second = next((k for k in results if k != loaded.spec.name), None)
+    paired = second is not None and (results[second].info["layers"], results[second].info["heads"]) == \
+        (info["layers"], info["heads"])
+    shown = c2.radio("Model", [*results, *(["difference"] if paired else [])], horizontal=True, key="heads_shown",
+                     help="difference: the second model's statistic minus this one's, head by head") \
+        if second is not None else loaded.spec.name
+    if second is not None and not paired:
+        st.caption(f"No difference map: **{md_plain(second)}** has {results[second].info['layers']} layers x "
+                   f"{results[second].info['heads']} heads and **{md_plain(loaded.spec.name)}** {info['layers']} x "
+                   f"{info['heads']}, so their heads cannot be paired one to one; each is shown on its own.")
     if shown == "difference":
-        other = results[[k for k in results if k != loaded.spec.name][0]].heads
+        other = results[second].heads
         diff = main.heads[["layer", "head"]].assign(**{statistic: other[statistic] - main.heads[statistic]})
-        chart(plots.statistic_heatmap(diff, statistic, f"{plots.TITLES[statistic]}: second model − "
-                                      f"{loaded.spec.name}", diverging=True), "heads_statistic_difference")
+        chart(plots.statistic_heatmap(diff, statistic, f"{plots.TITLES[statistic]}: {plain(second)} − "
+                                      f"{plain(loaded.spec.name)}", diverging=True), "heads_statistic_difference")
     else:
         chart(plots.statistic_heatmap(results[shown].heads, statistic), f"heads_{statistic}")
     baseline = info.get("uniform_attention", {}).get(statistic)

@@ -165,6 +165,8 @@ def for_each_model(what: str, request_key: str, loaded: LoadedModel, compare: st
         results[loaded.spec.name] = compute(loaded.spec, loaded.spec.name)
         if compare:
             name, head_from, label = compared_model(compare, loaded.spec.name)
+            if label == loaded.spec.name:  # the model against itself: shown as a second model (every change 0)
+                label = f"{label} (again)"
             results[label] = compute(dataclasses.replace(loaded.spec, name=name, revision=None, head_from=head_from),
                                      label)
     except (ModelLoadError, InputError) as exc:

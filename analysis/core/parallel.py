@@ -13,6 +13,7 @@ With one process (no ``WORLD_SIZE`` above 1 in the environment) nothing here imp
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import os
 import sys
@@ -108,9 +109,23 @@ def ranks(cpu: bool = False) -> Ranks:
     from accelerate import PartialState
 
     state = PartialState(cpu=cpu or not torch.cuda.is_available())
+    atexit.register(leave_process_group)
     device = "cpu" if state.device.type == "cpu" else str(state.device)
     share_cores(int(os.environ.get("LOCAL_WORLD_SIZE", state.num_processes)))
     return Ranks(state.process_index, state.num_processes, device)
+
+
+def leave_process_group() -> None:
+    """Destroy the process group as the process exits. Left to the interpreter's shutdown, gloo's threads were
+    destroyed while still joinable: once in a CI run a helper process aborted with "terminate called without an
+    active exception" (exit -6) after its work was done."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        try:
+            dist.destroy_process_group()
+        except (RuntimeError, ValueError) as exc:  # exiting anyway: say it, do not fail the run
+            print(f"note: leaving the process group: {exc}", file=sys.stderr)
 
 
 def share_cores(processes: int) -> int:

@@ -124,8 +124,17 @@ def statistic_heatmap(heads: pd.DataFrame, statistic: str, title: str | None = N
         hover = "layer %{y}, head %{x}: %{z:.3f} [%{customdata[0]:.3f}, %{customdata[1]:.3f}]<extra></extra>"
     else:
         custom, hover = None, "layer %{y}, head %{x}: %{z:.3f}<extra></extra>"
-    scale = ({"colorscale": "RdBu", "zmid": 0, "reversescale": True} if diverging else
-             {"colorscale": "Viridis", "zmin": 0, "zmax": 1} if statistic in SHARES else {"colorscale": "Viridis"})
+    values = z[np.isfinite(z)]
+    top = float(np.abs(values).max()) if values.size else 0.0
+    if diverging:  # symmetric around 0; a map of zeros (a model against itself) on -1 .. 1, not on nano-ticks
+        scale = {"colorscale": "RdBu", "zmin": -(top or 1.0), "zmax": top or 1.0, "reversescale": True}
+    elif statistic in SHARES:
+        scale = {"colorscale": "Viridis", "zmin": 0, "zmax": 1}
+    elif values.size and values.min() == values.max():  # one value everywhere: a scale from 0 that includes it
+        scale = {"colorscale": "Viridis", "zmin": min(float(values.min()), 0.0), "zmax": max(float(values.max()), 0.0)
+                 or 1.0}
+    else:
+        scale = {"colorscale": "Viridis"}
     fig = go.Figure(go.Heatmap(z=z, x=head_ids, y=layers, customdata=custom, hovertemplate=hover, **scale))
     fig.update_layout(title=title or TITLES.get(statistic, statistic), height=max(260, 34 * len(layers) + 130),
                       xaxis={"title": "head", "dtick": 1}, yaxis={"title": "layer", "dtick": 1,

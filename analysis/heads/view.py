@@ -113,10 +113,12 @@ def same_tokens(a: tuple[str, list[int], list[str]], b: tuple[str, list[int], li
         return
     shorter = min(len(ids_a), len(ids_b))
     k = next((i for i in range(shorter) if ids_a[i] != ids_b[i]), shorter)
-    first = tok_a[k] if k < len(tok_a) else "(end)"
-    second = tok_b[k] if k < len(tok_b) else "(end)"
+    def token(tokens, ids):  # the id too: two vocabularies may spell one token alike under different ids
+        return f"'{tokens[k]}' (id {ids[k]})" if k < len(ids) else "past the end"
+
     raise InputError(f"the two models tokenise the sentence differently (they need the same tokenizer for a side-by-"
-                     f"side view): token {k} is '{first}' for {name_a} and '{second}' for {name_b}")
+                     f"side view): token {k} is {token(tok_a, ids_a)} for {name_a} and {token(tok_b, ids_b)} for "
+                     f"{name_b}")
 
 
 def compare_views(a: LoadedModel, b: LoadedModel, text: str) -> ViewComparison:

@@ -273,7 +273,7 @@ def test_attention_heads_of_the_demo_beside_its_random_twin(page, server):
     page.get_by_text("Heads clustered by behaviour", exact=True).wait_for()
     assert_no_error(page)
     page.get_by_text("difference", exact=True).click()
-    page.get_by_text("second model −").first.wait_for()
+    page.get_by_text("with random weights − demo").first.wait_for()
     page.get_by_role("tab", name="One sentence (head view)").click()
     page.get_by_text("Beside demo with random weights").first.wait_for()
     assert_no_error(page)

@@ -121,3 +121,28 @@ def test_a_fine_tuning_jobs_classifier_on_its_held_out_rows(bert4, tmp_path, mon
     shown = json.loads(at.get("plotly_chart")[-2].proto.spec)["data"][0]
     np.testing.assert_allclose(np.nan_to_num(array(shown["z"])).sum(),
                                expected.importance["normalized"].sum(), rtol=1e-6)
+
+
+def test_a_model_against_itself_and_against_one_of_another_depth(tiny_dirs):
+    """Against itself: a second model named '(again)' and a difference map of zeros on a -1..1 scale; against a
+    model of another depth: no difference map, and a caption saying why (the heads cannot be paired)."""
+    model = str(tiny_dirs["bert"])
+    at = run_page(PAGE, model=model)
+    at.text_area(key="heads_text").set_value(TEXTS).run()
+    at.text_input(key="heads_compare").set_value(model).run()
+    at.button(key="heads_run").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    options = at.radio(key="heads_shown").options
+    assert options == [model, f"{model} (again)", "difference"]
+    at.radio(key="heads_shown").set_value("difference").run()
+    spec = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
+                if " − " in json.loads(c.proto.spec)["layout"]["title"]["text"])
+    assert (array(spec["data"][0]["z"]) == 0).all()
+    assert (spec["data"][0]["zmin"], spec["data"][0]["zmax"]) == (-1.0, 1.0)
+    at.text_input(key="heads_compare").set_value("demo").run()  # 4 layers x 4 heads: not the tiny model's shape
+    at.button(key="heads_run").click().run()
+    assert not at.exception  # the head view's tab refuses the pair in one message (another tokenizer, too)
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and "tokenise the sentence differently" in errors[0], errors
+    assert "difference" not in at.radio(key="heads_shown").options
+    assert any("cannot be paired one to one" in c.value for c in at.caption)

@@ -72,16 +72,18 @@ def test_two_models_side_by_side_and_their_difference(tiny_dirs, bert):
 
 def test_different_tokenizers_or_shapes_are_one_line(tiny_dirs, families, bert):  # noqa: F811
     bpe = load_eager(ModelSpec(str(families["bpe"]), device="cpu"))
-    with pytest.raises(InputError, match="tokenise the sentence differently .* token 0 is '\\[CLS\\]' for .* and "
-                       "'<s>' for"):
+    with pytest.raises(InputError, match="tokenise the sentence differently .* token 0 is '\\[CLS\\]' \\(id \\d+\\) "
+                       "for .* and '<s>' \\(id \\d+\\) for"):
         compare_views(bert, bpe, SENTENCE)
     roberta = load_eager(ModelSpec(str(tiny_dirs["roberta"]), device="cpu"))  # the same WordPiece, 2 layers
     with pytest.raises(InputError, match="3 layers x 2 heads and .* 2 x 2: their heads cannot be compared"):
         compare_views(bert, roberta, SENTENCE)
-    with pytest.raises(InputError, match="token 2 is 'b' for A and 'c' for B"):
+    with pytest.raises(InputError, match="token 2 is 'b' \\(id 3\\) for A and 'c' \\(id 4\\) for B"):
         same_tokens(("A", [1, 2, 3], ["x", "a", "b"]), ("B", [1, 2, 4], ["x", "a", "c"]))
-    with pytest.raises(InputError, match="token 2 is '\\(end\\)' for A"):
+    with pytest.raises(InputError, match="token 2 is past the end for A"):
         same_tokens(("A", [1, 2], ["x", "a"]), ("B", [1, 2, 4], ["x", "a", "c"]))
+    with pytest.raises(InputError, match="token 2 is 'the' \\(id 3\\) for A and 'the' \\(id 9\\) for B"):
+        same_tokens(("A", [1, 2, 3], ["x", "a", "the"]), ("B", [1, 2, 9], ["x", "a", "the"]))  # spelt alike
 
 
 def test_head_and_layer_figures_draw_the_views_numbers(view):
