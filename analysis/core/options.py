@@ -198,11 +198,20 @@ def accepts(name: str, schema: type[BaseModel]) -> str:
     return f"{kind(name, schema)} {' and '.join(b for b in (low, high) if b)}".strip()
 
 
-def markdown_table(schema: type[BaseModel]) -> str:
-    """The option table the README shows (a test checks the README holds exactly this)."""
-    rows = ["| option (`--flag` / config key) | default | accepts | meaning |", "|---|---|---|---|"]
-    for name, info in schema.model_fields.items():
+def markdown_table(schema: type[BaseModel], flags: dict[str, str] | None = None) -> str:
+    """The option table the README shows (a test checks the README holds exactly this): every field, as a flag
+    and a config key; or, with ``flags`` (field -> the command's flag), those fields as the command's flags."""
+    head = "| option (`--flag` / config key) |" if flags is None else "| flag |"
+    rows = [f"{head} default | accepts | meaning |", "|---|---|---|---|"]
+    for name in schema.model_fields if flags is None else flags:
+        info = schema.model_fields[name]
         meaning = (info.description or info.title or "").replace("|", "\\|")
-        flag = f"`--{name.replace('_', '-')}` / `{name}`"
+        flag = f"`--{name.replace('_', '-')}` / `{name}`" if flags is None else f"`{flags[name]}`"
         rows.append(f"| {flag} | {info.default} | {accepts(name, schema)} | {meaning} |")
     return "\n".join(rows)
+
+
+def command_flags(names: tuple[str, ...], **renamed: str) -> dict[str, str]:
+    """``{field: "--flag"}`` of a command's flags derived from its schema (``renamed``: a field whose flag has
+    another name, e.g. ``pairing="--pair-layers"``)."""
+    return {name: renamed.get(name, f"--{name.replace('_', '-')}") for name in (*names, *renamed)}

@@ -1,6 +1,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -252,3 +253,22 @@ def test_a_duplication_plan_deeper_than_4x_is_refused_before_loading(tmp_path, c
     assert main(["duplicate", "--model", str(tiny_dirs["bert"]), "--plan", plan, "--out", str(tmp_path / "d")]) == 2
     assert "a plan of 2,000 layers is deeper than 12 (4x the model's 3 layers)" in capsys.readouterr().err
     assert not (tmp_path / "d").exists()
+
+
+def test_the_readme_tables_of_probe_atlas_and_compare_are_their_schemas():
+    from analysis.atlas.options import ATLAS_FLAGS, AtlasConfig
+    from analysis.compare.options import COMPARE_FLAGS, CompareConfig
+    from analysis.core.options import command_flags, markdown_table
+    from analysis.probe.options import PROBE_FLAGS, ProbeConfig
+    from cli.main import build_parser
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    parser = build_parser()
+    for command, schema, flags in (("probe", ProbeConfig, command_flags(PROBE_FLAGS)),
+                                   ("atlas", AtlasConfig, command_flags(ATLAS_FLAGS)),
+                                   ("compare", CompareConfig, command_flags(COMPARE_FLAGS, pairing="--pair-layers"))):
+        table = markdown_table(schema, flags)
+        assert table in readme, f"the README's `layerlens {command}` table is not the schema's:\n{table}"
+        sub = parser._subparsers._group_actions[0].choices[command]
+        given = {flag for action in sub._actions for flag in action.option_strings}
+        assert set(flags.values()) <= given, (command, set(flags.values()) - given)
