@@ -6,8 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from analysis.compare.options import COMPARE_FLAGS, PAIRINGS, CompareConfig
-from analysis.core.options import help_text
+from analysis.compare.options import COMPARE_FLAGS, CompareConfig
 from cli.common import (
     StageBars,
     UserError,
@@ -40,10 +39,9 @@ def add_compare_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--pair-column", help="column holding the second text of a pair")
     g.add_argument("--label-column", default="label", help="column holding the class labels, if any (default: "
                    "label; without it the probe columns are left out)")
-    for name in COMPARE_FLAGS:  # from the schema: default, choices, help; its checks run in cmd_compare
-        add_option_flag(g, name, schema=CompareConfig)
+    for name, flag in COMPARE_FLAGS.items():  # from the schema: default, choices, help; checked in cmd_compare
+        add_option_flag(g, name, schema=CompareConfig, flag=flag)
     g.add_argument("--bootstrap", type=positive_int, help=argparse.SUPPRESS)  # before the CKA jackknife: ignored
-    g.add_argument("--pair-layers", choices=PAIRINGS, default="index", help=help_text("pairing", CompareConfig))
     g.add_argument("--out", type=Path, help="directory for cka_cross.csv, layer_summary.csv, movers.csv, "
                    "coords_aligned.csv, run.json")
 
@@ -118,7 +116,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.bootstrap is not None:
         print("note: --bootstrap is ignored: the CKA interval is a delete-one jackknife over the rows now (no "
               "resamples)", file=sys.stderr)
-    config = CompareConfig(pairing=args.pair_layers, **{name: getattr(args, name) for name in COMPARE_FLAGS})
+    config = CompareConfig(**{name: getattr(args, name) for name in COMPARE_FLAGS})
     extra: dict = {}
     if args.job is not None:
         return write(*compare_job(args, config), args)

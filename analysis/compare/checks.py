@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import math
 
+from analysis.compare.options import PAIRINGS
 from analysis.core.inputs import InputError, TextInputs
 from models.loading import LoadedModel
 
-PAIRINGS = ("index", "relative")
 MIN_ROWS = 3  # two centred rows are always one line apart: CKA 1 whatever the models
 
 

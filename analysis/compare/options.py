@@ -8,11 +8,12 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
-from analysis.core.options import MAX_SEED, POOLINGS, Options, batch_size_field, max_length_field
+from analysis.core.options import MAX_SEED, POOLINGS, Options, batch_size_field, command_flags, max_length_field
 
 NEIGHBOURS = 10
 PAIRINGS = ("index", "relative")  # how layers pair when depths differ: analysis.compare.checks.layer_pairs
-COMPARE_FLAGS = ("pooling", "max_length", "batch_size", "folds", "seed", "debiased", "reconstruction")  # the CLI's
+COMPARE_FLAGS = command_flags(("pooling", "max_length", "batch_size", "folds", "seed", "debiased", "reconstruction"),
+                              pairing="--pair-layers")  # `layerlens compare`'s: field -> flag
 
 
 class CompareConfig(Options):

@@ -43,7 +43,7 @@ from analysis.core.inputs import InputError
 from analysis.core.parallel import ONE, Ranks
 from analysis.core.staging import clean_stale_files, npy_damage, open_npy, save_npy, write_atomic
 from analysis.core.store import ArrayStore, key_of
-from analysis.core.vectors import Progress, run_plan
+from analysis.core.vectors import Progress, batch_plan, run_plan
 from analysis.tokens.corpus import TokenCorpus
 
 log = logging.getLogger(__name__)
@@ -398,8 +398,7 @@ def extract(loaded, corpus: TokenCorpus, layers: list[int] | None = None, batch_
         sub = act.Encoded([corpus.encoded.input_ids[t] for t in texts],
                       None if corpus.encoded.token_type_ids is None else
                       [corpus.encoded.token_type_ids[t] for t in texts], corpus.encoded.max_length, 0)
-        batches = ranks.broadcast([[texts[j] for j in idx] for idx in act.bucket_indices(sub, batch_size, loaded)]
-                                  if ranks.is_main else None)
+        batches = [[texts[j] for j in idx] for idx in batch_plan(loaded, sub, batch_size, ranks)]  # corpus indices
         if not ranks.is_main:
             again = True
             while again:  # the main process may ask for the shard again, in float32

@@ -266,7 +266,7 @@ def test_the_readme_tables_of_probe_atlas_and_compare_are_their_schemas():
     parser = build_parser()
     for command, schema, flags in (("probe", ProbeConfig, command_flags(PROBE_FLAGS)),
                                    ("atlas", AtlasConfig, command_flags(ATLAS_FLAGS)),
-                                   ("compare", CompareConfig, command_flags(COMPARE_FLAGS, pairing="--pair-layers"))):
+                                   ("compare", CompareConfig, COMPARE_FLAGS)):
         table = markdown_table(schema, flags)
         assert table in readme, f"the README's `layerlens {command}` table is not the schema's:\n{table}"
         sub = parser._subparsers._group_actions[0].choices[command]
