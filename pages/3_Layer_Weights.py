@@ -13,6 +13,7 @@ from analysis.core.inputs import InputError
 from analysis.core.projection import project_layers
 from analysis.training.heads import near_uniform
 from analysis.training.plots import layer_weight_heatmap, mean_weight_lines
+from analysis.training.runs import epoch_vectors
 from analysis.training.train import read_weights
 from jobs.store import JobStore, StoreError
 from models.anatomy import layer_name
@@ -85,22 +86,25 @@ else:
 
 
 @st.cache_data(max_entries=8, show_spinner="Projecting the validation vectors…")
-def epoch_coords(path: str, layers: tuple[int, ...]) -> pd.DataFrame:
-    vectors = np.load(path).astype(np.float32)
-    meta = json.loads((Path(path).parent / "val_ids.json").read_text())
+def epoch_coords(artifacts: str, epoch: int, layers: tuple[int, ...]) -> pd.DataFrame:
+    vectors = epoch_vectors(Path(artifacts), epoch).array(mmap=False).astype(np.float32)
+    meta = json.loads((Path(artifacts) / "epochs" / str(epoch) / "val_ids.json").read_text())
     coords = project_layers(vectors, list(layers))
     return pd.concat([pd.DataFrame({"layer": i, "example_id": meta["example_id"], "x": c[:, 0], "y": c[:, 1],
                                     "label": [names[y] for y in meta["label"]]}) for i, c in zip(layers, coords,
                                                                                                strict=True)])
 
 
-if len(epochs) >= 1 and (art / "epochs" / str(epochs[0]) / "val_cls.npy").is_file():
+if len(epochs) >= 1 and (first := epoch_vectors(art, epochs[0])) is not None:
     st.subheader(f"Validation [CLS] vectors: epoch {epochs[0]} vs epoch {epochs[-1]} (PCA)" if len(epochs) > 1
                  else f"Validation [CLS] vectors after epoch {epochs[0]} (PCA)")
-    n = np.load(art / "epochs" / str(epochs[0]) / "val_cls.npy", mmap_mode="r").shape[0]
+    n = len(first.layers)
     layers = tuple(range(max(1, n - 6), n))
     for e in dict.fromkeys([epochs[0], epochs[-1]]):
-        coords = epoch_coords(str(art / "epochs" / str(e) / "val_cls.npy"), layers)
+        if epoch_vectors(art, e) is None:
+            st.caption(f"Epoch {e}'s vectors are missing or damaged.")
+            continue
+        coords = epoch_coords(str(art), e, layers)
         chart(atlas_grid(coords, {}, [layer_name(i, n - 1) for i in range(n)], f"after epoch {e}"),
               f"job{job.id}_atlas_epoch{e}", key=f"lw_atlas_{e}")
 

@@ -1,7 +1,8 @@
 """``LAYERLENS_HOME`` (default ``~/.layerlens``) and every folder LayerLens keeps under it, each named once here:
 
-- ``cache/``: what is recomputed when missing: arrays keyed by what produced them (:mod:`analysis.core.store`;
-  sentence and word vectors), ``cache/token_vectors/<key>/`` (:mod:`analysis.tokens.vectors`) and
+- ``cache/``: what is recomputed when missing: the store's entries keyed by what produced them
+  (:mod:`analysis.core.store`; the layered vector sets of sentence vectors, word vectors and token vectors,
+  ``cache/token_vectors/<key>/``, :mod:`analysis.tokens.vectors`) and
   ``cache/embedding_atlas/`` (the Embedding Atlas servers' logs and their own cache, :mod:`ui.embedding_atlas`);
 - ``jobs/``: the job database and each job's folder (:mod:`jobs.store`);
 - ``uploads/``: files uploaded through the browser (:mod:`analysis.core.dataroots`);

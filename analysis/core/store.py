@@ -1,14 +1,28 @@
-"""Arrays cached on disk under ``LAYERLENS_HOME`` (default ``~/.layerlens``), keyed by what produced them.
+"""THE store of vectors on disk: entries under ``LAYERLENS_HOME/cache`` keyed by what produced them, of two shapes.
+
+- An **array**: ``root/kind/key.npy`` (:meth:`ArrayStore.get`, :meth:`ArrayStore.put`, :meth:`ArrayStore.create`).
+- A **layered vector set** (:class:`VectorSet`): a folder holding ``manifest.json`` (``layers``: hidden-state
+  indices, Hugging Face's numbering; ``rows``; ``hidden``; ``shards``: each shard's ``file``, ``first_row`` and
+  ``rows``; and what the set's owner adds: its row metadata, its source) and the shards it names, each a
+  ``(layers, rows, hidden)`` ``.npy`` file read memory-mapped, a layer at a time. Sentence vectors
+  (``cache/representations/<key>/``), word vectors (``cache/word_vectors/<key>/``), token vectors
+  (``cache/token_vectors/<key>/``, :mod:`analysis.tokens.vectors`, many shards filled one by one and resumed) and a
+  fine-tuning job's per-epoch vectors (``epochs/<e>/``, shard ``val_cls.npy``, row metadata ``val_ids.json``)
+  are all such sets; what is derived from a set (maps, indexes, atlas tables) lives under its folder.
 
 A key is the SHA-256 of a JSON description (model fingerprint, data hash, options), so equal inputs find
-the same file and anything that changes the numbers changes the key. Writes go to a temporary file that is
-renamed into place, so a crash or a second process never leaves a half-written entry; an unreadable entry
-is dropped and recomputed.
+the same entry and anything that changes the numbers changes the key. Every file is written to a temporary file
+that is renamed into place (:func:`analysis.core.staging.write_atomic`), and a set's manifest is written after its
+shards (the commit point), so a crash or a second process never leaves a half-written entry: a set without a
+manifest is absent; an unreadable entry is dropped and recomputed. An array entry written before sets existed
+(``root/kind/key.npy`` of a kind now kept as sets) is moved into its set's folder when first read
+(:meth:`ArrayStore.get_set`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -16,10 +30,12 @@ import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
 from analysis.core.home import cache_dir
+from analysis.core.inputs import InputError
 
 log = logging.getLogger(__name__)
 
@@ -61,34 +77,261 @@ class ArrayStore:
         except (OSError, NoSpace) as exc:  # a full or read-only disk costs a recomputation, never the result
             log.warning("could not cache %s (%s)", path, exc)
 
-    @contextlib.contextmanager
-    def create(self, kind: str, key: str, shape: tuple[int, ...], dtype=np.float32) -> Iterator[np.ndarray]:
+    def create(self, kind: str, key: str, shape: tuple[int, ...], dtype=np.float32):
         """A new entry written in place: yields a writable array (memory-mapped on a temporary file beside the
         entry, its blocks reserved first: :func:`analysis.core.staging.open_npy`) to fill, then flushes it and renames
         it into place; on an exception the temporary file is removed and nothing is stored. A writer fills an
         array larger than memory a slice at a time. Where the disk refuses (full, read-only), the array is an
         ordinary one in memory and is not stored, when it fits in half the available memory; otherwise the
         disk's error is raised (a full disk: one line naming the folder and the size)."""
-        from analysis.core.staging import NoSpace, open_npy, temporary
+        return filled(self.path(kind, key), shape, dtype)
 
-        path = self.path(kind, key)
+    def set_dir(self, kind: str, key: str) -> Path:
+        return self.root / kind / key
+
+    def get_set(self, kind: str, key: str) -> VectorSet | None:
+        """The layered vector set stored under ``key`` (None when absent, unfinished or damaged; a damaged one is
+        removed, an unfinished one left to its writer). An array entry of the same key written before sets existed
+        is moved into the set's folder."""
+        directory = self.set_dir(kind, key)
+        legacy = self.path(kind, key)
+        if legacy.is_file() and not (directory / MANIFEST).is_file():
+            return adopt(directory, legacy)
+        if not (directory / MANIFEST).is_file():  # absent, or still being written (its manifest comes last)
+            return None
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = temporary(path)
-            array = open_npy(tmp, dtype, shape)
+            return VectorSet.open(directory)
+        except InputError as exc:
+            if directory.is_dir():
+                log.warning("dropping unreadable cache entry %s (%s)", directory, exc)
+                import shutil
+
+                shutil.rmtree(directory, ignore_errors=True)
+            return None
+
+    def put_set(self, kind: str, key: str, array: np.ndarray, **meta) -> None:
+        """``array`` ``(layers, rows, hidden)`` stored as a one-shard set (``meta``: its row metadata, source);
+        a full or read-only disk costs a recomputation, never the result."""
+        from analysis.core.staging import NoSpace
+
+        try:
+            write_set(self.set_dir(kind, key), array, **meta)
         except (OSError, NoSpace) as exc:
-            from models.cache import free_bytes
+            log.warning("could not cache %s (%s)", self.set_dir(kind, key), exc)
 
-            if np.dtype(dtype).itemsize * math.prod(shape) > free_bytes("cpu") // 2:
-                raise
-            log.warning("could not cache %s (%s); keeping it in memory", path, exc)
-            yield np.empty(shape, dtype)
-            return
-        try:
-            yield array
-            array.flush()
-            del array
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
+    @contextlib.contextmanager
+    def create_set(self, kind: str, key: str, shape: tuple[int, int, int], dtype=np.float32,
+                   **meta) -> Iterator[np.ndarray]:
+        """A new one-shard set written in place, as :meth:`create` writes an array (memory-mapped, the disk's
+        refusal kept in memory when it fits), its manifest written once the shard is whole."""
+        directory = self.set_dir(kind, key)
+        with filled(directory / SHARD.format(0), shape, dtype) as out:
+            yield out
+        if isinstance(out, np.memmap):
+            commit(directory, set_manifest(shape, dtype, **meta))
+
+
+MANIFEST = "manifest.json"
+SHARD = "shard_{:05d}.npy"
+
+
+@contextlib.contextmanager
+def filled(path: Path, shape: tuple[int, ...], dtype=np.float32) -> Iterator[np.ndarray]:
+    """:meth:`ArrayStore.create`'s writer, for any ``.npy`` path (an array entry, a set's shard)."""
+    from analysis.core.staging import NoSpace, open_npy, temporary
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = temporary(path)
+        array = open_npy(tmp, dtype, shape)
+    except (OSError, NoSpace) as exc:
+        from models.cache import free_bytes
+
+        if np.dtype(dtype).itemsize * math.prod(shape) > free_bytes("cpu") // 2:
             raise
+        log.warning("could not cache %s (%s); keeping it in memory", path, exc)
+        yield np.empty(shape, dtype)
+        return
+    try:
+        yield array
+        array.flush()
+        del array
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def set_manifest(shape: tuple[int, int, int], dtype=np.float32, layers: list[int] | None = None,
+                 shard_file: str = SHARD.format(0), **meta) -> dict:
+    """The manifest of a one-shard set of ``shape`` ``(layers, rows, hidden)`` (``layers``: the hidden states
+    it holds, default all of them from 0)."""
+    n_layers, rows, hidden = (int(x) for x in shape)
+    return {**meta, "layers": list(range(n_layers)) if layers is None else [int(x) for x in layers],
+            "rows": rows, "hidden": hidden,
+            "shards": [{"file": shard_file, "first_row": 0, "rows": rows, "dtype": str(np.dtype(dtype))}]}
+
+
+def commit(directory: Path, manifest: dict) -> None:
+    """Write a set's manifest (whole or absent), the commit point: after every shard it names is whole."""
+    from analysis.core.staging import write_atomic
+
+    write_atomic(Path(directory) / MANIFEST, lambda p: p.write_text(json.dumps(manifest, indent=1)))
+
+
+def write_set(directory: Path, array: np.ndarray, shard_file: str = SHARD.format(0), **meta) -> VectorSet:
+    """``array`` ``(layers, rows, hidden)`` (kept in its dtype) written as a one-shard set in ``directory``."""
+    from analysis.core.staging import save_npy, write_atomic
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    write_atomic(directory / shard_file, lambda p: save_npy(p, array))
+    manifest = set_manifest(array.shape, array.dtype, shard_file=shard_file, **meta)
+    commit(directory, manifest)
+    return VectorSet(directory, manifest)
+
+
+def adopt(directory: Path, npy: Path, **meta) -> VectorSet | None:
+    """A set from one ``(layers, rows, hidden)`` ``.npy`` file written before sets existed: an array entry of the
+    store (moved into ``directory``) or a job's ``epochs/<e>/val_cls.npy`` (left where it is: ``npy`` inside
+    ``directory``). Its manifest is written (held in memory where the folder is read-only). None when the file is
+    damaged (an array entry of the store is then removed)."""
+    from analysis.core.staging import npy_damage
+
+    directory, npy = Path(directory), Path(npy)
+    if npy_damage(npy):
+        log.warning("dropping unreadable cache entry %s (%s)", npy, npy_damage(npy))
+        if npy.parent != directory:
+            npy.unlink(missing_ok=True)
+        return None
+    shape = np.load(npy, mmap_mode="r").shape
+    if len(shape) != 3:
+        return None
+    if npy.parent != directory:
+        directory.mkdir(parents=True, exist_ok=True)
+        os.replace(npy, directory / SHARD.format(0))
+        npy = directory / SHARD.format(0)
+    manifest = set_manifest(shape, np.load(npy, mmap_mode="r").dtype, shard_file=npy.name, **meta)
+    try:
+        commit(directory, manifest)
+    except OSError as exc:  # a read-only folder (a job of another user): the manifest lives in memory
+        log.info("could not write %s (%s)", directory / MANIFEST, exc)
+    return VectorSet(directory, manifest)
+
+
+@dataclasses.dataclass
+class VectorSet:
+    """A layered vector set (the module's docstring), read memory-mapped: :meth:`layer_blocks` yields each
+    shard's ``(rows, hidden)`` block of one hidden state without reading the others."""
+
+    directory: Path
+    manifest: dict
+
+    REQUIRED: ClassVar[tuple[str, ...]] = ("layers", "hidden", "rows", "shards")
+    RERUN: ClassVar[str] = "it is computed again when next asked for"
+    RESUME: ClassVar[str] = "it is computed again when next asked for"
+    ROW: ClassVar[str] = "row"  # what a row is, and what the set is, in messages
+    NOUN: ClassVar[str] = "set"
+
+    @classmethod
+    def read_manifest(cls, path: Path) -> dict:
+        try:
+            manifest = json.loads(Path(path).read_text())
+            for key in cls.REQUIRED:
+                manifest[key]  # noqa: B018 - the parts every reader needs
+            for s in manifest["shards"]:
+                s["file"], s["rows"], s["first_row"]  # noqa: B018
+            return manifest
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+            raise InputError(f"{path}: not a whole manifest (cut or damaged JSON); {cls.RERUN}") from None
+
+    @classmethod
+    def open(cls, directory: Path | str) -> VectorSet:
+        """The set in ``directory``, its manifest and every shard checked: an :class:`InputError` naming the
+        first part that is missing or damaged."""
+        directory = Path(directory)
+        if not (directory / MANIFEST).is_file():
+            raise InputError(f"{directory}: not a vector set (no {MANIFEST})")
+        vs = cls(directory, cls.read_manifest(directory / MANIFEST))
+        vs.check_parts()
+        shards = vs.manifest["shards"]
+        absent = [i for i, s in enumerate(shards) if not (directory / s["file"]).is_file()]
+        if absent:
+            raise InputError(f"{directory}: the extraction is incomplete ({len(absent)} of {len(shards)} shards "
+                             f"missing); {cls.RESUME}")
+        for i in range(len(shards)):
+            if why := vs.shard_damage(i):
+                raise InputError(f"{directory / shards[i]['file']}: {why}; {cls.RERUN}")
+        return vs
+
+    def check_parts(self) -> None:
+        """What a kind of set checks beyond its shards on :meth:`open` (its row metadata)."""
+
+    def check_layer(self, layer: int) -> None:
+        """What a kind of set refuses of a layer before it is read (token vectors: non-finite values)."""
+
+    @property
+    def layers(self) -> list[int]:
+        return list(self.manifest["layers"])
+
+    @property
+    def rows(self) -> int:
+        return int(self.manifest["rows"])
+
+    @property
+    def hidden(self) -> int:
+        return int(self.manifest["hidden"])
+
+    def shard_damage(self, i: int) -> str | None:
+        """Why shard ``i``'s file is not whole (absent, cut, another shape); None when it is."""
+        from analysis.core.staging import npy_damage
+
+        s = self.manifest["shards"][i]
+        return npy_damage(self.directory / s["file"], (len(self.layers), int(s["rows"]), self.hidden))
+
+    def missing(self) -> list[int]:
+        """The shards to (re)compute: absent, cut or damaged."""
+        return [i for i in range(len(self.manifest["shards"])) if self.shard_damage(i)]
+
+    def layer_slot(self, layer: int) -> int:
+        if layer not in self.layers:
+            raise InputError(f"layer {layer} was not extracted; this extraction has hidden states "
+                             f"{', '.join(map(str, self.layers))}")
+        return self.layers.index(layer)
+
+    def shard(self, i: int, mmap: bool = True) -> np.ndarray:
+        return np.load(self.directory / self.manifest["shards"][i]["file"], mmap_mode="r" if mmap else None,
+                       allow_pickle=False)
+
+    def array(self, mmap: bool = True) -> np.ndarray:
+        """Every layer, ``(layers, rows, hidden)``: a one-shard set's file (memory-mapped with ``mmap``), the
+        shards of a larger one joined in memory."""
+        n = len(self.manifest["shards"])
+        return self.shard(0, mmap) if n == 1 else np.concatenate([self.shard(i) for i in range(n)], axis=1)
+
+    def layer_blocks(self, layer: int) -> Iterator[tuple[int, np.ndarray]]:
+        """``(first_row, block)`` per shard: hidden state ``layer``'s ``(rows, hidden)`` block, memory-mapped."""
+        slot = self.layer_slot(layer)
+        self.check_layer(layer)
+        for i, s in enumerate(self.manifest["shards"]):
+            yield int(s["first_row"]), self.shard(i)[slot]
+
+    def rows_at(self, layer: int, rows: np.ndarray) -> np.ndarray:
+        """float32 ``(len(rows), hidden)``: the vectors of ``rows`` (any order) at hidden state ``layer``."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size and (rows.min() < 0 or rows.max() >= self.rows):
+            raise InputError(f"{self.ROW} out of range: this {self.NOUN} has rows 0..{self.rows - 1}")
+        slot = self.layer_slot(layer)
+        self.check_layer(layer)
+        firsts = np.array([s["first_row"] for s in self.manifest["shards"]] + [self.rows])
+        where = np.searchsorted(firsts, rows, side="right") - 1
+        out = np.empty((len(rows), self.hidden), np.float32)
+        for i in np.unique(where):
+            sel = np.flatnonzero(where == i)
+            local = rows[sel] - firsts[i]
+            order = np.argsort(local)
+            out[sel[order]] = self.shard(int(i))[slot][local[order]]
+        return out
+
+    def disk_bytes(self) -> int:
+        return sum((self.directory / s["file"]).stat().st_size for s in self.manifest["shards"])

@@ -1,8 +1,8 @@
 """The one extraction loop (:func:`run_plan`: batches of texts through the encoder, shared by the processes of a
 launcher, gathered in plan order), and sentence vectors on it: every hidden state's pooled vector of each text
 (Song et al. 2020 §3.3.1: the [CLS] state; or the mean over counted tokens, or a sentence encoder's own pooling),
-extracted in length buckets and cached on disk by model fingerprint, data hash, pooling and max length
-(:mod:`analysis.core.store`). Word vectors (:mod:`analysis.structure.words`), token vectors
+extracted in length buckets and cached on disk by model fingerprint, data hash, pooling and max length, as a
+layered vector set (:mod:`analysis.core.store`). Word vectors (:mod:`analysis.structure.words`), token vectors
 (:mod:`analysis.tokens.vectors`) and the duplication's token states run on the same loop."""
 
 from __future__ import annotations
@@ -131,12 +131,13 @@ def representations(loaded: LoadedModel, inputs: TextInputs, pooling: str = "cls
                  pooling=f"model:{loaded.pooling}" if pooling == "model" else pooling,
                  max_length=min(max_length or 10**9, max_input_length(loaded)),
                  **({"truncation": truncation} if truncation != "head" else {}))
-    cached = store.get("representations", key, mmap=mmap) if ranks.is_main else None
+    found = store.get_set("representations", key) if ranks.is_main else None
+    cached = found.array(mmap) if found is not None else None
     if ranks.broadcast(cached is not None and cached.shape[:2] == (loaded.num_layers + 1, len(inputs))):
         return cached, True
     reps = extract(loaded, inputs, pooling, max_length, batch_size, progress, ranks, truncation)
     if ranks.is_main:
-        store.put("representations", key, reps)
-        if mmap and (mapped := store.get("representations", key, mmap=True)) is not None:
-            reps = mapped
+        store.put_set("representations", key, reps, each_row="a text, in input order", model=loaded.spec.name)
+        if mmap and (stored := store.get_set("representations", key)) is not None:
+            reps = stored.array()
     return reps, False

@@ -128,7 +128,8 @@ def extract(loaded: LoadedModel, sentences: list[list[str]], pooling: str = "fir
     shape = (loaded.num_layers + 1, int(offsets[-1]), loaded.anatomy.hidden_size)
     common = dict(kept=kept, offsets=offsets, too_long=list(encoded.too_long), no_subword=list(encoded.no_subword),
                   pooling=pooling, max_length=limit)
-    cached = store.get("word_vectors", key, mmap=True) if ranks.is_main else None
+    found = store.get_set("word_vectors", key) if ranks.is_main else None
+    cached = found.array() if found is not None else None
     if ranks.broadcast(cached is not None and cached.shape == shape):
         return WordVectors(cached, cache_hit=True, **common) if ranks.is_main else None
 
@@ -159,7 +160,8 @@ def extract(loaded: LoadedModel, sentences: list[list[str]], pooling: str = "fir
         for _ in run_plan(plan, run, ranks):
             pass
         return None
-    with store.create("word_vectors", key, shape) as out:  # written in place: memory holds a batch, not the file
+    with store.create_set("word_vectors", key, shape, model=loaded.spec.name, pooling=pooling,
+                          each_row="a word of the kept sentences, in order") as out:  # memory holds a batch
         for step in run_plan(plan, run, ranks):
             for part, pooled in step:
                 start = 0
@@ -171,7 +173,7 @@ def extract(loaded: LoadedModel, sentences: list[list[str]], pooling: str = "fir
                 progress("word vectors", done, len(kept))
         if not isinstance(out, np.memmap):  # the disk refused: keep the array in memory
             return WordVectors(out, **common)
-    stored = store.get("word_vectors", key, mmap=True)
+    stored = store.get_set("word_vectors", key)
     if stored is None:
-        raise OSError(f"the word vectors just written to {store.path('word_vectors', key)} cannot be read back")
-    return WordVectors(stored, **common)
+        raise OSError(f"the word vectors just written to {store.set_dir('word_vectors', key)} cannot be read back")
+    return WordVectors(stored.array(), **common)

@@ -33,16 +33,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
 
 from analysis.core.inputs import InputError
 from analysis.core.parallel import ONE, Ranks
-from analysis.core.staging import clean_stale_files, npy_damage, open_npy, save_npy, write_atomic
-from analysis.core.store import ArrayStore, key_of
+from analysis.core.staging import clean_stale_files, open_npy, save_npy, write_atomic
+from analysis.core.store import MANIFEST, SHARD, ArrayStore, VectorSet, commit, key_of
 from analysis.core.vectors import Progress, batch_plan, run_plan
 from analysis.tokens.corpus import TokenCorpus
 
@@ -92,18 +93,6 @@ def storage_text(manifest: dict) -> str:
             f"float32: hidden state {', '.join(map(str, layers))} exceeds float16's range (65,504)")
 
 
-def _read_manifest(path: Path) -> dict:
-    try:
-        manifest = json.loads(path.read_text())
-        for key in ("layers", "hidden", "rows", "texts", "shards"):
-            manifest[key]  # noqa: B018 - the parts every reader needs
-        for s in manifest["shards"]:
-            s["file"], s["rows"], s["first_row"]  # noqa: B018
-        return manifest
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-        raise InputError(f"{path}: not a whole manifest (cut or damaged JSON); {RERUN}") from None
-
-
 def _parquet_damage(path: Path, rows: int) -> str | None:
     """Why the parquet file at ``path`` is not whole with ``rows`` rows (None when it is)."""
     import pyarrow.parquet as pq
@@ -118,64 +107,41 @@ def _parquet_damage(path: Path, rows: int) -> str | None:
 
 
 @dataclasses.dataclass
-class TokenVectors:
-    """An extraction directory, read memory-mapped: ``layer_blocks(l)`` yields each shard's ``(rows, hidden)``
+class TokenVectors(VectorSet):
+    """An extraction directory (a layered vector set, :class:`analysis.core.store.VectorSet`, with the token and text
+    tables as its row metadata), read memory-mapped: ``layer_blocks(l)`` yields each shard's ``(rows, hidden)``
     block of hidden state ``l`` (float16, float32 where float16 could not hold it) without reading the other
-    layers."""
+    layers; a layer holding non-finite values is refused."""
 
-    directory: Path
-    manifest: dict
     _nonfinite: dict = dataclasses.field(default_factory=dict, repr=False)
+
+    REQUIRED: ClassVar[tuple[str, ...]] = ("layers", "hidden", "rows", "texts", "shards")
+    RERUN: ClassVar[str] = RERUN
+    RESUME: ClassVar[str] = "run the same `tokens extract` to resume"
+    ROW: ClassVar[str] = "token row"
+    NOUN: ClassVar[str] = "extraction"
 
     @classmethod
     def open(cls, directory: Path | str) -> TokenVectors:
         """The extraction in ``directory`` (or the one an ``extract --out`` folder names), every part checked:
         an :class:`InputError` naming the first part that is missing or damaged."""
         directory = Path(directory)
-        if (directory / "run.json").is_file() and not (directory / "manifest.json").is_file():
+        if (directory / "run.json").is_file() and not (directory / MANIFEST).is_file():
             try:  # an extract --out
                 directory = Path(json.loads((directory / "run.json").read_text())["vectors"])
             except (ValueError, KeyError, TypeError):
                 raise InputError(f"{directory / 'run.json'}: not a whole run.json of `tokens extract`") from None
-        path = directory / "manifest.json"
-        if not path.is_file():
+        if not (directory / MANIFEST).is_file():
             raise InputError(f"{directory}: not a token-vector extraction (no manifest.json); run `tokens extract`")
-        tv = cls(directory, _read_manifest(path))
-        for name, rows in (("tokens.parquet", tv.rows), ("texts.parquet", int(tv.manifest["texts"]))):
-            why = _parquet_damage(directory / name, rows)
-            if why:
-                raise InputError(f"{directory / name}: {why}; {RERUN}")
-        shards = tv.manifest["shards"]
-        absent = [i for i, s in enumerate(shards) if not (directory / s["file"]).is_file()]
-        if absent:
-            raise InputError(f"{directory}: the extraction is incomplete ({len(absent)} of {len(shards)} shards "
-                             "missing); run the same `tokens extract` to resume")
-        for i in range(len(shards)):
-            why = tv.shard_damage(i)
-            if why:
-                raise InputError(f"{directory / shards[i]['file']}: {why}; {RERUN}")
-        return tv
+        return super().open(directory)
 
-    @property
-    def layers(self) -> list[int]:
-        return list(self.manifest["layers"])
+    def check_parts(self) -> None:
+        for name, rows in (("tokens.parquet", self.rows), ("texts.parquet", int(self.manifest["texts"]))):
+            if why := _parquet_damage(self.directory / name, rows):
+                raise InputError(f"{self.directory / name}: {why}; {RERUN}")
 
-    @property
-    def rows(self) -> int:
-        return int(self.manifest["rows"])
-
-    @property
-    def hidden(self) -> int:
-        return int(self.manifest["hidden"])
-
-    def shard_damage(self, i: int) -> str | None:
-        """Why shard ``i``'s file is not whole (absent, cut, another shape); None when it is."""
-        s = self.manifest["shards"][i]
-        return npy_damage(self.directory / s["file"], (len(self.layers), int(s["rows"]), self.hidden))
-
-    def missing(self) -> list[int]:
-        """The shards to (re)compute: absent, cut or damaged."""
-        return [i for i in range(len(self.manifest["shards"])) if self.shard_damage(i)]
+    def check_layer(self, layer: int) -> None:
+        self.check_finite(layer)
 
     @property
     def storage(self) -> str:
@@ -203,48 +169,11 @@ class TokenVectors:
                              "version (it keeps values beyond float16's range in float32 and refuses a model whose "
                              "output is not finite)")
 
-    def layer_slot(self, layer: int) -> int:
-        if layer not in self.layers:
-            raise InputError(f"layer {layer} was not extracted; this extraction has hidden states "
-                             f"{', '.join(map(str, self.layers))}")
-        return self.layers.index(layer)
-
-    def shard(self, i: int) -> np.ndarray:
-        return np.load(self.directory / self.manifest["shards"][i]["file"], mmap_mode="r", allow_pickle=False)
-
-    def layer_blocks(self, layer: int) -> Iterator[tuple[int, np.ndarray]]:
-        """``(first_row, block)`` per shard: hidden state ``layer``'s ``(rows, hidden)`` block (mapped; float16, or
-        float32 where float16 could not hold it). A layer holding non-finite values is refused."""
-        slot = self.layer_slot(layer)
-        self.check_finite(layer)
-        for i, s in enumerate(self.manifest["shards"]):
-            yield int(s["first_row"]), self.shard(i)[slot]
-
-    def rows_at(self, layer: int, rows: np.ndarray) -> np.ndarray:
-        """float32 ``(len(rows), hidden)``: the vectors of ``rows`` (any order) at hidden state ``layer``."""
-        rows = np.asarray(rows, dtype=np.int64)
-        if rows.size and (rows.min() < 0 or rows.max() >= self.rows):
-            raise InputError(f"token row out of range: this extraction has rows 0..{self.rows - 1}")
-        slot = self.layer_slot(layer)
-        self.check_finite(layer)
-        firsts = np.array([s["first_row"] for s in self.manifest["shards"]] + [self.rows])
-        where = np.searchsorted(firsts, rows, side="right") - 1
-        out = np.empty((len(rows), self.hidden), np.float32)
-        for i in np.unique(where):
-            sel = np.flatnonzero(where == i)
-            local = rows[sel] - firsts[i]
-            order = np.argsort(local)
-            out[sel[order]] = self.shard(int(i))[slot][local[order]]
-        return out
-
     def tokens(self, columns: list[str] | None = None) -> pd.DataFrame:
         return pd.read_parquet(self.directory / "tokens.parquet", columns=columns)
 
     def texts(self) -> pd.DataFrame:
         return pd.read_parquet(self.directory / "texts.parquet")
-
-    def disk_bytes(self) -> int:
-        return sum((self.directory / s["file"]).stat().st_size for s in self.manifest["shards"])
 
     def run_info(self, **extra) -> dict:
         """What every ``tokens`` command's and job's ``run.json`` says of the extraction, then ``extra``."""
@@ -265,7 +194,7 @@ class _Wider(Exception):
 
 
 def _shard_entries(plan: list[tuple[int, int]], offsets: np.ndarray) -> list[dict]:
-    return [{"file": f"shard_{i:05d}.npy", "texts": [a, b], "first_row": int(offsets[a]),
+    return [{"file": SHARD.format(i), "texts": [a, b], "first_row": int(offsets[a]),
              "rows": int(offsets[b] - offsets[a])} for i, (a, b) in enumerate(plan)]
 
 
@@ -285,14 +214,14 @@ def _write_metadata(directory: Path, manifest: dict, tokens: Callable[[], pd.Dat
         if _parquet_damage(directory / name, rows):
             table = frame()
             write_atomic(directory / name, lambda p, table=table: table.to_parquet(p, index=False))
-    path = directory / "manifest.json"
+    path = directory / MANIFEST
     try:
-        old = _read_manifest(path) if path.is_file() else None
+        old = TokenVectors.read_manifest(path) if path.is_file() else None
     except InputError:
         old = None
     if old is not None and _base(old) == _base(manifest):
         return old
-    write_atomic(path, lambda p: p.write_text(json.dumps(manifest, indent=1)))
+    commit(directory, manifest)
     return manifest
 
 
@@ -307,7 +236,7 @@ def _finish(tv: TokenVectors) -> TokenVectors:
             s["float32_layers"] = [layer for slot, layer in enumerate(tv.layers)
                                    if storage_dtype(shard[slot]) is np.float32]
     manifest["storage"] = storage_text(manifest)
-    write_atomic(tv.directory / "manifest.json", lambda p: p.write_text(json.dumps(manifest, indent=1)))
+    commit(tv.directory, manifest)
     return tv
 
 

@@ -9,7 +9,29 @@ from pathlib import Path
 import numpy as np
 
 from analysis.core.inputs import InputError
+from analysis.core.store import MANIFEST, VectorSet, adopt
 from models.loading import ModelSpec
+
+EPOCH_VECTORS = "val_cls.npy"  # an epoch folder's one shard: its vector set's manifest names it
+
+
+def epoch_vectors(artifacts: Path, epoch: int) -> VectorSet | None:
+    """Epoch ``epoch``'s validation [CLS] vectors, ``(L + 1, n, hidden)`` float16, as the layered vector set of
+    ``epochs/<e>/`` (shard ``val_cls.npy``, row metadata ``val_ids.json``: each row's example id and label id).
+    A job written before the sets existed gets its manifest now (held in memory where the folder is read-only).
+    None when the job kept no vectors for that epoch or they are damaged."""
+    directory = Path(artifacts) / "epochs" / str(epoch)
+    if (directory / MANIFEST).is_file():
+        try:
+            return VectorSet.open(directory)
+        except InputError:
+            return None
+    if (directory / EPOCH_VECTORS).is_file():
+        return adopt(directory, directory / EPOCH_VECTORS, each_row=EACH_ROW)
+    return None
+
+
+EACH_ROW = "a validation row, in val_ids.json's order"
 
 
 def fine_tuned(artifacts: Path, metrics: dict | None) -> tuple[Path | None, str | None]:
@@ -50,13 +72,17 @@ class JobRun:
     def epochs(self) -> list[int]:
         """The epochs whose validation vectors are on disk, in order."""
         root = self.artifacts / "epochs"
-        found = [int(p.name) for p in root.iterdir() if p.name.isdigit() and (p / "val_cls.npy").is_file()
+        found = [int(p.name) for p in root.iterdir() if p.name.isdigit() and (p / EPOCH_VECTORS).is_file()
                  and (p / "val_ids.json").is_file()] if root.is_dir() else []
         return sorted(found)
 
     def vectors(self, epoch: int) -> np.ndarray:
         """Epoch ``epoch``'s validation [CLS] vectors, ``(L + 1, n, hidden)``, memory-mapped (float16)."""
-        return np.load(self.artifacts / "epochs" / str(epoch) / "val_cls.npy", mmap_mode="r")
+        found = epoch_vectors(self.artifacts, epoch)
+        if found is None:
+            raise InputError(f"{self.label}: the vectors of epoch {epoch} "
+                             f"({self.artifacts / 'epochs' / str(epoch) / EPOCH_VECTORS}) are damaged")
+        return found.array()
 
     def checkpoint_epoch(self) -> int | None:
         """The epoch whose weights ``checkpoint/`` holds: the last one trained, or under early stopping the first

@@ -42,8 +42,10 @@ from analysis.core.autocast import autocast as _autocast
 from analysis.core.csvout import to_csv
 from analysis.core.parallel import ONE, Ranks, ranks_for
 from analysis.core.scores import classification_metrics, majority_class
+from analysis.core.store import write_set
 from analysis.training.heads import HeadOutput, build_head, trainable_parameters
 from analysis.training.options import FinetuneConfig
+from analysis.training.runs import EACH_ROW, EPOCH_VECTORS
 from analysis.training.taskdata import TaskData, batch_order, batches, padded
 
 log = logging.getLogger(__name__)
@@ -311,15 +313,17 @@ def train(model: Classifier, train_data: TaskData, val_data: TaskData, config: F
 
 
 def save_epoch(directory: Path, ev: Evaluation, data: TaskData) -> None:
-    """Per-epoch files for the dashboard: ``layer_weights.csv``, ``val_cls.npy`` (float16, (L+1, n, hidden)) and
-    ``val_ids.json`` (each row's example id and label id; names in metrics.json's ``labels``)."""
+    """Per-epoch files for the dashboard: ``layer_weights.csv``, and the epoch's validation [CLS] vectors as a
+    layered vector set (:func:`analysis.training.runs.epoch_vectors`): ``manifest.json``, ``val_cls.npy`` (float16,
+    (L+1, n, hidden)) and ``val_ids.json`` (each row's example id and label id; names in metrics.json's
+    ``labels``)."""
     directory.mkdir(parents=True, exist_ok=True)
     if ev.layer_weights is not None:
         to_csv(weights_frame(ev, data), directory / "layer_weights.csv")
     if ev.cls_vectors is not None:
-        np.save(directory / "val_cls.npy", ev.cls_vectors)
         (directory / "val_ids.json").write_text(json.dumps({"example_id": list(map(int, data.ids)),
                                                             "label": list(map(int, data.labels))}))
+        write_set(directory, ev.cls_vectors, shard_file=EPOCH_VECTORS, each_row=EACH_ROW)  # the manifest last
 
 
 def weights_frame(ev: Evaluation, data: TaskData):

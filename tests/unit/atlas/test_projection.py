@@ -173,7 +173,9 @@ def test_representations_are_cached_on_disk(tiny_dirs, tmp_path):
     assert not representations(loaded, labelled(20, seed=1), "cls", store=store)[1]  # other data
     other = loaded_of(tiny_dirs["roberta"])
     assert not representations(other, inputs, "cls", store=store)[1]  # other model
-    for path in (tmp_path / "representations").glob("*.npy"):
+    damaged = list((tmp_path / "representations").glob("*/shard_00000.npy"))
+    assert len(damaged) == 5  # one layered vector set per key: cls, mean, max length 4, other data, other model
+    for path in damaged:
         path.write_bytes(b"garbage")
     again, hit = representations(loaded, inputs, "cls", store=store)  # unreadable entries are recomputed
     assert not hit and np.array_equal(again, first)

@@ -141,7 +141,18 @@ def test_an_easy_task_is_learned(bert4, tmp_path):
     assert list(weights.columns) == ["example_id", "layer_1", "layer_2", "layer_3", "layer_4"]
     np.testing.assert_allclose(weights.iloc[:, 1:].sum(1), 1, rtol=1e-5)
     vectors = np.load(tmp_path / "epochs" / "1" / "val_cls.npy")
-    assert vectors.shape == (5, 40, 16)
+    assert vectors.shape == (5, 40, 16) and vectors.dtype == np.float16
+    # each epoch's vectors are a layered vector set of the one store (issue 35), its shard the file above
+    from analysis.training.runs import epoch_vectors
+
+    found = epoch_vectors(tmp_path, 1)
+    assert found.manifest["shards"][0]["file"] == "val_cls.npy" and found.layers == [0, 1, 2, 3, 4]
+    np.testing.assert_array_equal(found.array(), vectors)
+    (tmp_path / "epochs" / "2" / "manifest.json").unlink()  # a job written before the sets: read the same
+    np.testing.assert_array_equal(epoch_vectors(tmp_path, 2).array(),
+                                  np.load(tmp_path / "epochs" / "2" / "val_cls.npy"))
+    assert (tmp_path / "epochs" / "2" / "manifest.json").is_file()
+    assert epoch_vectors(tmp_path, 99) is None
     # Kao et al. Fig. 2: the fine-tuned encoder read by the pre-trained MLM head (a borrowed head, --head-from)
     from models.loading import load_model
 
