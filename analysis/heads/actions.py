@@ -69,12 +69,14 @@ def read_treebank(path: Path | str, limit: int | None = None, flag: str = "--tre
 
 def stats(loaded, source: TextInputs | Treebank, *, clusters: bool = True, cluster_tokens: int = 2048,
           seed: int = 0, batch_size: int = 32, progress: Progress | None = None,
-          should_stop: Callable[[], bool] | None = None) -> Output:
-    """``heads.csv`` and (``clusters``) ``clusters.csv`` of ``loaded`` (eager attention) over ``source``."""
+          should_stop: Callable[[], bool] | None = None, resume: Path | None = None) -> Output:
+    """``heads.csv`` and (``clusters``) ``clusters.csv`` of ``loaded`` (eager attention) over ``source``
+    (``resume``: :func:`analysis.heads.run.analyse`'s checkpoint folder)."""
     from analysis.heads.run import analyse
 
     result = analyse(loaded, source, parse=False, clusters=clusters, batch_size=batch_size,
-                     cluster_tokens=cluster_tokens, seed=seed, progress=progress, should_stop=should_stop)
+                     cluster_tokens=cluster_tokens, seed=seed, progress=progress, should_stop=should_stop,
+                     resume=resume)
     files = {"heads.csv": result.heads, **({"clusters.csv": result.clusters} if result.clusters is not None else {})}
     shown = result.heads[["layer", "head", "entropy", "cls", "sep", "punct", "self", "previous", "next", "distance"]]
     return Output(files, {**result.info, "intervals": {"heads.csv": INTERVALS["heads.csv"]}}, shown,
@@ -82,13 +84,14 @@ def stats(loaded, source: TextInputs | Treebank, *, clusters: bool = True, clust
 
 
 def parse(loaded, treebank: Treebank, relations: list[str] | None = None, batch_size: int = 32,
-          progress: Progress | None = None, should_stop: Callable[[], bool] | None = None) -> Output:
+          progress: Progress | None = None, should_stop: Callable[[], bool] | None = None,
+          resume: Path | None = None) -> Output:
     """``relations.csv``, ``head_accuracies.csv`` and ``uuas.csv`` of ``loaded`` (eager attention) on
     ``treebank``; ``run.json`` names the best attention tree."""
     from analysis.heads.run import analyse
 
     result = analyse(loaded, treebank, statistics=False, clusters=False, relations=relations,
-                     batch_size=batch_size, progress=progress, should_stop=should_stop)
+                     batch_size=batch_size, progress=progress, should_stop=should_stop, resume=resume)
     best = result.uuas.sort_values("uuas", ascending=False).iloc[0]
     info = {**result.info, "intervals": {"relations.csv": INTERVALS["relations.csv"]},
             "baseline": INTERVALS["baseline"],

@@ -4,8 +4,10 @@ and a ``run.json``.
 
 Checked at submit (:func:`validate`): the options (:class:`analysis.heads.options.HeadsJobOptions`), the action's
 one input (read whole as the job will read it: a malformed line is refused now) and the model's config. Cancel
-stops it at the next batch or pruning step; a cancelled job keeps nothing and the same options start it afresh
-(the sums of a pass are not checkpointed). This module never imports ``jobs``.
+stops it at the next batch or pruning step. A cancelled stats or parse job keeps its sums
+(``LAYERLENS_HOME/cache/heads_progress``, :func:`analysis.heads.run.analyse`): the same options submitted again go
+on after the last batch it summed and give the numbers an uninterrupted job gives. An importance job starts
+afresh (its gradient pass and pruning curve keep no checkpoint). This module never imports ``jobs``.
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from analysis.core.home import cache_dir
 from analysis.core.inputs import InputError
 from analysis.heads.options import HeadsJobOptions
 
 NAME = "heads"
+RESUME = "heads_progress"  # the folder under LAYERLENS_HOME/cache of a cancelled job's sums
 OPTIONS = HeadsJobOptions
 STAGED = True  # one process; the artifacts appear whole when complete
 BROWSER_FILES = ("input", "treebank", "data")  # from the browser: files under the data roots
@@ -104,12 +108,16 @@ def run(config: dict, out: Path, control) -> dict:
     else:
         source = _read(options)
         loaded = load_eager(options.spec())
+        resume = cache_dir() / RESUME
         if options.action == "stats":
             output = actions.stats(loaded, source, clusters=options.clusters, cluster_tokens=options.cluster_tokens,
-                                   seed=options.seed, batch_size=options.batch_size, progress=progress)
+                                   seed=options.seed, batch_size=options.batch_size, progress=progress, resume=resume)
         else:
             wanted = [r.strip() for r in options.relations.split(",") if r.strip()] if options.relations else None
-            output = actions.parse(loaded, source, wanted, batch_size=options.batch_size, progress=progress)
+            output = actions.parse(loaded, source, wanted, batch_size=options.batch_size, progress=progress,
+                                   resume=resume)
+        if "resumed_after" in output.info:
+            control.log(f"resumed after {output.info['resumed_after']} sentences summed by an earlier job")
     output.write(out)
     info = {"action": options.action, **output.model, "options": options.to_dict(), name: path, **output.info,
             "versions": versions()}

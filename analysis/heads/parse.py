@@ -81,6 +81,8 @@ class Parsing:
     """Counts of correct predictions per relation, direction, layer and head, the fixed-offset baseline's counts,
     and the attention trees' correct edges."""
 
+    STATE = ("correct", "count", "offsets", "tree_correct", "tree_edges")  # what changes as batches are added
+
     def __init__(self, layers: int, heads: int, relations: list[str]):
         self.layers, self.heads, self.relations = layers, heads, list(relations)
         self.index = {r: i for i, r in enumerate(self.relations)}

@@ -11,19 +11,32 @@ x heads x n^2``.
 
 ``progress(stage, done, total)`` is called after every batch (it may raise to stop, as the pages' Stop and the
 jobs' cancel do); ``should_stop()`` returning True raises :class:`Stopped`.
+
+**Resume.** Given ``resume`` (a folder: a ``heads`` job passes ``LAYERLENS_HOME/cache/heads_progress``), the sums
+are saved there every ``checkpoint_seconds`` and when the run is stopped, under a key of everything that changes
+them (the model's fingerprint, the input ids, the treebank's trees, the options); the same run started again
+continues after the last batch saved and gives the same numbers as a run never stopped (the sums are the same
+float64 values added in the same order). The file is removed when the run completes.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 
 from analysis.core.activations import encode, encode_words, max_input_length
 from analysis.core.inputs import InputError, TextInputs
+from analysis.core.staging import write_atomic
+from analysis.core.store import key_of
 from analysis.core.treebank import Treebank
 from analysis.core.vectors import Progress
 from analysis.heads.model import attentions, check_eager, head_shape
@@ -34,6 +47,8 @@ from models.loading import LoadedModel
 
 MAX_CELLS = 1 << 17
 CLUSTER_TOKENS = 2048
+CHECKPOINT_SECONDS = 30.0
+log = logging.getLogger(__name__)
 
 
 class Stopped(Exception):
@@ -66,10 +81,82 @@ def batches(lengths: list[int], batch_size: int, max_cells: int) -> list[list[in
     return out + ([batch] if batch else [])
 
 
+class Checkpoint:
+    """The sums of a run after its first ``batches`` batches (each accumulator's ``STATE``: arrays, tensors, counts,
+    a list of Counters), in one ``.npz`` file (no pickle) written whole or not at all."""
+
+    def __init__(self, path: Path | None, parts: dict):
+        self.path, self.parts, self.saved = path, parts, time.monotonic()
+
+    def load(self) -> int:
+        """The batches already done (0 when there is no usable file); the accumulators filled from it."""
+        if self.path is None or not self.path.is_file():
+            return 0
+        try:
+            with np.load(self.path, allow_pickle=False) as z:
+                found = {key: z[key] for key in z.files}
+            for name, part in self.parts.items():
+                for attr in part.STATE:
+                    value, key = getattr(part, attr), f"{name}.{attr}"
+                    if isinstance(value, torch.Tensor):
+                        value.copy_(torch.from_numpy(found[key]))
+                    elif isinstance(value, np.ndarray):
+                        value[...] = found[key]
+                    elif isinstance(value, list):  # Counters, one per relation: their keys in insertion order
+                        for counter in value:
+                            counter.clear()
+                        for r, k, c in zip(*(found[f"{key}.{x}"].tolist() for x in ("slot", "key", "count")),
+                                           strict=True):
+                            value[r][k] = c
+                    else:
+                        setattr(part, attr, int(found[key]))
+            return int(found["batches"])
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            log.warning("ignoring the unreadable checkpoint %s (%s); starting afresh", self.path, exc)
+            return 0
+
+    def save(self, batches: int, force: bool = False) -> None:
+        if self.path is None or not (force or time.monotonic() - self.saved >= CHECKPOINT_SECONDS):
+            return
+        arrays = {"batches": np.array(batches)}
+        for name, part in self.parts.items():
+            for attr in part.STATE:
+                value, key = getattr(part, attr), f"{name}.{attr}"
+                if isinstance(value, torch.Tensor):
+                    arrays[key] = value.numpy()
+                elif isinstance(value, list):
+                    items = [(r, k, c) for r, counter in enumerate(value) for k, c in counter.items()]
+                    for i, x in enumerate(("slot", "key", "count")):
+                        arrays[f"{key}.{x}"] = np.array([item[i] for item in items], dtype=np.int64)
+                else:
+                    arrays[key] = np.asarray(value)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(self.path, lambda tmp: _savez(tmp, arrays))
+        except (OSError, InputError) as exc:  # a full disk costs the resume, never the run
+            log.warning("could not save the checkpoint %s (%s)", self.path, exc)
+        self.saved = time.monotonic()
+
+    def remove(self) -> None:
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
+
+
+def _savez(path: Path, arrays: dict) -> None:
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+
+
+def run_key(loaded: LoadedModel, ids: list, trees: list | None, options: dict) -> str:
+    """What changes a run's sums: the model, every kept sentence's input ids (and for parsing its tree), options."""
+    digest = hashlib.sha256(json.dumps([ids, trees]).encode()).hexdigest()
+    return key_of(kind="heads", model=loaded.fingerprint, data=digest, **options)
+
+
 def analyse(loaded: LoadedModel, source: TextInputs | Treebank, *, statistics: bool = True, clusters: bool = True,
             parse: bool = True, relations: list[str] | None = None, batch_size: int = 32, max_cells: int = MAX_CELLS,
             cluster_tokens: int = CLUSTER_TOKENS, seed: int = 0, progress: Progress | None = None,
-            should_stop: Callable[[], bool] | None = None) -> HeadsResult:
+            should_stop: Callable[[], bool] | None = None, resume: Path | None = None) -> HeadsResult:
     """Head statistics, the head map and (``source`` a treebank) heads as parsers, in one pass.
 
     ``loaded`` must run the eager attention path (:func:`analysis.heads.model.load_eager`). Texts longer than
@@ -107,10 +194,24 @@ def analyse(loaded: LoadedModel, source: TextInputs | Treebank, *, statistics: b
     cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     plan = batches(lengths, batch_size, max_cells)
-    start, done = time.perf_counter(), 0
+    parts = {name: part for name, part in (("stats", stats), ("uniform", uniform), ("map", heads_map),
+                                           ("parser", parser if parse else None)) if part is not None}
+    key = run_key(loaded, [encoded.input_ids[i] for i in kept],
+                  [[sentences[i].heads, sentences[i].deprels] for i in kept] if parse else None,
+                  {"parts": sorted(parts), "relations": parser.relations if parse else None, "batch_size": batch_size,
+                   "max_cells": max_cells, "cluster_tokens": cluster_tokens if clusters else 0, "seed": seed})
+    checkpoint = Checkpoint(Path(resume) / f"{key}.npz" if resume is not None else None, parts)
+    first = checkpoint.load()
+    done = sum(len(idx) for idx in plan[:first])
+    if first:
+        info["resumed_after"] = done
+        log.info("resuming after %d of %d sentences (%s)", done, len(kept), checkpoint.path)
+    start = time.perf_counter()
     with torch.inference_mode():
-        for idx in plan:
+        for step, idx in enumerate(plan[first:], first):
+            checkpoint.save(step)
             if should_stop is not None and should_stop():
+                checkpoint.save(step, force=True)
                 raise Stopped("stopped")
             rows = [kept[k] for k in idx]
             width = max(lengths[k] for k in idx)
@@ -155,7 +256,12 @@ def analyse(loaded: LoadedModel, source: TextInputs | Treebank, *, statistics: b
                     heads_map.add(torch.stack([a.float().cpu()[bi, :, pi, :size] for a in maps], 1).flatten(1, 2))
             done += len(idx)
             if progress is not None:
-                progress("attention", done, len(kept))
+                try:
+                    progress("attention", done, len(kept))
+                except BaseException:  # a Stop or a cancel: what was summed so far is kept for the next run
+                    checkpoint.save(step + 1, force=True)
+                    raise
+    checkpoint.remove()
     if uniform is not None:  # what each statistic would be if every token attended uniformly to its sentence
         row = uniform.table().iloc[0]
         info["uniform_attention"] = {name: float(row[name]) for name in STATISTICS if name != "uniform_entropy"}

@@ -90,6 +90,8 @@ def t_interval(total: np.ndarray, squares: np.ndarray, n: np.ndarray, level: flo
 class TokenStatistics:
     """Running sums of the per-sentence means of :data:`STATISTICS` per ``(layer, head)``."""
 
+    STATE = ("total", "squares", "count")  # what changes as batches are added
+
     def __init__(self, layers: int, heads: int):
         self.layers, self.heads = layers, heads
         shape = (layers, heads, len(STATISTICS))
@@ -169,6 +171,8 @@ def js_distances(p: torch.Tensor, chunk_elements: int = 1 << 19) -> torch.Tensor
 
 class HeadClusters:
     """Running sum of :func:`js_distances` over the sampled tokens."""
+
+    STATE = ("total", "tokens")  # what changes as batches are added
 
     def __init__(self, layers: int, heads: int):
         self.layers, self.heads = layers, heads

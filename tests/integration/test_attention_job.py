@@ -163,3 +163,37 @@ def test_importance_of_a_fine_tuning_jobs_classifier_from_the_cli(bert4, tmp_pat
     assert main(["heads", "importance", "--model", "job:99", "--data", str(tmp_path / "val.tsv"),
                  "--out", str(tmp_path / "x")]) == 2
     assert capsys.readouterr().err.strip().count("\n") == 0
+
+
+def test_a_cancelled_stats_job_submitted_again_resumes_and_writes_what_the_cli_writes(home, tiny_dirs, tmp_path,
+                                                                                       monkeypatch):
+    """Issue 36, "Jobs: ... cancel and resume": the sums of a cancelled stats job are kept under
+    LAYERLENS_HOME/cache/heads_progress; the same options submitted again go on after them."""
+    store, texts = home
+    model = tiny_dirs["bert"]
+    options = config(model, action="stats", input=str(texts), batch_size=1, cluster_tokens=16)
+    first = submit(options, store, start_worker=False)
+    real = job_run.Reporter.__call__
+    before = signal.getsignal(signal.SIGTERM)
+
+    def report_then_cancel(self, line, progress, force=False):
+        real(self, line, progress, force)
+        os.kill(os.getpid(), signal.SIGTERM)  # Cancel pressed after the first sentence's report
+
+    monkeypatch.setattr(job_run.Reporter, "__call__", report_then_cancel)
+    try:
+        with pytest.raises(job_run.Cancelled):
+            run_in_process(store, first)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    monkeypatch.setattr(job_run.Reporter, "__call__", real)
+    assert len(list((tmp_path / "home" / "cache" / "heads_progress").glob("*.npz"))) == 1
+    art = run_in_process(store, submit(options, store, start_worker=False))
+    # Cancel came after the first report; the job saw it at its second, the second sentence summed and kept
+    assert json.loads((art / "run.json").read_text())["resumed_after"] == 2
+    assert not list((tmp_path / "home" / "cache" / "heads_progress").glob("*.npz"))
+    cli = tmp_path / "cli"
+    assert main(["heads", "stats", "--model", str(model), "--device", "cpu", "--batch-size", "1", "--input",
+                 str(texts), "--cluster-tokens", "16", "--out", str(cli)]) == 0
+    for name in ("heads.csv", "clusters.csv"):
+        pd.testing.assert_frame_equal(pd.read_csv(art / name), pd.read_csv(cli / name), check_exact=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import Counter
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from transformers import AutoModel, AutoTokenizer
@@ -153,3 +154,45 @@ def test_a_treebank_with_no_relation_in_common_is_one_line(tiny_dirs, treebank):
     loaded = load_eager(ModelSpec(str(tiny_dirs["bert"]), device="cpu"))
     with pytest.raises(InputError, match="none of the relations asked for"):
         analyse(loaded, treebank, relations=["no-such-relation"])
+
+
+def test_a_stopped_run_resumes_to_the_numbers_of_a_run_never_stopped(tiny_dirs, treebank, tmp_path):
+    """The sums are saved when a run is stopped (should_stop, or a progress hook raising: a job's cancel), and the
+    same run started again continues after the last batch summed; every table equals an uninterrupted run's."""
+    from analysis.heads.run import Stopped
+
+    loaded = load_eager(ModelSpec(str(tiny_dirs["bert"]), device="cpu"))
+    options = dict(batch_size=2, max_cells=2000, cluster_tokens=64)
+    whole = analyse(loaded, treebank, **options)
+    calls = []
+
+    def cancel_at_third(stage, done, total):
+        calls.append(done)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # a cancel raised from the progress hook
+    with pytest.raises(KeyboardInterrupt):
+        analyse(loaded, treebank, progress=cancel_at_third, resume=tmp_path, **options)
+    saved = list(tmp_path.glob("*.npz"))
+    assert len(saved) == 1
+    with pytest.raises(Stopped):  # stopped again at once: nothing is lost, nothing counted twice
+        analyse(loaded, treebank, should_stop=lambda: True, resume=tmp_path, **options)
+    seen = []
+    again = analyse(loaded, treebank, progress=lambda s, d, t: seen.append(d), resume=tmp_path, **options)
+    assert again.info["resumed_after"] == calls[2] and seen[0] > calls[2] and seen[-1] == len(treebank.sentences)
+    assert not list(tmp_path.glob("*.npz"))  # removed once complete
+    for name in ("heads", "clusters", "relations", "accuracies", "uuas"):
+        pd.testing.assert_frame_equal(getattr(again, name), getattr(whole, name), check_exact=True, obj=name)
+    other = analyse(loaded, treebank, resume=tmp_path, **{**options, "batch_size": 3})  # another plan: no resume
+    assert "resumed_after" not in other.info
+
+
+def test_an_unreadable_checkpoint_starts_afresh(tiny_dirs, treebank, tmp_path):
+    from analysis.heads.run import Stopped
+
+    loaded = load_eager(ModelSpec(str(tiny_dirs["bert"]), device="cpu"))
+    with pytest.raises(Stopped):
+        analyse(loaded, treebank, batch_size=2, max_cells=2000, should_stop=lambda: True, resume=tmp_path)
+    (saved,) = tmp_path.glob("*.npz")
+    saved.write_bytes(b"cut")
+    result = analyse(loaded, treebank, batch_size=2, max_cells=2000, resume=tmp_path)
+    assert "resumed_after" not in result.info and result.info["sentences"] > 0
