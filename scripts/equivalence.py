@@ -26,6 +26,12 @@ import numpy as np
 import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
+TIMING = re.compile(r"\[\d+:\d+<[^\]]*\]\s*$")  # a progress bar's closing [elapsed<left, rate]: a time, no result
+
+
+def _untimed(line: str) -> str:
+    return TIMING.sub("", line)
+
 DATA = "analysis/data/demo_sentiment.csv"
 WORDORDER = "analysis/data/demo_wordorder.csv"
 UD = "tests/data/ud_tiny_train.conllu"
@@ -169,7 +175,8 @@ def diff(a_root: Path, b_root: Path) -> int:
     for name, (_, trained) in COMMANDS.items():
         tol = TRAINED_TOL if trained else FLOAT_TOL
         ra, rb = (json.loads((r / f"{name}.json").read_text()) for r in (a_root, b_root))
-        if (ra["rc"], _norm(ra["stderr_last"], a_root)) != (rb["rc"], _norm(rb["stderr_last"], b_root)):
+        if (ra["rc"], _untimed(_norm(ra["stderr_last"], a_root))) != (rb["rc"],
+                                                                     _untimed(_norm(rb["stderr_last"], b_root))):
             problems.append(f"{name}: exit {ra['rc']} {ra['stderr_last']!r} vs {rb['rc']} {rb['stderr_last']!r}")
         fa, fb = _files(a_root / name), _files(b_root / name)
         if fa != fb:

@@ -188,7 +188,10 @@ SLOW_TESTS = {"test_the_cli_writes_the_five_files_and_refuses_in_one_line",
               "test_two_sessions_probing_one_cached_model_at_once_agree",
               "test_the_cli_reads_job_models_and_lends_a_head_with_head_from",
               "test_a_sweep_from_the_page_queues_its_jobs_in_one_group_and_compares_by_group",
-              "test_an_untrained_lens_is_exactly_the_raw_probe"}
+              "test_an_untrained_lens_is_exactly_the_raw_probe",
+              # the two slowest lean tests of session 14 (15 s and more each, idle), and the heads job's resume
+              "test_further_pretraining_lowers_the_task_mlm_loss", "test_atlas_records_the_variance_of_each_pca_panel",
+              "test_a_cancelled_stats_job_submitted_again_resumes_and_writes_what_the_cli_writes"}
 
 
 def pytest_collection_modifyitems(config, items):
