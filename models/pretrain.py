@@ -59,12 +59,6 @@ class PretrainConfig(BaseModel):
     dropout: float = Field(0.0, ge=0, lt=1)
     seed: int = Field(0, ge=0, le=2**32 - 1)
 
-    def to_dict(self) -> dict:
-        return self.model_dump()
-
-    def replace(self, **changes) -> PretrainConfig:
-        """A validated copy with ``changes`` (pydantic.ValidationError on a bad value)."""
-        return type(self)(**{**self.model_dump(), **changes})
 
 
 PRESETS = {
@@ -265,7 +259,7 @@ def train(cfg: PretrainConfig, corpus: Path, out: Path, valid: Path | None = Non
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    info = {"config": cfg.to_dict(), "metrics": metrics, "corpus": corpus.name,
+    info = {"config": cfg.model_dump(), "metrics": metrics, "corpus": corpus.name,
             "tokenizer": "reused" if tokenizer_dir is not None else "trained",
             "init_from": _previous_training(init_from),
             "valid": valid.name if valid else None, "torch": torch.__version__,
@@ -419,7 +413,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: no such file: {path}", file=sys.stderr)
             return 2
     try:
-        cfg = PRESETS[args.config].replace(seed=args.seed, **({} if args.steps is None else {"steps": args.steps}))
+        cfg = PretrainConfig.model_validate({**PRESETS[args.config].model_dump(), "seed": args.seed,
+                                             **({} if args.steps is None else {"steps": args.steps})})
     except ValidationError as exc:
         first = exc.errors()[0]
         print(f"error: --{first['loc'][0]}: {first['msg'].lower()}, got {first['input']!r}", file=sys.stderr)

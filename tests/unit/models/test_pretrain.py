@@ -7,7 +7,16 @@ import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer, DataCollatorForLanguageModeling
 
 from models.loading import ModelSpec, load_model
-from models.pretrain import PRESETS, evaluate, masked_lm_loss, pack, read_documents, train, train_tokenizer
+from models.pretrain import (
+    PRESETS,
+    PretrainConfig,
+    evaluate,
+    masked_lm_loss,
+    pack,
+    read_documents,
+    train,
+    train_tokenizer,
+)
 from models.pretrain import main as pretrain_main
 from tests.conftest import FIXTURES
 
@@ -97,9 +106,9 @@ def test_cli_rejects_a_missing_corpus(tmp_path, capsys):
 
 
 def test_presets_are_validated_schemas(small_corpus, tmp_path, capsys):
-    cfg = PRESETS["small"].replace(steps=5)
-    assert cfg.to_dict()["steps"] == 5 and PRESETS["small"].steps != 5
-    assert list(cfg.to_dict())[:3] == ["vocab_size", "hidden_size", "num_layers"]  # the model card's order
+    cfg = PretrainConfig.model_validate({**PRESETS["small"].model_dump(), "steps": 5})
+    assert cfg.model_dump()["steps"] == 5 and PRESETS["small"].steps != 5
+    assert list(cfg.model_dump())[:3] == ["vocab_size", "hidden_size", "num_layers"]  # the model card's order
     assert pretrain_main(["--corpus", str(small_corpus), "--out", str(tmp_path / "o"), "--steps", "0"]) == 2
     assert "error: --steps: input should be greater than or equal to 1, got 0" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
