@@ -72,10 +72,13 @@ def cmd_lens(args: argparse.Namespace) -> int:
     if stop:
         return 130
     held = training["held_out"]
-    print("layer  held-out KL to final (masked)  raw -> tuned   top-1 agreement  raw -> tuned")
-    for layer, (kr, kt, ar, at) in enumerate(zip(held["raw"]["masked"]["kl"], held["tuned"]["masked"]["kl"],
-                                                 held["raw"]["masked"]["agreement"],
-                                                 held["tuned"]["masked"]["agreement"], strict=True)):
-        print(f"{layer:>5}  {kr:>22.4f} -> {kt:<10.4f}  {ar:>15.4f} -> {at:.4f}")
+    states = training.get("states") or [[i, "output"] for i in range(len(held["raw"]["masked"]["kl"]))]
+    width = 15 if "states" in training else 5  # "3 attention": a lens of both halves names each state's half
+    print(f"{'layer':<{width}}  held-out KL to final (masked)  raw -> tuned   top-1 agreement  raw -> tuned")
+    for (layer, half), kr, kt, ar, at in zip(states, held["raw"]["masked"]["kl"], held["tuned"]["masked"]["kl"],
+                                             held["raw"]["masked"]["agreement"], held["tuned"]["masked"]["agreement"],
+                                             strict=True):
+        name = f"{layer}" + (" attention" if half == "attention" else "")
+        print(f"{name:>{width}}  {kr:>22.4f} -> {kt:<10.4f}  {ar:>15.4f} -> {at:.4f}")
     print(f"wrote {args.out}/config.json, translators.safetensors, training.json", file=sys.stderr)
     return 0

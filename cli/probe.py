@@ -49,8 +49,11 @@ def cmd_probe(args: argparse.Namespace) -> int:
     if args.out is None:
         raise UserError("--out DIR is required: the probe writes layers.csv, decoded.csv, tokens.parquet, run.json")
     if args.half != "output" and args.lens is not None:
-        raise UserError("--half attention reads each layer's attention half with the MLM head alone; a tuned lens is "
-                        "trained on the layer outputs: leave out --lens, or --half")
+        from analysis.probe.lens import halves
+
+        if halves(args.lens) != args.half:
+            raise UserError(f"--half attention with --lens: the lens in {args.lens} was trained on the layer outputs "
+                            "only; train one with `layerlens lens train --half attention`, or leave out --lens")
     ranks, spec = launched(args)
     inputs = check_row_limit(read_file(args.input, args.column, args.pair_column), args.max_rows, "probe's")
     for note in inputs.notes() if ranks.is_main else ():

@@ -47,15 +47,17 @@ certified = st.checkbox("MLM head in certified bfloat16", key="probe_certified",
                         "(docs/benchmarks.md). For the approximate mode choose bfloat16 under 'Precision' in the "
                         "sidebar." if can_certify else "Certified bf16 runs on a CPU with bf16 matrix units; "
                         "this one has none (or the model is on a GPU).")
-halves = st.checkbox("Also read each layer's attention half", key="probe_half", disabled=lens_dir is not None,
+lens_reads_halves = lens_dir is None or lens.halves(lens_dir) == "attention"
+halves = st.checkbox("Also read each layer's attention half", key="probe_half", disabled=not lens_reads_halves,
                      help="The residual stream after each layer's attention block, before its feed-forward block, "
                      "through the same head: two points per layer on the curve, the attention half half a layer "
-                     "before the layer's output." + (" Not with a tuned lens, which is trained on the layer "
-                                                    "outputs: choose (none) to read the halves."
-                                                    if lens_dir is not None else ""))
+                     "before the layer's output." + (" Not with this tuned lens, which was trained on the layer "
+                                                    "outputs only: choose (none), or a lens trained on both halves "
+                                                    "(half: attention in its job's options)."
+                                                    if not lens_reads_halves else ""))
 config = ProbeConfig(mode=mode, include_special=include_special, top_k=int(top_k),
                      precision="certified" if certified else "float32",
-                     half="attention" if halves and lens_dir is None else "output")
+                     half="attention" if halves and lens_reads_halves else "output")
 
 
 def run(spec: ModelSpec, label: str, through=None):

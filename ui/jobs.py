@@ -80,7 +80,7 @@ def comparison_table(jobs) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-LENS_FORM = ["steps", "batch_size", "max_length", "optimizer", "lr_scale", "positions", "eval_texts"]
+LENS_FORM = ["steps", "batch_size", "max_length", "optimizer", "lr_scale", "positions", "eval_texts", "half"]
 
 
 def lens_job_form(model: str) -> None:

@@ -9,7 +9,12 @@ its head (its own pre-trained MLM head, or the ``--head-from`` one) are frozen.
 
 Training (the recipe, resuming, checkpoints): :mod:`analysis.probe.lens_training`.
 
-Artifacts (a directory): ``config.json`` (the model, its weights id, family, layers, hidden size, head),
+With ``half="attention"`` (``layerlens lens train --half attention``) it also reads each layer's attention half
+(the residual stream after the attention block, :func:`analysis.core.activations.hidden_states`) through a
+translator of its own, so the probe's ``--half attention`` curve has a tuned reading at every one of its points.
+
+Artifacts (a directory): ``config.json`` (the model, its weights id, family, layers, hidden size, head, and
+``half: attention`` for a lens of both halves),
 ``translators.safetensors``, ``training.json`` (options, ``autocast``: ``bfloat16`` or ``float32``, loss curve,
 held-out KL and top-1 agreement per layer before and after, raw vs tuned; written last, its presence with all steps
 done is what makes a lens finished),
@@ -38,27 +43,49 @@ CHECKPOINT = "checkpoint.safetensors"  # the one file a run resumes from (earlie
 
 
 class TunedLens(nn.Module):
-    """Translators for hidden states ``0..num_layers - 1`` (float32); :meth:`forward` maps a layer's states."""
+    """Translators for hidden states ``0..num_layers - 1`` (float32); :meth:`forward` maps a layer's states. With
+    ``half="attention"`` (issue 36 item 5) a second set, ``attention_translators``, reads each layer ``l``'s
+    attention half (index ``l - 1``): every state :func:`analysis.core.activations.hidden_states` returns but the
+    last is translated."""
 
-    def __init__(self, num_layers: int, hidden_size: int):
+    def __init__(self, num_layers: int, hidden_size: int, half: str = "output"):
         super().__init__()
-        self.num_layers, self.hidden_size = num_layers, hidden_size
+        self.num_layers, self.hidden_size, self.half = num_layers, hidden_size, half
         self.translators = nn.ModuleList(nn.Linear(hidden_size, hidden_size) for _ in range(num_layers))
-        for t in self.translators:
-            nn.init.zeros_(t.weight)
-            nn.init.zeros_(t.bias)
+        if half == "attention":
+            self.attention_translators = nn.ModuleList(nn.Linear(hidden_size, hidden_size) for _ in range(num_layers))
+        for t in self.modules():
+            if isinstance(t, nn.Linear):
+                nn.init.zeros_(t.weight)
+                nn.init.zeros_(t.bias)
 
-    def forward(self, h: torch.Tensor, layer: int) -> torch.Tensor:
-        """``h + A h + b`` for layer ``layer`` in float32, returned in ``h``'s dtype; the last layer as it is."""
-        if layer == self.num_layers:
+    def states(self) -> list[tuple[int, str]]:
+        """``(layer, half)`` of every state this lens translates (and is trained on), in the encoder's order."""
+        from analysis.core.activations import state_labels
+
+        return state_labels(self.num_layers, self.half)[:-1]
+
+    def forward(self, h: torch.Tensor, layer: int, half: str = "output") -> torch.Tensor:
+        """``h + A h + b`` for layer ``layer``'s ``half`` in float32, returned in ``h``'s dtype; the last layer's
+        output as it is."""
+        if half == "attention":
+            if self.half != "attention":
+                raise InputError("this tuned lens was trained on the layer outputs only: read the attention halves "
+                                 "without it, or train one with `layerlens lens train --half attention`")
+            translator = self.attention_translators[layer - 1]
+        elif layer == self.num_layers:
             return h
+        else:
+            translator = self.translators[layer]
         x = h.float()
-        return (x + self.translators[layer](x)).to(h.dtype)
+        return (x + translator(x)).to(h.dtype)
 
-    def translate(self, stacked: torch.Tensor) -> torch.Tensor:
-        """``(L + 1, ..., hidden)``: every layer's states through its translator."""
+    def translate(self, stacked: torch.Tensor, labels: list[tuple[int, str]] | None = None) -> torch.Tensor:
+        """``(states, ..., hidden)``: every state through its translator; ``labels``: each state's ``(layer,
+        half)`` (default: the layer outputs ``0..L``)."""
+        labels = labels or [(i, "output") for i in range(stacked.shape[0])]
         with torch.no_grad():
-            return torch.stack([self(stacked[i], i) for i in range(stacked.shape[0])])
+            return torch.stack([self(stacked[i], *labels[i]) for i in range(stacked.shape[0])])
 
 
 def identity(loaded: LoadedModel) -> dict:
@@ -68,6 +95,12 @@ def identity(loaded: LoadedModel) -> dict:
             "mlm_head": loaded.mlm_head}
 
 
+def halves(directory: Path) -> str:
+    """Which states the lens in ``directory`` reads: ``output`` (the layer outputs) or ``attention`` (also each
+    layer's attention half)."""
+    return read_config(directory).get("half", "output")
+
+
 def save(lens: TunedLens, loaded: LoadedModel, directory: Path, training: dict | None = None) -> Path:
     """The lens's files: translators, config and (last, marking it finished) ``training.json``."""
     from safetensors.torch import save_file
@@ -75,16 +108,17 @@ def save(lens: TunedLens, loaded: LoadedModel, directory: Path, training: dict |
     directory.mkdir(parents=True, exist_ok=True)
     write_atomic(directory / WEIGHTS, lambda path: save_file({k: v.detach().cpu().contiguous()
                                                          for k, v in lens.state_dict().items()}, path))
-    write_config(loaded, directory)
+    write_config(loaded, directory, lens.half)
     if training is not None:
         write_atomic(directory / TRAINING, lambda path: path.write_text(json.dumps(training, indent=2, default=float)
                                                                    + "\n"))
     return directory
 
 
-def write_config(loaded: LoadedModel, directory: Path) -> None:
-    write_atomic(directory / CONFIG, lambda path: path.write_text(json.dumps({"format": FORMAT, **identity(loaded)},
-                                                                        indent=2) + "\n"))
+def write_config(loaded: LoadedModel, directory: Path, half: str = "output") -> None:
+    """``config.json``; ``half`` (the states the lens reads) only when it also reads the attention halves."""
+    config = {"format": FORMAT, **identity(loaded), **({"half": half} if half != "output" else {})}
+    write_atomic(directory / CONFIG, lambda path: path.write_text(json.dumps(config, indent=2) + "\n"))
 
 
 def read_config(directory: Path) -> dict:
@@ -110,7 +144,7 @@ def load(directory: Path, loaded: LoadedModel) -> TunedLens:
         raise InputError(f"the lens in {directory} was trained for '{config['model']}' ({config['weights_id']}), "
                          f"not for '{mine['model']}' ({mine['weights_id']}): train one for this model with "
                          "`layerlens lens train`")
-    lens = TunedLens(config["num_layers"], config["hidden_size"])
+    lens = TunedLens(config["num_layers"], config["hidden_size"], config.get("half", "output"))
     checkpoint = Path(directory) / CHECKPOINT
     if finished(directory) or not checkpoint.is_file():
         lens.load_state_dict(load_file(Path(directory) / WEIGHTS))
@@ -193,9 +227,13 @@ def search_roots() -> list[Path]:
 
 
 def label(directory: Path) -> str:
-    """How pages name a lens: ``bundled lens``, ``job #4``, or its folder's name; a partial lens says so:
-    ``job #4 (partial: step 300 of 3,000)``."""
+    """How pages name a lens: ``bundled lens``, ``job #4``, or its folder's name, ``· both halves`` for a lens that
+    also reads the attention halves; a partial lens says so: ``job #4 (partial: step 300 of 3,000)``."""
     name = folder_name(directory)
+    try:
+        name += " · both halves" if halves(directory) == "attention" else ""
+    except InputError:
+        pass
     if finished(directory):
         return name
     step, total = trained(directory)

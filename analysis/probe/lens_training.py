@@ -138,39 +138,51 @@ class Frozen:
         return cls(bf16_shadow(loaded.model.base_model), bf16_shadow(head) if isinstance(head, nn.Module) else head,
                    loaded.num_layers)
 
-    def hidden_states(self, batch, input_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def hidden_states(self, batch, input_ids: torch.Tensor, half: str = "output") -> tuple[torch.Tensor, ...]:
         """As :func:`analysis.core.activations.hidden_states`, with the shadow encoder."""
-        out = self.encoder(**batch.model_inputs(input_ids), output_hidden_states=True, return_dict=True)
+        import contextlib
+
+        from analysis.core.activations import attention_halves
+
+        with attention_halves(self.encoder) if half == "attention" else contextlib.nullcontext([]) as halves:
+            out = self.encoder(**batch.model_inputs(input_ids), output_hidden_states=True, return_dict=True)
         if len(out.hidden_states) != self.num_layers + 1:
             raise RuntimeError(f"the model returned {len(out.hidden_states)} hidden states for {self.num_layers} "
                                "layers")
-        return out.hidden_states
+        if half == "output":
+            return out.hidden_states
+        if len(halves) != self.num_layers:
+            raise RuntimeError(f"{len(halves)} attention halves for {self.num_layers} layers")
+        return (out.hidden_states[0], *(s for pair in zip(halves, out.hidden_states[1:], strict=True) for s in pair))
 
 
 def layer_losses(loaded: LoadedModel, lens: TunedLens, batch, counted: torch.Tensor, options, step: int,
                  backward: bool, frozen: Frozen | None = None) -> tuple[list[float], int]:
-    """One batch: mask it (seeded by step), run the encoder once without a graph, then per layer the KL of the
-    lens at the chosen positions (back-propagated one layer at a time with ``backward``). Returns each layer's
-    mean KL (L values, the last layer is the reference) and the number of positions. ``frozen``: the encoder and
-    head to run instead of ``loaded``'s (their bfloat16 shadows under autocast, :meth:`Frozen.of`)."""
+    """One batch: mask it (seeded by step), run the encoder once without a graph, then per state the lens
+    translates (:meth:`TunedLens.states`: the layer outputs ``0..L-1``, and with ``half="attention"`` each layer's
+    attention half) the KL of the lens at the chosen positions (back-propagated one state at a time with
+    ``backward``). Returns each state's mean KL (the last layer's output is the reference) and the number of
+    positions. ``frozen``: the encoder and head to run instead of ``loaded``'s (their bfloat16 shadows under
+    autocast, :meth:`Frozen.of`)."""
     from analysis.core.activations import hidden_states
 
     gen = torch.Generator().manual_seed(options.seed * 1_000_003 + step)
     masked, selected = mask_like_pretraining(batch.input_ids.cpu(), counted, options.mask_fraction,
                                              loaded.tokenizer.mask_token_id, loaded.anatomy.vocab_size, gen)
     where = (selected if options.positions == "masked" else counted).to(batch.input_ids.device)
+    trained = lens.states()
     if not where.any():
-        return [math.nan] * loaded.num_layers, 0
+        return [math.nan] * len(trained), 0
     head = frozen.head if frozen is not None else loaded.anatomy.head
     with torch.no_grad():
-        states = (frozen.hidden_states(batch, masked.to(batch.input_ids.device)) if frozen is not None else
-                  hidden_states(loaded, batch, masked.to(batch.input_ids.device)))
+        states = (frozen.hidden_states(batch, masked.to(batch.input_ids.device), lens.half) if frozen is not None
+                  else hidden_states(loaded, batch, masked.to(batch.input_ids.device), lens.half))
         final_logp = torch.log_softmax(head(states[-1][where]).float(), dim=-1)
     losses = []
-    for layer in range(loaded.num_layers):
-        h = states[layer][where].detach()
+    for state, (layer, half) in enumerate(trained):
+        h = states[state][where].detach()
         with torch.set_grad_enabled(backward):
-            loss = kl_to_final(final_logp, head(lens(h, layer))).mean()
+            loss = kl_to_final(final_logp, head(lens(h, layer, half))).mean()
             if backward:
                 loss.backward()  # this layer's graph only: freed before the next layer's is built
         losses.append(loss.item())
@@ -179,11 +191,14 @@ def layer_losses(loaded: LoadedModel, lens: TunedLens, batch, counted: torch.Ten
 
 @torch.no_grad()
 def evaluate(loaded: LoadedModel, lens: TunedLens | None, batches: Batches, options, rows: list[int]) -> dict:
-    """Held-out KL to the final layer and top-1 agreement with it, per hidden state 0..L, at masked and at
-    unmasked positions (masks seeded as in training), for the lens (or the raw head with None)."""
-    from analysis.core.activations import hidden_states
+    """Held-out KL to the final layer and top-1 agreement with it, per hidden state 0..L (with
+    ``options.half="attention"``, per state of :func:`analysis.core.activations.state_labels`: each layer's attention
+    half before its output), at masked and at unmasked positions (masks seeded as in training), for the lens (or
+    the raw head with None)."""
+    from analysis.core.activations import hidden_states, state_labels
 
-    n_states = loaded.num_layers + 1
+    labels = state_labels(loaded.num_layers, options.half)
+    n_states = len(labels)
     sums = {kind: np.zeros((2, n_states)) for kind in ("masked", "unmasked")}
     counts = {"masked": 0, "unmasked": 0}
     for start in range(0, len(rows), batches.batch_size):
@@ -192,18 +207,18 @@ def evaluate(loaded: LoadedModel, lens: TunedLens | None, batches: Batches, opti
         gen = torch.Generator().manual_seed(options.seed * 1_000_003 + 10**9 + start)
         masked, selected = mask_like_pretraining(batch.input_ids.cpu(), counted, options.mask_fraction,
                                                  loaded.tokenizer.mask_token_id, loaded.anatomy.vocab_size, gen)
-        states = hidden_states(loaded, batch, masked.to(batch.input_ids.device))
+        states = hidden_states(loaded, batch, masked.to(batch.input_ids.device), options.half)
         for kind, where in (("masked", selected), ("unmasked", counted & ~selected)):
             where = where.to(batch.input_ids.device)
             if not where.any():
                 continue
             final_logits = loaded.anatomy.head(states[-1][where])
             final_logp, final_top = torch.log_softmax(final_logits.float(), -1), final_logits.argmax(-1)
-            for layer in range(n_states):
-                h = states[layer][where]
-                logits = loaded.anatomy.head(lens(h, layer) if lens is not None else h)
-                sums[kind][0, layer] += kl_to_final(final_logp, logits).sum().item()
-                sums[kind][1, layer] += (logits.argmax(-1) == final_top).sum().item()
+            for state, (layer, half) in enumerate(labels):
+                h = states[state][where]
+                logits = loaded.anatomy.head(lens(h, layer, half) if lens is not None else h)
+                sums[kind][0, state] += kl_to_final(final_logp, logits).sum().item()
+                sums[kind][1, state] += (logits.argmax(-1) == final_top).sum().item()
             counts[kind] += int(where.sum())
     return {kind: {"positions": counts[kind], "kl": (sums[kind][0] / max(counts[kind], 1)).tolist(),
                    "agreement": (sums[kind][1] / max(counts[kind], 1)).tolist()} for kind in sums}
@@ -219,6 +234,7 @@ def train(loaded: LoadedModel, texts: list[str], options, out: Path, progress: C
     losses)`` after every step. Returns ``training.json``'s dict, or None when stopped (a partial lens)."""
     from safetensors.torch import save_file
 
+    from analysis.core.activations import state_labels
     from analysis.core.autocast import autocast, training_autocast
     from analysis.probe.reconstruction import require_mlm_head
 
@@ -235,7 +251,7 @@ def train(loaded: LoadedModel, texts: list[str], options, out: Path, progress: C
     tokens_per_step = np.mean([len(ids) for ids in train_batches.ids]) * train_batches.batch_size
     steps = options.steps if not options.max_tokens else min(options.steps, max(1, int(options.max_tokens //
                                                                                          tokens_per_step)))
-    lens = TunedLens(loaded.num_layers, loaded.anatomy.hidden_size).to(loaded.spec.device)
+    lens = TunedLens(loaded.num_layers, loaded.anatomy.hidden_size, options.half).to(loaded.spec.device)
     opt, scheduler = make_optimizer(lens, options, steps)
     run = {"format": FORMAT, "options": options.to_dict(), "weights_id": loaded.weights_id,
            "texts": texts_digest(texts), "total_steps": steps}
@@ -272,12 +288,12 @@ def train(loaded: LoadedModel, texts: list[str], options, out: Path, progress: C
         flat = {**{f"lens.{k}": v.detach().cpu().contiguous() for k, v in lens.state_dict().items()},
                 **{f"optimizer.{k}": v for k, v in tensors.items()},
                 "per_layer": torch.tensor([c["per_layer"] for c in curve], dtype=torch.float64).reshape(
-                    len(curve), loaded.num_layers)}
+                    len(curve), len(lens.states()))}
         state = {**run, "step": step, "optimizer": meta}
         out.mkdir(parents=True, exist_ok=True)
         write_atomic(out / CHECKPOINT, lambda path: save_file(flat, path, metadata={"layerlens": json.dumps(state)}))
         if not (out / CONFIG).is_file():
-            write_config(loaded, out)
+            write_config(loaded, out, lens.half)
 
     step = start_step
     for step in range(start_step, steps):
@@ -304,7 +320,9 @@ def train(loaded: LoadedModel, texts: list[str], options, out: Path, progress: C
     training = {"options": options.to_dict(), "steps": steps, "total_steps": steps, "texts": len(train_rows),
                 "held_out_texts": len(held), "tokens_per_step": float(tokens_per_step),
                 "seconds": round(time.perf_counter() - started, 2), "autocast": mode, "curve": curve,
-                "held_out": {"raw": before, "tuned": after}, "parameters": sum(p.numel() for p in lens.parameters())}
+                "held_out": {"raw": before, "tuned": after}, "parameters": sum(p.numel() for p in lens.parameters()),
+                **({"states": [list(x) for x in state_labels(loaded.num_layers, options.half)]}
+                   if options.half != "output" else {})}
     checkpoint(steps)
     save(lens, loaded, out, training)  # training.json last: from then on the lens is finished
     return training

@@ -50,8 +50,8 @@ class ProbeConfig(Options):
                                            "bfloat16 is the approximate mode, checked against float32 on a sample")
     half: Literal[HALVES] = Field("output", title="half", description=HALF_HELP + "; with 'attention', "  # type: ignore[valid-type]
                                   "layers.csv, decoded.csv and tokens.parquet gain a half column "
-                                  "(attention/output) and each layer has two rows, its attention half first (not "
-                                  "with --lens: the lens reads layer outputs)")
+                                  "(attention/output) and each layer has two rows, its attention half first "
+                                  "(with --lens: a lens trained with --half attention)")
 
     def to_dict(self) -> dict:  # "half" only when it is not the default: a run.json reads as before
         out = self.model_dump()
@@ -88,3 +88,12 @@ class LensOptions(ModelOptions):
     save_every: int = Field(50, ge=1, title="save every", description="steps between checkpoints (stop and "
                             "resume)")
     seed: int = Field(0, ge=0, le=MAX_SEED, title="seed")
+    half: Literal[HALVES] = Field("output", title="half", description="output: a translator per layer output; "  # type: ignore[valid-type]
+                                  "attention: also one per layer's attention half, trained the same way, for the "
+                                  "probe's --half attention")
+
+    def to_dict(self) -> dict:  # "half" only when it is not the default: a lens's options read as before
+        out = self.model_dump()
+        if self.half == "output":
+            out.pop("half")
+        return out

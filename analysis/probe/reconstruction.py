@@ -180,7 +180,8 @@ def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig | None = 
     """Run the reconstruction probe on ``inputs``. Per-token rows go to ``sink`` (in memory by default).
 
     ``lens`` (:class:`analysis.probe.lens.TunedLens`) reads hidden state ``l < L`` as ``head(h + A_l h + b_l)`` instead
-    of ``head(h)``; ``check_agreement`` (for a bfloat16/float16 model) stores :func:`approximate_check` in the
+    of ``head(h)`` (with ``half="attention"``, a lens trained on both halves: each attention half through its own
+    translator); ``check_agreement`` (for a bfloat16/float16 model) stores :func:`approximate_check` in the
     result's ``precision``; ``divergence`` (on with a lens) adds each layer's mean KL to the final layer's distribution
     and its top-1 agreement with the final layer to the layer table (``kl_to_final``, ``agreement``).
 
@@ -189,9 +190,9 @@ def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig | None = 
     the whole run) and ``should_stop``, and writes to ``sink``. The rows and numbers equal one process's."""
     config = config or ProbeConfig()
     require_mlm_head(loaded)
-    if config.half != "output" and lens is not None:
-        raise InputError("a tuned lens is trained on each layer's output: read the attention halves with the MLM "
-                         "head alone (no lens), or the layer outputs with the lens")
+    if config.half != "output" and lens is not None and lens.half != config.half:
+        raise InputError("this tuned lens was trained on the layer outputs only: read the attention halves with the "
+                         "MLM head alone (no lens), or train a lens with `layerlens lens train --half attention`")
     start = time.perf_counter()
     release_freed_memory()
     tokenizer, anatomy = loaded.tokenizer, loaded.anatomy
@@ -236,7 +237,7 @@ def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig | None = 
                 continue
             stacked = torch.stack([s[selected] for s in states])  # (L + 1, n, hidden)
             if lens is not None:
-                stacked = lens.translate(stacked)
+                stacked = lens.translate(stacked, labels)
             targets = batch.input_ids[selected]
             scores, apart = score_rows(anatomy.head, stacked, targets, config.top_k, rows_per_chunk, divergence,
                                        certified)

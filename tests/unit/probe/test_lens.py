@@ -388,3 +388,87 @@ def test_lens_training_names_its_precision_keeps_float32_translators_and_measure
     assert {n: (p.dtype, p.data_ptr(), p.requires_grad) for n, p in bert.model.named_parameters()} == params
     raw, tuned = training["held_out"]["raw"]["masked"]["kl"], training["held_out"]["tuned"]["masked"]["kl"]
     assert sum(tuned[:-1]) < sum(raw[:-1])
+
+
+# A lens of both halves (issue 36 item 5: "and the tuned lens, where one is trained for it"): a translator for each
+# layer's attention half beside the layer outputs' ones, trained and read the same way.
+
+def test_an_untrained_lens_of_both_halves_is_exactly_the_raw_probe_of_both(bert):
+    inputs = TextInputs(tuple(corpus(12)))
+    config = ProbeConfig(batch_size=5, half="attention")
+    raw = probe(bert, inputs, config, divergence=True)
+    zero = probe(bert, inputs, config, lens=L.TunedLens(bert.num_layers, bert.anatomy.hidden_size, "attention"))
+    pd.testing.assert_frame_equal(raw.layers, zero.layers)
+    pd.testing.assert_frame_equal(raw.tokens, zero.tokens)
+
+
+def test_a_lens_of_both_halves_reads_each_attention_half_through_its_own_translator(bert, tmp_path):
+    """Trained with --half attention: held-out KL falls at every state but the last output; a stop resumes to the
+    uninterrupted run; the probe's attention-half row is the plain computation: a forward hook on the BERT layer's
+    attention output module (transformers' BertSelfOutput), then h + A h + b, then the MLM head."""
+    texts = corpus(80)
+    training = LT.train(bert, texts, options(steps=8, half="attention"), tmp_path / "whole")
+    L_ = bert.num_layers
+    assert training["states"] == [[0, "output"]] + [[layer, half] for layer in range(1, L_ + 1)
+                                                     for half in ("attention", "output")]
+    raw, tuned = training["held_out"]["raw"]["masked"]["kl"], training["held_out"]["tuned"]["masked"]["kl"]
+    assert len(raw) == 2 * L_ + 1 and all(t < r for r, t in zip(raw[:-1], tuned[:-1], strict=True)), (raw, tuned)
+    assert raw[-1] == tuned[-1] == 0.0
+    assert L.halves(tmp_path / "whole") == "attention" and L.read_config(tmp_path / "whole")["half"] == "attention"
+    assert L.label(tmp_path / "whole") == "whole · both halves"
+    calls = iter(range(100))
+    LT.train(bert, texts, options(steps=8, half="attention"), tmp_path / "parts", should_stop=lambda: next(calls) >= 3)
+    LT.train(bert, texts, options(steps=8, half="attention"), tmp_path / "parts")
+    whole, parts = L.load(tmp_path / "whole", bert), L.load(tmp_path / "parts", bert)
+    for x, y in zip(whole.parameters(), parts.parameters(), strict=True):
+        torch.testing.assert_close(x, y)
+    assert whole.attention_translators[0].weight.abs().sum() > 0 and len(whole.attention_translators) == L_
+
+    sample = corpus(6, seed=4)
+    result = probe(bert, TextInputs(tuple(sample)), ProbeConfig(half="attention"), lens=whole)
+    enc = bert.tokenizer(sample, padding=True, return_tensors="pt")
+    counted = enc["attention_mask"].bool() & ~torch.isin(enc["input_ids"], torch.tensor(bert.tokenizer.all_special_ids))
+    caught = []
+    hook = bert.model.bert.encoder.layer[1].attention.output.register_forward_hook(lambda m, a, out: caught.append(out))
+    try:
+        with torch.no_grad():
+            bert.model(**enc)
+    finally:
+        hook.remove()
+    h = caught[0][counted]
+    t = whole.attention_translators[1]  # layer 2's attention half
+    with torch.no_grad():
+        predicted = bert.anatomy.head(h + h @ t.weight.T + t.bias).argmax(-1)
+    accuracy = (predicted == enc["input_ids"][counted]).float().mean().item()
+    row = result.layers[(result.layers["layer"] == 2) & (result.layers["half"] == "attention")]
+    assert row["accuracy"].item() == pytest.approx(accuracy, abs=1e-6)
+
+
+def test_a_lens_of_the_outputs_only_refuses_the_attention_halves_in_one_line(bert, tmp_path, capsys):
+    from cli.main import main
+
+    LT.train(bert, corpus(40), options(steps=2), tmp_path / "lens")
+    lens = L.load(tmp_path / "lens", bert)
+    with pytest.raises(InputError, match="trained on the layer outputs only"):
+        probe(bert, TextInputs(tuple(corpus(4))), ProbeConfig(half="attention"), lens=lens)
+    texts = tmp_path / "t.txt"
+    texts.write_text("\n".join(corpus(4)))
+    assert main(["probe", "--model", str(bert.spec.name), "--input", str(texts), "--half", "attention", "--lens",
+                 str(tmp_path / "lens"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "trained on the layer outputs only" in err and err.count("\n") == 0 and not (tmp_path / "out").exists()
+
+
+def test_the_bfloat16_shadow_reads_the_attention_halves(bert):
+    from analysis.core.activations import hidden_states, make_batch
+    from analysis.core.autocast import BF16, autocast, bf16_shadow
+
+    frozen = LT.Frozen(bf16_shadow(bert.model.base_model), bert.anatomy.head, bert.num_layers)
+    batches = LT.Batches(bert, corpus(4), 4, 32, 0)
+    batch = make_batch(batches.encoded, [0, 1, 2, 3], bert.tokenizer.pad_token_id, "cpu")
+    with torch.no_grad(), autocast("cpu", BF16):  # as a lens step runs it
+        mine = frozen.hidden_states(batch, batch.input_ids, "attention")
+        plain = hidden_states(bert, batch, batch.input_ids, "attention")
+    assert len(mine) == len(plain) == 2 * bert.num_layers + 1
+    for a, b in zip(mine, plain, strict=True):  # bfloat16 weights: close, not equal
+        torch.testing.assert_close(a.float(), b.float(), atol=0.1, rtol=0.05)

@@ -109,12 +109,14 @@ def test_the_attention_halves_are_probed_as_the_reference_reads_them(family_dir,
                                   check_dtype=False, check_categorical=False)
 
 
-def test_the_attention_halves_are_refused_with_a_lens(tiny_dirs):
+def test_the_attention_halves_are_refused_with_a_lens_of_the_outputs_only(tiny_dirs):
     from analysis.core.inputs import InputError
+    from analysis.probe.lens import TunedLens
 
     loaded = load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu"))
-    with pytest.raises(InputError, match="tuned lens is trained on each layer's output"):
-        probe(loaded, TextInputs(("a film",)), ProbeConfig(half="attention"), lens=object())
+    outputs_only = TunedLens(loaded.num_layers, loaded.anatomy.hidden_size)
+    with pytest.raises(InputError, match="trained on the layer outputs only"):
+        probe(loaded, TextInputs(("a film",)), ProbeConfig(half="attention"), lens=outputs_only)
     with pytest.raises(ValueError, match="half: must be one of"):
         ProbeConfig(half="ffn")
     assert "half" not in ProbeConfig().to_dict() and ProbeConfig(half="attention").to_dict()["half"] == "attention"
