@@ -79,6 +79,7 @@ def cmd_lens(args: argparse.Namespace) -> int:
                                              held["raw"]["masked"]["agreement"], held["tuned"]["masked"]["agreement"],
                                              strict=True):
         name = f"{layer}" + (" attention" if half == "attention" else "")
-        print(f"{name:>{width}}  {kr:>22.4f} -> {kt:<10.4f}  {ar:>15.4f} -> {at:.4f}")
+        print(f"{name:{'<' if 'states' in training else '>'}{width}}  {kr:>22.4f} -> {kt:<10.4f}  {ar:>15.4f} -> "
+              f"{at:.4f}")
     print(f"wrote {args.out}/config.json, translators.safetensors, training.json", file=sys.stderr)
     return 0
