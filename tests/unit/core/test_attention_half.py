@@ -145,4 +145,5 @@ def test_the_probe_command_writes_the_attention_halves(tiny_dirs, tmp_path, caps
     assert main(["probe", "--model", model, "--input", str(texts), "--out", str(tmp_path / "x"), "--half",
                  "attention", "--lens", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "leave out --lens" in err and not (tmp_path / "x").exists()
+    # not a lens at all: one line (a lens of the layer outputs only: tests/unit/probe/test_lens.py)
+    assert err.count("\n") == 0 and "is not a tuned lens" in err and not (tmp_path / "x").exists()
