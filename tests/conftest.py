@@ -191,7 +191,19 @@ SLOW_TESTS = {"test_the_cli_writes_the_five_files_and_refuses_in_one_line",
               "test_an_untrained_lens_is_exactly_the_raw_probe",
               # the two slowest lean tests of session 14 (15 s and more each, idle), and the heads job's resume
               "test_further_pretraining_lowers_the_task_mlm_loss", "test_atlas_records_the_variance_of_each_pca_panel",
-              "test_a_cancelled_stats_job_submitted_again_resumes_and_writes_what_the_cli_writes"}
+              "test_a_cancelled_stats_job_submitted_again_resumes_and_writes_what_the_cli_writes",
+              # the slowest lean tests of a full lean run on 2026-11-26 (2-6 s each, 40 s together): a fresh clone's
+              # `make test` measured 5 min 17 s with them (tests 3 min 14 s, installing about 2 min)
+              "test_a_crash_is_failed_with_the_log_tail", "test_a_second_model_of_another_depth_keeps_its_own_layers",
+              "test_job_code_does_not_import_the_cli", "test_pairs_mean_pooling_and_a_second_model",
+              "test_titles_name_the_pooling_and_the_pca_variance_and_the_times_are_split",
+              "test_atlas_page_shows_the_engine_numbers", "test_an_easy_task_is_learned",
+              "test_the_page_submits_a_structure_job_and_opens_its_results",
+              "test_the_atlas_and_probe_second_model_fields_open_the_compare_page",
+              "test_a_corpus_without_tokens_and_words_not_in_it_are_one_message_each",
+              "test_the_cli_compares_a_jobs_epochs_and_a_group_and_refuses_in_one_line",
+              "test_an_incompatible_mlm_head_blocks_only_the_pages_that_need_a_head",
+              "test_a_model_against_itself_and_against_one_of_another_depth"}
 
 
 def pytest_collection_modifyitems(config, items):
