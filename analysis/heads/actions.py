@@ -12,6 +12,7 @@ import pandas as pd
 
 from analysis.core.csvout import to_csv
 from analysis.core.inputs import InputError, TextInputs, read_file
+from analysis.core.store import key_of
 from analysis.core.treebank import Treebank, read_conllu
 from analysis.core.vectors import Progress
 
@@ -103,9 +104,12 @@ def parse(loaded, treebank: Treebank, relations: list[str] | None = None, batch_
 def importance(spec, *, texts: Path | None = None, data: Path | None = None, column: str = "text",
                label_column: str = "label", pair_column: str | None = None, limit: int | None = None,
                batch_size: int = 16, mask_prob: float = 0.15, seed: int = 0, steps: int = 10, drop: float = 0.01,
-               progress: Progress | None = None, should_stop: Callable[[], bool] | None = None) -> Output:
+               progress: Progress | None = None, should_stop: Callable[[], bool] | None = None,
+               resume: Path | None = None) -> Output:
     """``importance.csv`` and ``pruning.csv`` of the model ``spec`` names: the MLM loss of its own MLM head on
-    ``texts``, or its own sequence-classification head's loss on the labelled set ``data`` (one of the two)."""
+    ``texts``, or its own sequence-classification head's loss on the labelled set ``data`` (one of the two).
+    ``resume``: a folder for the run's checkpoint (:class:`analysis.heads.importance.Scores`), keyed by the model's
+    fingerprint, the rows read and every option that changes a number."""
     from analysis.core.activations import max_input_length
     from analysis.heads import importance as imp
     from models.loading import load_as_saved, load_model
@@ -118,10 +122,20 @@ def importance(spec, *, texts: Path | None = None, data: Path | None = None, col
     if not path.is_file():
         raise InputError(f"{'--input' if texts else '--data'} {path}: no such file")
     options = {"steps": steps, "drop": drop, "progress": progress, "should_stop": should_stop}
+
+    def checkpoint(loaded, rows: TextInputs, loss: str) -> dict:
+        if resume is None:
+            return {}
+        key = key_of(kind="heads-importance", model=loaded.fingerprint, data=rows.content_hash(), loss=loss,
+                     batch_size=batch_size, mask_prob=mask_prob if loss == "mlm" else None, seed=seed, steps=steps,
+                     drop=drop)
+        return {"checkpoint": Path(resume) / f"{key}.json"}
+
     if texts is not None:
         loaded = load_model(spec)
-        result = imp.mlm_importance(loaded, read_file(path, column, limit=limit), batch_size=batch_size,
-                                    mask_prob=mask_prob, seed=seed, **options)
+        rows = read_file(path, column, limit=limit)
+        result = imp.mlm_importance(loaded, rows, batch_size=batch_size, mask_prob=mask_prob, seed=seed, **options,
+                                    **checkpoint(loaded, rows, "mlm"))
         loss = LOSSES["mlm"]
     else:
         loaded = load_model(dataclasses.replace(spec, device="cpu"))  # the tokenizer, the limit, the spec's checks
@@ -129,7 +143,7 @@ def importance(spec, *, texts: Path | None = None, data: Path | None = None, col
         labels = imp.classifier_labels(model, f"'{loaded.spec.name}'")
         labelled = read_file(path, column, pair_column, limit, label_column=label_column)
         batches = imp.classifier_batches(loaded.tokenizer, labelled, labels, max_input_length(loaded), batch_size)
-        result = imp.head_importance(model, batches, **options)
+        result = imp.head_importance(model, batches, **options, **checkpoint(loaded, labelled, "classifier"))
         loss = LOSSES["classifier"]
     return importance_output(result, loss, model_facts(loaded))
 

@@ -21,7 +21,10 @@ device; importance and accuracy are read at [MASK] inputs). The same masked inpu
 from __future__ import annotations
 
 import dataclasses
+import json
+import logging
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -30,12 +33,14 @@ from torch import nn
 
 from analysis.core.activations import encode, max_input_length
 from analysis.core.inputs import InputError, TextInputs
+from analysis.core.staging import write_atomic
 from analysis.core.vectors import Progress
 from analysis.heads.model import head_gates, head_shape
 from analysis.heads.run import Stopped
 from models.loading import LoadedModel
 
 SEEDS = (0, 1, 2)
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -193,29 +198,69 @@ def normalise(importance: np.ndarray) -> np.ndarray:
     return importance / np.where(norm > 0, norm, 1)
 
 
+class Scores:
+    """What an importance run has computed (the gate gradient; each scored set of masked heads and its accuracy),
+    kept in a JSON file (``path``, None: in memory only) rewritten whole after each of them, so that the same run
+    started again after a stop or a cancel goes on from there. JSON writes a float's shortest repr, which reads
+    back as the same float: a resumed run gives the numbers of a run never stopped."""
+
+    def __init__(self, path: Path | None):
+        self.path, self.gradient, self.measured = path, None, {}
+        if path is not None and path.is_file():
+            try:
+                saved = json.loads(path.read_text())
+                self.gradient = None if saved["gradient"] is None else np.array(saved["gradient"], dtype=np.float64)
+                self.measured = {frozenset(heads): float(acc) for heads, acc in saved["measured"]}
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                log.warning("ignoring the unreadable checkpoint %s (%s); starting afresh", path, exc)
+                self.gradient, self.measured = None, {}
+        self.resumed = len(self.measured) + (self.gradient is not None)
+
+    def save(self) -> None:
+        if self.path is None:
+            return
+        state = {"gradient": None if self.gradient is None else self.gradient.tolist(),
+                 "measured": [[sorted(k), v] for k, v in self.measured.items()]}
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(self.path, lambda tmp: tmp.write_text(json.dumps(state)))
+        except (OSError, InputError) as exc:  # a full disk costs the resume, never the run
+            log.warning("could not save the checkpoint %s (%s)", self.path, exc)
+
+    def remove(self) -> None:
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
+
+
 def head_importance(model: nn.Module, batches: Sequence[LossBatch], *, encoder: nn.Module | None = None,
                     steps: int = 10, seeds: Sequence[int] = SEEDS, drop: float = 0.01,
-                    progress: Progress | None = None, should_stop: Callable[[], bool] | None = None
-                    ) -> ImportanceResult:
+                    progress: Progress | None = None, should_stop: Callable[[], bool] | None = None,
+                    checkpoint: Path | None = None) -> ImportanceResult:
     """Importance, the pruning curve (importance order against ``seeds`` random orders) and each layer's
-    prunable share, for ``model`` scored on ``batches`` (:func:`mlm_batches` or :func:`classifier_batches`)."""
+    prunable share, for ``model`` scored on ``batches`` (:func:`mlm_batches` or :func:`classifier_batches`).
+    ``checkpoint``: a file (:class:`Scores`) that keeps what was computed, for a stopped run to go on from;
+    removed once the run completes. The caller keys it by everything that changes the numbers."""
     if not batches:
         raise InputError("the corpus is empty: nothing to score")
     encoder = encoder or model
     layers, heads = head_shape(encoder)
+    scores = Scores(checkpoint)
 
     def check():
         if should_stop is not None and should_stop():
             raise Stopped("stopped")
 
-    raw = np.abs(gate_gradient(model, batches, encoder, progress))
+    if scores.gradient is None:
+        scores.gradient = gate_gradient(model, batches, encoder, progress)
+        scores.save()
+    raw = np.abs(scores.gradient)
     normed = normalise(raw)
     order = np.argsort(normed.ravel(), kind="stable")  # least important first
     n_heads = layers * heads
     counts = sorted({int(round(f * n_heads)) for f in np.linspace(0, 1, steps + 1)})
     orders = [("importance", None, order)] + [("random", s, np.random.default_rng(s).permutation(n_heads))
                                                for s in seeds]
-    measured: dict[frozenset, float] = {}  # masked heads -> accuracy: each set of masked heads is scored once
+    measured = scores.measured  # masked heads -> accuracy: each set of masked heads is scored once
 
     def accuracy_without(masked_heads) -> float:
         key = frozenset(int(h) for h in masked_heads)
@@ -223,6 +268,7 @@ def head_importance(model: nn.Module, batches: Sequence[LossBatch], *, encoder: 
             gates = torch.ones(n_heads)
             gates[torch.as_tensor(sorted(key), dtype=torch.long)] = 0
             measured[key] = mean_loss(model, batches, gates.view(layers, heads), encoder)[1]
+            scores.save()
         return measured[key]
 
     rows, work, done = [], len(orders) * len(counts), 0
@@ -259,7 +305,9 @@ def head_importance(model: nn.Module, batches: Sequence[LossBatch], *, encoder: 
     table = pd.DataFrame({"layer": layer_index + 1, "head": head_index, "importance": raw.ravel(),
                           "normalized": normed.ravel(), "order": rank,
                           "layer_prunable_share": layer_table["prunable_share"].to_numpy()[layer_index]})
+    scores.remove()
     info = {"layers": layers, "heads": heads, "targets": int(sum(int((b.labels != -100).sum()) for b in batches)),
+            **({"resumed_after": scores.resumed} if scores.resumed else {}),
             "base_accuracy": base, "drop": drop, "seeds": list(seeds), "steps": steps,
             "importance": "Michel et al. 2019 Eq. 2: |E[dL/dxi_h]|, normalised per layer by the l2 norm"}
     return ImportanceResult(table, pruning, layer_table, info)

@@ -4,10 +4,11 @@ and a ``run.json``.
 
 Checked at submit (:func:`validate`): the options (:class:`analysis.heads.options.HeadsJobOptions`), the action's
 one input (read whole as the job will read it: a malformed line is refused now) and the model's config. Cancel
-stops it at the next batch or pruning step. A cancelled stats or parse job keeps its sums
-(``LAYERLENS_HOME/cache/heads_progress``, :func:`analysis.heads.run.analyse`): the same options submitted again go
-on after the last batch it summed and give the numbers an uninterrupted job gives. An importance job starts
-afresh (its gradient pass and pruning curve keep no checkpoint). This module never imports ``jobs``.
+stops it at the next batch or pruning step. A cancelled job keeps what it computed under
+``LAYERLENS_HOME/cache/heads_progress``: a stats or parse job its sums (:func:`analysis.heads.run.analyse`), an
+importance job its gate gradient and each scored set of masked heads (:class:`analysis.heads.importance.Scores`).
+The same options submitted again go on from there and give the numbers an uninterrupted job gives. This module
+never imports ``jobs``.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ def run(config: dict, out: Path, control) -> dict:
             options.spec(), texts=Path(path) if name == "input" else None, data=Path(path) if name == "data" else None,
             column=options.text_column, label_column=options.label_column, pair_column=options.pair_column,
             limit=options.limit, batch_size=options.batch_size, mask_prob=options.mask_prob, seed=options.seed,
-            steps=options.steps, drop=options.drop, progress=progress)
+            steps=options.steps, drop=options.drop, progress=progress, resume=cache_dir() / RESUME)
     else:
         source = _read(options)
         loaded = load_eager(options.spec())
@@ -116,8 +117,10 @@ def run(config: dict, out: Path, control) -> dict:
             wanted = [r.strip() for r in options.relations.split(",") if r.strip()] if options.relations else None
             output = actions.parse(loaded, source, wanted, batch_size=options.batch_size, progress=progress,
                                    resume=resume)
-        if "resumed_after" in output.info:
-            control.log(f"resumed after {output.info['resumed_after']} sentences summed by an earlier job")
+    if "resumed_after" in output.info:
+        done = ("passes (the gate gradient, scored sets of masked heads)" if options.action == "importance" else
+                "sentences summed")
+        control.log(f"resumed after {output.info['resumed_after']} {done} by an earlier job")
     output.write(out)
     info = {"action": options.action, **output.model, "options": options.to_dict(), name: path, **output.info,
             "versions": versions()}

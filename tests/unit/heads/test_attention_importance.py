@@ -5,6 +5,7 @@ difference of the mean loss, the pruning curve's bookkeeping, and one readable e
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from transformers import AutoModelForMaskedLM, BertConfig, BertForSequenceClassification
@@ -224,3 +225,57 @@ def test_bad_inputs_are_one_readable_line(tiny_dirs):
     with pytest.raises(InputError, match="head gates of shape"):
         with head_gates(loaded.model, torch.ones(layers + 1, heads)):
             pass
+
+
+def test_a_stopped_importance_run_resumes_to_the_numbers_of_a_run_never_stopped(tiny_dirs, tmp_path):
+    """Issue 36, "Jobs: ... cancel and resume": the gate gradient and every scored set of masked heads are kept in
+    the checkpoint; a run stopped midway and started again scores only what is missing, and every table equals an
+    uninterrupted run's exactly; the file is removed once complete; an unreadable one is ignored."""
+    from analysis.heads.run import Stopped
+
+    loaded = load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu"))
+    whole = mlm_importance(loaded, TEXTS, steps=4)
+    checkpoint = tmp_path / "run.json"
+    reports = []
+
+    def cancel_at_third_pruning_step(stage, done, total):
+        reports.append(stage)
+        if stage == "pruning" and done == 3:
+            raise KeyboardInterrupt  # a job's cancel, raised from its progress hook
+    with pytest.raises(KeyboardInterrupt):
+        mlm_importance(loaded, TEXTS, steps=4, progress=cancel_at_third_pruning_step, checkpoint=checkpoint)
+    assert checkpoint.is_file()
+    with pytest.raises(Stopped):
+        mlm_importance(loaded, TEXTS, steps=4, should_stop=lambda: True, checkpoint=checkpoint)
+    stages = []
+    again = mlm_importance(loaded, TEXTS, steps=4, progress=lambda s, d, t: stages.append(s), checkpoint=checkpoint)
+    assert "importance" not in stages  # the gate gradient was read back, not recomputed
+    assert again.info["resumed_after"] == 1 + 3  # the gradient, then three scored sets (0% once for every order)
+    for name in ("importance", "pruning", "layers"):
+        pd.testing.assert_frame_equal(getattr(again, name), getattr(whole, name), check_exact=True, obj=name)
+    assert not checkpoint.exists()
+    checkpoint.write_text('{"gradient": [[0.1')  # cut short
+    assert "resumed_after" not in mlm_importance(loaded, TEXTS, steps=4, checkpoint=checkpoint).info
+
+
+def test_the_action_keys_its_checkpoint_by_model_rows_and_options(tiny_dirs, tmp_path):
+    """What a heads importance job runs (analysis.heads.actions.importance with the job's resume folder): a
+    cancelled run's checkpoint is found by the same options and not by others."""
+    from analysis.heads import actions
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS.texts))
+    spec = ModelSpec(str(tiny_dirs["bert"]), device="cpu")
+    whole = actions.importance(spec, texts=texts, steps=2)
+
+    def cancel(stage, done, total):
+        if stage == "pruning" and done == 2:
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        actions.importance(spec, texts=texts, steps=2, progress=cancel, resume=tmp_path / "progress")
+    other = actions.importance(spec, texts=texts, steps=2, seed=1, resume=tmp_path / "progress")  # another seed
+    assert "resumed_after" not in other.info and len(list((tmp_path / "progress").glob("*.json"))) == 1
+    again = actions.importance(spec, texts=texts, steps=2, resume=tmp_path / "progress")
+    assert again.info["resumed_after"] == 3 and not list((tmp_path / "progress").glob("*.json"))
+    for name in ("importance.csv", "pruning.csv"):
+        pd.testing.assert_frame_equal(again.files[name], whole.files[name], check_exact=True)
