@@ -83,8 +83,12 @@ def divergence_curves(runs: dict[str, pd.DataFrame], layer_names: dict[str, list
         if "kl_to_final" not in layers:
             continue
         colour = COLOURS[i % len(COLOURS)]
-        own = run_layer_names(layer_names, label, layers["layer"])
-        names, x = np.c_[own], depth(layers["layer"], len(own), relative)
+        layers = on_layer_axis(layers)  # a lens of both halves: each attention half at l - 0.5
+        states = int(layers["layer"].max()) + 1
+        own = run_layer_names(layer_names, label, range(states))
+        names = np.c_[[own[int(layer)] + (" attention half" if x % 1 else "")
+                       for layer, x in zip(layers["layer"], layers["x"], strict=True)]]
+        x = depth(layers["x"], states, relative)
         for col, column in ((1, "kl_to_final"), (2, "agreement")):
             fig.add_trace(go.Scatter(x=x, y=layers[column], mode="lines+markers", name=plain(label),
                                      line={"color": colour}, legendgroup=label, showlegend=col == 1,

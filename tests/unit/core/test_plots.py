@@ -250,3 +250,15 @@ def test_a_one_epoch_history_shows_every_point_side_by_side():
     two = history_chart([{"epoch": e, "train_loss": 0.7, "val_loss": 0.6, "val_accuracy": 0.5, "val_macro_f1": 0.4}
                          for e in (1, 2)])
     assert all(list(t.x) == [1, 2] and t.mode == "lines+markers" for t in two.data)
+
+
+def test_divergence_curves_place_the_attention_halves_half_a_layer_before_their_layer():
+    """A lens of both halves (issue 36 item 5) gives KL and agreement at each attention half: those points sit at
+    l - 0.5, as on the accuracy curve, not on top of the layer's output (which drew a vertical segment)."""
+    from analysis.probe.plots import divergence_curves
+
+    halves = pd.DataFrame({"layer": [0, 1, 1, 2, 2], "half": ["output", "attention", "output", "attention", "output"],
+                           "kl_to_final": [2.0, 1.5, 1.2, 0.4, 0.0], "agreement": [0.1, 0.3, 0.4, 0.8, 1.0]})
+    fig = divergence_curves({"m": halves})
+    for t in fig.data:
+        assert list(t.x) == [0, 0.5, 1, 1.5, 2]
