@@ -48,7 +48,9 @@ certified = st.checkbox("MLM head in certified bfloat16", key="probe_certified",
                         "sidebar." if can_certify else "Certified bf16 runs on a CPU with bf16 matrix units; "
                         "this one has none (or the model is on a GPU).")
 lens_reads_halves = lens_dir is None or lens.halves(lens_dir) == "attention"
-halves = st.checkbox("Also read each layer's attention half", key="probe_half", disabled=not lens_reads_halves,
+half_box = ({"key": "probe_half"} if lens_reads_halves else  # unticked, apart from the user's choice, while it
+            {"key": "probe_half_off", "value": False, "disabled": True})  # cannot apply
+halves = st.checkbox("Also read each layer's attention half", **half_box,
                      help="The residual stream after each layer's attention block, before its feed-forward block, "
                      "through the same head: two points per layer on the curve, the attention half half a layer "
                      "before the layer's output." + (" Not with this tuned lens, which was trained on the layer "

@@ -83,7 +83,10 @@ def test_a_tuned_lens_overlays_raw_and_tuned_readings(tmp_path, monkeypatch):
     monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path))
     at = run_page(PAGE, model="demo")
     assert at.selectbox(key="probe_lens").options[1:] == ["bundled lens"]
+    at.checkbox(key="probe_half").check().run()  # ticked before a lens of the outputs only is chosen
     at.selectbox(key="probe_lens").set_value(DEMO_DIR / "lens").run()
+    box = at.checkbox(key="probe_half_off")  # the bundled lens reads the layer outputs only: unticked, disabled
+    assert box.disabled and not box.value and "trained on the layer outputs only" in box.help
     at.text_area(key="probe_text").set_value("the film is good .\nit was a dull movie .").run()
     at.button(key="probe_run").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
@@ -139,3 +142,29 @@ def test_a_second_model_of_another_depth_is_drawn_at_its_own_layers(tiny_dirs, t
     for label, names in own.items():
         for t in (t for t in curve["data"] if t.get("legendgroup") == label and t.get("customdata")):
             assert t["x"] == pytest.approx([i / (len(names) - 1) for i in range(len(names))])
+
+
+def test_a_lens_of_both_halves_reads_the_attention_halves_on_the_page(tmp_path, monkeypatch):
+    """Issue 36 item 5 on the page: a lens trained with half=attention is listed as '· both halves'; with the
+    attention halves ticked its table is the engine's, two rows per layer."""
+    from analysis.probe import lens
+    from analysis.probe import lens_training as LT
+    from analysis.probe.options import LensOptions
+
+    monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path))
+    demo = load_model(ModelSpec("demo", device="cpu"))
+    texts = ["the film is good .", "it was a dull movie .", "a fine and fun film", "not good at all"] * 5
+    LT.train(demo, texts, LensOptions(model="demo", steps=2, batch_size=4, eval_texts=4, half="attention"),
+             tmp_path / "lenses" / "halves")
+    at = run_page(PAGE, model="demo")
+    assert at.selectbox(key="probe_lens").options[1:] == ["bundled lens", "halves · both halves"]
+    at.selectbox(key="probe_lens").set_value(tmp_path / "lenses" / "halves").run()
+    at.checkbox(key="probe_half").check().run()
+    at.text_area(key="probe_text").set_value("the film is good .\nit was a dull movie .").run()
+    at.button(key="probe_run").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    inputs = TextInputs(("the film is good .", "it was a dull movie ."))
+    tuned = probe(demo, inputs, ProbeConfig(half="attention"), lens=lens.load(tmp_path / "lenses" / "halves", demo))
+    shown = at.dataframe[1].value.reset_index(drop=True)
+    assert shown["half"].tolist() == ["output"] + ["attention", "output"] * demo.num_layers
+    pd.testing.assert_frame_equal(shown, tuned.layers, check_dtype=False)
