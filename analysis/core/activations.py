@@ -359,15 +359,22 @@ def hidden_states(loaded: LoadedModel, batch: Batch, input_ids: torch.Tensor | N
     Runs the encoder only (``base_model``): the MLM head is applied by the caller where it is needed.
     ``input_ids`` replaces the batch's ids (for masking) while keeping its attention mask.
     """
+    return encoder_states(loaded.model, loaded.num_layers, batch, input_ids, half)
+
+
+def encoder_states(model: torch.nn.Module, num_layers: int, batch: Batch, input_ids: torch.Tensor | None = None,
+                   half: str = "output") -> tuple[torch.Tensor, ...]:
+    """:func:`hidden_states` of any module whose ``base_model`` is the encoder (a model, its encoder itself, or a
+    copy of it such as the tuned lens's bfloat16 shadow), ``num_layers`` layers deep."""
     state_labels(0, half)  # a known half
-    with attention_halves(loaded.model) if half == "attention" else contextlib.nullcontext([]) as halves:
-        out = loaded.model.base_model(**batch.model_inputs(input_ids), output_hidden_states=True, return_dict=True)
-    if len(out.hidden_states) != loaded.num_layers + 1:  # e.g. output hooks installed twice on shared layers
-        raise RuntimeError(f"the model returned {len(out.hidden_states)} hidden states for {loaded.num_layers} layers")
+    with attention_halves(model) if half == "attention" else contextlib.nullcontext([]) as halves:
+        out = model.base_model(**batch.model_inputs(input_ids), output_hidden_states=True, return_dict=True)
+    if len(out.hidden_states) != num_layers + 1:  # e.g. output hooks installed twice on shared layers
+        raise RuntimeError(f"the model returned {len(out.hidden_states)} hidden states for {num_layers} layers")
     if half == "output":
         return out.hidden_states
-    if len(halves) != loaded.num_layers:
-        raise RuntimeError(f"{len(halves)} attention halves for {loaded.num_layers} layers")
+    if len(halves) != num_layers:
+        raise RuntimeError(f"{len(halves)} attention halves for {num_layers} layers")
     states = [out.hidden_states[0]]
     for attention, output in zip(halves, out.hidden_states[1:], strict=True):
         states += [attention, output]

@@ -199,22 +199,22 @@ def adopt(directory: Path, npy: Path, **meta) -> VectorSet | None:
     from analysis.core.staging import npy_damage
 
     directory, npy = Path(directory), Path(npy)
-    if npy_damage(npy):
-        log.warning("dropping unreadable cache entry %s (%s)", npy, npy_damage(npy))
+    if why := npy_damage(npy):
+        log.warning("dropping unreadable cache entry %s (%s)", npy, why)
         if npy.parent != directory:
             npy.unlink(missing_ok=True)
         return None
-    shape = np.load(npy, mmap_mode="r").shape
-    if len(shape) != 3:
+    found = np.load(npy, mmap_mode="r")
+    if found.ndim != 3:
         return None
     if npy.parent != directory:
         directory.mkdir(parents=True, exist_ok=True)
         os.replace(npy, directory / SHARD.format(0))
         npy = directory / SHARD.format(0)
-    manifest = set_manifest(shape, np.load(npy, mmap_mode="r").dtype, shard_file=npy.name, **meta)
+    manifest = set_manifest(found.shape, found.dtype, shard_file=npy.name, **meta)
     try:
         commit(directory, manifest)
-    except OSError as exc:  # a read-only folder (a job of another user): the manifest lives in memory
+    except (OSError, InputError) as exc:  # a read-only or full folder: the manifest lives in memory
         log.info("could not write %s (%s)", directory / MANIFEST, exc)
     return VectorSet(directory, manifest)
 

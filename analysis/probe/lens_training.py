@@ -140,20 +140,9 @@ class Frozen:
 
     def hidden_states(self, batch, input_ids: torch.Tensor, half: str = "output") -> tuple[torch.Tensor, ...]:
         """As :func:`analysis.core.activations.hidden_states`, with the shadow encoder."""
-        import contextlib
+        from analysis.core.activations import encoder_states
 
-        from analysis.core.activations import attention_halves
-
-        with attention_halves(self.encoder) if half == "attention" else contextlib.nullcontext([]) as halves:
-            out = self.encoder(**batch.model_inputs(input_ids), output_hidden_states=True, return_dict=True)
-        if len(out.hidden_states) != self.num_layers + 1:
-            raise RuntimeError(f"the model returned {len(out.hidden_states)} hidden states for {self.num_layers} "
-                               "layers")
-        if half == "output":
-            return out.hidden_states
-        if len(halves) != self.num_layers:
-            raise RuntimeError(f"{len(halves)} attention halves for {self.num_layers} layers")
-        return (out.hidden_states[0], *(s for pair in zip(halves, out.hidden_states[1:], strict=True) for s in pair))
+        return encoder_states(self.encoder, self.num_layers, batch, input_ids, half)
 
 
 def layer_losses(loaded: LoadedModel, lens: TunedLens, batch, counted: torch.Tensor, options, step: int,
