@@ -48,6 +48,8 @@ certified = st.checkbox("MLM head in certified bfloat16", key="probe_certified",
                         "sidebar." if can_certify else "Certified bf16 runs on a CPU with bf16 matrix units; "
                         "this one has none (or the model is on a GPU).")
 lens_reads_halves = lens_dir is None or lens.halves(lens_dir) == "attention"
+if "probe_half" in st.session_state:  # Streamlit forgets a widget's value on a run that does not draw it: kept
+    st.session_state["probe_half"] = st.session_state["probe_half"]  # while a lens of the outputs only is chosen
 half_box = ({"key": "probe_half"} if lens_reads_halves else  # unticked, apart from the user's choice, while it
             {"key": "probe_half_off", "value": False, "disabled": True})  # cannot apply
 halves = st.checkbox("Also read each layer's attention half", **half_box,
