@@ -33,10 +33,9 @@ from torch import nn
 
 from analysis.core.activations import encode, max_input_length
 from analysis.core.inputs import InputError, TextInputs
-from analysis.core.staging import write_atomic
 from analysis.core.vectors import Progress
 from analysis.heads.model import head_gates, head_shape
-from analysis.heads.run import Stopped
+from analysis.heads.run import ResumeFile, Stopped
 from models.loading import LoadedModel
 
 SEEDS = (0, 1, 2)
@@ -198,38 +197,29 @@ def normalise(importance: np.ndarray) -> np.ndarray:
     return importance / np.where(norm > 0, norm, 1)
 
 
-class Scores:
+class Scores(ResumeFile):
     """What an importance run has computed (the gate gradient; each scored set of masked heads and its accuracy),
     kept in a JSON file (``path``, None: in memory only) rewritten whole after each of them, so that the same run
     started again after a stop or a cancel goes on from there. JSON writes a float's shortest repr, which reads
     back as the same float: a resumed run gives the numbers of a run never stopped."""
 
     def __init__(self, path: Path | None):
-        self.path, self.gradient, self.measured = path, None, {}
+        super().__init__(path)
+        self.gradient, self.measured = None, {}
         if path is not None and path.is_file():
             try:
                 saved = json.loads(path.read_text())
                 self.gradient = None if saved["gradient"] is None else np.array(saved["gradient"], dtype=np.float64)
                 self.measured = {frozenset(heads): float(acc) for heads, acc in saved["measured"]}
             except (OSError, ValueError, KeyError, TypeError) as exc:
-                log.warning("ignoring the unreadable checkpoint %s (%s); starting afresh", path, exc)
+                self.unreadable(exc)
                 self.gradient, self.measured = None, {}
         self.resumed = len(self.measured) + (self.gradient is not None)
 
     def save(self) -> None:
-        if self.path is None:
-            return
         state = {"gradient": None if self.gradient is None else self.gradient.tolist(),
                  "measured": [[sorted(k), v] for k, v in self.measured.items()]}
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.path, lambda tmp: tmp.write_text(json.dumps(state)))
-        except (OSError, InputError) as exc:  # a full disk costs the resume, never the run
-            log.warning("could not save the checkpoint %s (%s)", self.path, exc)
-
-    def remove(self) -> None:
-        if self.path is not None:
-            self.path.unlink(missing_ok=True)
+        self.write(lambda tmp: tmp.write_text(json.dumps(state)))
 
 
 def head_importance(model: nn.Module, batches: Sequence[LossBatch], *, encoder: nn.Module | None = None,

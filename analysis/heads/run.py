@@ -81,12 +81,38 @@ def batches(lengths: list[int], batch_size: int, max_cells: int) -> list[list[in
     return out + ([batch] if batch else [])
 
 
-class Checkpoint:
+class ResumeFile:
+    """The file a stopped run goes on from (``path``; None: nothing kept): rewritten whole as the run goes, read
+    when the same run starts again (an unreadable one is ignored), removed once the run completes. A full disk
+    costs the resume, never the run."""
+
+    def __init__(self, path: Path | None):
+        self.path = path
+
+    def unreadable(self, exc: Exception) -> None:
+        log.warning("ignoring the unreadable checkpoint %s (%s); starting afresh", self.path, exc)
+
+    def write(self, write: Callable[[Path], None]) -> None:
+        if self.path is None:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(self.path, write)
+        except (OSError, InputError) as exc:
+            log.warning("could not save the checkpoint %s (%s)", self.path, exc)
+
+    def remove(self) -> None:
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
+
+
+class Checkpoint(ResumeFile):
     """The sums of a run after its first ``batches`` batches (each accumulator's ``STATE``: arrays, tensors, counts,
     a list of Counters), in one ``.npz`` file (no pickle) written whole or not at all."""
 
     def __init__(self, path: Path | None, parts: dict):
-        self.path, self.parts, self.saved = path, parts, time.monotonic()
+        super().__init__(path)
+        self.parts, self.saved = parts, time.monotonic()
 
     def load(self) -> int:
         """The batches already done (0 when there is no usable file); the accumulators filled from it."""
@@ -112,7 +138,7 @@ class Checkpoint:
                         setattr(part, attr, int(found[key]))
             return int(found["batches"])
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
-            log.warning("ignoring the unreadable checkpoint %s (%s); starting afresh", self.path, exc)
+            self.unreadable(exc)
             return 0
 
     def save(self, batches: int, force: bool = False) -> None:
@@ -130,16 +156,8 @@ class Checkpoint:
                         arrays[f"{key}.{x}"] = np.array([item[i] for item in items], dtype=np.int64)
                 else:
                     arrays[key] = np.asarray(value)
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.path, lambda tmp: _savez(tmp, arrays))
-        except (OSError, InputError) as exc:  # a full disk costs the resume, never the run
-            log.warning("could not save the checkpoint %s (%s)", self.path, exc)
+        self.write(lambda tmp: _savez(tmp, arrays))
         self.saved = time.monotonic()
-
-    def remove(self) -> None:
-        if self.path is not None:
-            self.path.unlink(missing_ok=True)
 
 
 def _savez(path: Path, arrays: dict) -> None:
