@@ -90,15 +90,13 @@ def test_a_probe_killed_midway_keeps_the_previous_result(tmp_path, tiny_dirs, si
     texts.write_text("the film is good .\n")
     out = tmp_path / "out"
     argv = [sys.executable, "-m", "analysis", "probe", "--model", str(tiny_dirs["bert"]), "--input", str(texts),
-            "--batch-size", "1", "--out", str(out)]
+            "--out", str(out)]
     subprocess.run(argv, cwd=ROOT, check=True, capture_output=True)
     before = snapshot(out)
-    texts.write_text("".join(f"the film {i} is good and not very dull .\n" for i in range(1800)))
+    texts.write_text("".join(f"the film {i} is good and not very dull .\n" for i in range(2000)))
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
-    while not leftovers(tmp_path) and time.time() < deadline:  # it is writing into its staging folder
-        time.sleep(0.05)
-    time.sleep(0.5)
+    while not leftovers(tmp_path) and proc.poll() is None:  # the probe is done: it is writing into its staging
+        time.sleep(0.005)                                      # folder (a second or so for 2,000 texts)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err, err[-2000:]

@@ -94,7 +94,10 @@ def test_the_cached_model_is_unchanged_by_a_preview(tiny_dir):
     assert model.config.to_dict() == config
     assert [(name, id(m), len(m._forward_hooks)) for name, m in model.named_modules()] == modules
     assert all(torch.equal(v, params[k]) for k, v in model.state_dict().items())
-    assert len(after.hidden_states) == len(before.hidden_states) and torch.equal(after.logits, before.logits)
+    assert len(after.hidden_states) == len(before.hidden_states)
+    # to float32 rounding, not bitwise: with one thread (OMP_NUM_THREADS=1) the same weights' logits differed in the
+    # last bits between two calls (ALBERT; a kernel choice), while a changed model moves them by far more
+    torch.testing.assert_close(after.logits, before.logits, rtol=0, atol=1e-6)
     assert sum(p.numel() for p in view.model.parameters()) == sum(p.numel() for p in model.parameters())  # a view
 
 
