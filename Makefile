@@ -2,7 +2,8 @@
 #   make run    create .venv if missing, install what is needed, start the dashboard on the demo model
 #   make dev    the same, watching the source files: an edit reloads the page (the file watcher is off otherwise)
 #   make test   the same environment plus the test tools, then the test suite without the slow tests
-#   make test-all  every test, the slow ones too (real processes, the browser, whole-file checks): what CI runs
+#   make test-all  every test, the slow ones too (real processes, the browser, whole-file checks): what CI runs;
+#                  the slow ones in JOBS=2 processes of one test file each (JOBS=0: in this one)
 #   `make install` also puts the `layerlens` command in .venv/bin (an editable install of this clone)
 # Installing is skipped when requirements*.txt and constraints.txt have not changed since the last install
 # (a stamp file in .venv). Switches:
@@ -15,6 +16,7 @@ VENV ?= .venv
 TORCH ?=
 CONSTRAINTS ?= constraints.txt
 PORT ?= 8501
+JOBS ?= 2
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 PIN := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
@@ -34,7 +36,8 @@ test: $(VENV)/.installed-dev
 
 test-all: $(VENV)/.installed-dev
 	$(BIN)/python -m ruff check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m slow -n $(JOBS) --dist loadfile
 
 install: $(VENV)/.installed
 install-deps: $(VENV)/.deps

@@ -12,6 +12,11 @@ os.environ.setdefault("LAYERLENS_MODEL_DIRS", tempfile.gettempdir())  # the test
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # the same numbers on every machine: float32 unless a test asks for the bf16 paths (LAYERLENS_BF16_UNITS=1)
 os.environ.setdefault("LAYERLENS_BF16_UNITS", "0")
+# `make test-all` runs the slow tests in pytest-xdist workers: each worker's torch, and every process it starts, gets
+# its share of the cores (two workers of two threads each on two cores took 7 min for 3 min of tests)
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    os.environ.setdefault("OMP_NUM_THREADS",
+                          str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 
 from pathlib import Path  # noqa: E402
 
