@@ -141,12 +141,16 @@ def test_a_signal_while_the_outputs_are_written_keeps_the_previous_result(tmp_pa
             os.kill(os.getpid(), sig)  # handled at the next bytecode: within this call
         return frame.to_csv(path, index=index)
 
-    handler = signal.getsignal(signal.SIGTERM)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     monkeypatch.setattr(cli.probe, "to_csv", signal_on_second)
+    # Ctrl-C as in the command's own process (an earlier test's library may have replaced the handler in this one);
+    # main() makes SIGTERM act like Ctrl-C
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         assert main(argv) == 130 and "interrupted" in capsys.readouterr().err
     finally:
-        signal.signal(signal.SIGTERM, handler)  # main() makes SIGTERM act like Ctrl-C in its process
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
     assert len(calls) == 2 and snapshot(out) == before and leftovers(tmp_path) == []
 
 
