@@ -61,26 +61,42 @@ def test_stale_staging_of_a_dead_process_is_cleaned(tmp_path):
     assert clean_stale(tmp_path / "out") == [stale] and mine.exists()
 
 
-def test_a_probe_that_fails_while_writing_keeps_the_previous_result(tmp_path, tiny_dirs, monkeypatch, capsys):
+def probe_twice(tmp_path, tiny_dirs, monkeypatch, on_second_file) -> tuple[Path, dict, list]:
+    """Probe into ``out``, then patch the CLI's writer so that ``on_second_file()`` runs as the second output file
+    (decoded.csv, after layers.csv) is written by the next probe of another text. Returns ``out``, its
+    snapshot after the first probe and the files the second has begun; the caller runs the second probe."""
     texts = tmp_path / "texts.txt"
     texts.write_text("the film is good .\nit was dull .\n")
     out = tmp_path / "out"
-    argv = ["probe", "--model", str(tiny_dirs["bert"]), "--input", str(texts), "--out", str(out)]
-    assert main(argv) == 0
+    assert main(["probe", "--model", str(tiny_dirs["bert"]), "--input", str(texts), "--out", str(out)]) == 0
     before = snapshot(out)
     texts.write_text("a different text .\n")
     import cli.probe
 
     calls = []
 
-    def fail_on_second(frame, path=None, index=False):  # layers.csv is written, then decoded.csv fails
+    def to_csv(frame, path=None, index=False):
         calls.append(path)
         if len(calls) == 2:
-            raise OSError("disk full")
+            assert leftovers(tmp_path)  # it is writing into its staging folder
+            on_second_file()
         return frame.to_csv(path, index=index)
 
-    monkeypatch.setattr(cli.probe, "to_csv", fail_on_second)
-    assert main(argv) == 1 and "disk full" in capsys.readouterr().err
+    monkeypatch.setattr(cli.probe, "to_csv", to_csv)
+    return out, before, calls
+
+
+def probe_argv(tmp_path, tiny_dirs) -> list[str]:
+    return ["probe", "--model", str(tiny_dirs["bert"]), "--input", str(tmp_path / "texts.txt"),
+            "--out", str(tmp_path / "out")]
+
+
+def test_a_probe_that_fails_while_writing_keeps_the_previous_result(tmp_path, tiny_dirs, monkeypatch, capsys):
+    def disk_full():
+        raise OSError("disk full")
+
+    out, before, _ = probe_twice(tmp_path, tiny_dirs, monkeypatch, disk_full)
+    assert main(probe_argv(tmp_path, tiny_dirs)) == 1 and "disk full" in capsys.readouterr().err
     assert snapshot(out) == before and leftovers(tmp_path) == []
 
 
@@ -123,31 +139,14 @@ def test_a_signal_while_the_outputs_are_written_keeps_the_previous_result(tmp_pa
     """The signal arrives between two of the output files (layers.csv written into the staging folder, decoded.csv
     next): the command says it was interrupted, and the previous result is whole and nothing else is left. In this
     process, so that the signal lands at that point every time (from outside it raced the write's end)."""
-    texts = tmp_path / "texts.txt"
-    texts.write_text("the film is good .\nit was dull .\n")
-    out = tmp_path / "out"
-    argv = ["probe", "--model", str(tiny_dirs["bert"]), "--input", str(texts), "--out", str(out)]
-    assert main(argv) == 0
-    before = snapshot(out)
-    texts.write_text("a different text .\n")
-    import cli.probe
-
-    calls = []
-
-    def signal_on_second(frame, path=None, index=False):
-        calls.append(path)
-        if len(calls) == 2:
-            assert leftovers(tmp_path)  # it is writing into its staging folder
-            os.kill(os.getpid(), sig)  # handled at the next bytecode: within this call
-        return frame.to_csv(path, index=index)
-
+    # handled at the next bytecode: within the second file's write
+    out, before, calls = probe_twice(tmp_path, tiny_dirs, monkeypatch, lambda: os.kill(os.getpid(), sig))
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    monkeypatch.setattr(cli.probe, "to_csv", signal_on_second)
     # Ctrl-C as in the command's own process (an earlier test's library may have replaced the handler in this one);
     # main() makes SIGTERM act like Ctrl-C
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        assert main(argv) == 130 and "interrupted" in capsys.readouterr().err
+        assert main(probe_argv(tmp_path, tiny_dirs)) == 130 and "interrupted" in capsys.readouterr().err
     finally:
         for s, handler in handlers.items():
             signal.signal(s, handler)
