@@ -217,6 +217,8 @@ class Scores(ResumeFile):
         self.resumed = len(self.measured) + (self.gradient is not None)
 
     def save(self) -> None:
+        if self.path is None:  # in memory only: nothing to serialise
+            return
         state = {"gradient": None if self.gradient is None else self.gradient.tolist(),
                  "measured": [[sorted(k), v] for k, v in self.measured.items()]}
         self.write(lambda tmp: tmp.write_text(json.dumps(state)))
