@@ -7,7 +7,7 @@ FROM python:3.11-slim
 RUN apt-get update && apt-get install -y --no-install-recommends make && rm -rf /var/lib/apt/lists/* \
     && useradd --create-home --uid 1000 layerlens && mkdir -p /data /app && chown layerlens /data /app
 ARG TORCH=cpu
-ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
+ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 UV_NO_CACHE=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
     HF_HOME=/data/hf LAYERLENS_HOME=/data/layerlens
 USER layerlens
 WORKDIR /app
