@@ -1,9 +1,11 @@
 """The committed demo model: loads offline with plain transformers, stays small, and its model card is true."""
 
 import json
+import os
 import random
 
 import pytest
+import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from models.loading import DEMO_DIR, ModelSpec, load_model
@@ -36,7 +38,14 @@ def held_out_metrics():
     tokenizer = AutoTokenizer.from_pretrained(DEMO_DIR)
     valid = shared_file("english_corpus/valid.txt.gz")  # the whole held-out file: skipped without it, not in CI
     chunks = pack(read_documents(valid), tokenizer, INFO["config"]["seq_len"], 0.0, random.Random(0))
-    return evaluate(model, tokenizer, chunks)
+    # every core, even in a pytest-xdist worker given one: the longest test of the suite is compute only (238 s on
+    # one thread beside the other worker, 2026-11-26), while the other worker's tests mostly wait on processes
+    threads = torch.get_num_threads()
+    torch.set_num_threads(os.cpu_count() or 1)
+    try:
+        return evaluate(model, tokenizer, chunks)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_model_card_numbers_are_reproduced(held_out_metrics):
