@@ -20,9 +20,10 @@ PORT ?= 8501
 JOBS ?= 3
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
-# uv installs (the same pinned versions as pip, in about a third of the time here); it reads pip's find-links
-# from PIP_FIND_LINKS, and compiles the bytecode at install as pip does
-UV := $(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode $(foreach f,$(PIP_FIND_LINKS),--find-links $(f))
+# uv installs the same pinned versions as pip, in half the time here, and compiles the bytecode at install as pip
+# does. It reads none of pip's configuration: pip's find-links (PIP_FIND_LINKS or pip.conf) are passed on.
+FIND_LINKS = $(shell $(PIP) config list 2>/dev/null | sed -n "s/^[^=]*find-links='\(.*\)'$$/\1/p" | tr ' ' '\n' | sort -u)
+UV = $(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode $(foreach f,$(FIND_LINKS),--find-links $(f))
 PIN := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 TORCH_INDEX := $(if $(filter cpu,$(TORCH)),--index-url https://download.pytorch.org/whl/cpu)
 
