@@ -68,7 +68,7 @@ def probe_twice(tmp_path, tiny_dirs, monkeypatch, on_second_file) -> tuple[Path,
     texts = tmp_path / "texts.txt"
     texts.write_text("the film is good .\nit was dull .\n")
     out = tmp_path / "out"
-    assert main(["probe", "--model", str(tiny_dirs["bert"]), "--input", str(texts), "--out", str(out)]) == 0
+    assert main(probe_argv(tmp_path, tiny_dirs)) == 0
     before = snapshot(out)
     texts.write_text("a different text .\n")
     import cli.probe
