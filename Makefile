@@ -4,7 +4,7 @@
 #   make test   the same environment plus the test tools, then the test suite without the slow tests
 #   make test-all  every test, the slow ones too (real processes, the browser, whole-file checks): what CI runs;
 #                  the slow ones in JOBS=3 processes of one test file each (JOBS=0: in this one); three on two
-#                  cores: the slow tests wait on servers, jobs and the browser (17 min 36 s against 23 min 8 s in two, 2026-11-26)
+#                  cores, as the slow tests also wait on servers, jobs and the browser (figures in the README)
 #   `make install` also puts the `layerlens` command in .venv/bin (an editable install of this clone)
 # Installing is skipped when requirements*.txt and constraints.txt have not changed since the last install
 # (a stamp file in .venv). Switches:

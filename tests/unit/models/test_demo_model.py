@@ -38,8 +38,8 @@ def held_out_metrics():
     tokenizer = AutoTokenizer.from_pretrained(DEMO_DIR)
     valid = shared_file("english_corpus/valid.txt.gz")  # the whole held-out file: skipped without it, not in CI
     chunks = pack(read_documents(valid), tokenizer, INFO["config"]["seq_len"], 0.0, random.Random(0))
-    # every core, even in a pytest-xdist worker given one: the longest test of the suite is compute only (238 s on
-    # one thread beside the other worker, 2026-11-26), while the other worker's tests mostly wait on processes
+    # every core, even in a pytest-xdist worker given one: the longest test of the suite, and compute only (238 s on
+    # one thread in a two-process run, 2026-11-26)
     threads = torch.get_num_threads()
     torch.set_num_threads(os.cpu_count() or 1)
     try:
