@@ -11,14 +11,16 @@ DNS-rebinding page can read the answers. So, keeping the package's own code:
   to it, so they carry it too) and a Host name of this machine (``127.0.0.1``, ``localhost``, or the one
   ``LAYERLENS_ATLAS_URL`` names); otherwise 403. A request body may carry at most :data:`MAX_BODY_BYTES`, and a
   cache write is refused (413) when the cache folder would pass ``LAYERLENS_ATLAS_CACHE_MB`` in total.
-- :func:`connect`, the package's ``make_duckdb_connection`` replaced (its one place where DuckDB is opened): the
-  table is loaded, then DuckDB's memory limit is set to the table's own memory plus ``LAYERLENS_ATLAS_QUERY_MB``
-  (default 512) with nothing spilled to disk, file access is switched off and the configuration locked, in that
-  order (a locked configuration cannot be changed, not even by us). The connection it returns hands out cursors
-  whose ``sql`` runs only reads (:func:`check_sql`): every statement, as DuckDB's own parser splits and types them,
-  must be a SELECT (which includes DESCRIBE, SUMMARIZE, SHOW, WITH, FROM-first), or one of the three statements of
-  Mosaic's pre-aggregation (a table in its own ``mosaic`` schema from one SELECT, and that schema dropped). The
-  ``/data/selection`` endpoint's predicate goes through the same cursor.
+- :func:`connect`, the package's ``make_duckdb_connection`` replaced (its one place where DuckDB is opened): the table
+  is written to a DuckDB file attached read-only, so that no statement can change it, whatever its type (a
+  data-modifying CTE is typed SELECT); the server sees it through a view. Then DuckDB's memory limit is set to the
+  table's own size plus ``LAYERLENS_ATLAS_QUERY_MB`` (default 512) with nothing spilled to disk, file access is
+  switched off and the configuration locked, in that order (a locked configuration cannot be changed, not even by us).
+  The connection it returns hands out cursors whose ``sql`` runs only what :func:`check_sql` passes, a second wall for
+  what is not a write to the table (ATTACH, DETACH, SET, CREATE ...): every statement, as DuckDB's own parser splits
+  and types them, must be a SELECT (which includes DESCRIBE, SUMMARIZE, SHOW, WITH, FROM-first), or one of the three
+  statements of Mosaic's pre-aggregation (a table in its own ``mosaic`` schema from one SELECT, and that schema
+  dropped). The ``/data/selection`` endpoint's predicate goes through the same cursor.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import asyncio
 import os
 import re
 import secrets
+import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -90,31 +93,47 @@ class ReadOnlyCursor:
 
 
 class ReadOnlyConnection:
-    def __init__(self, connection):
-        self._connection = connection
+    def __init__(self, connection, folder: tempfile.TemporaryDirectory | None = None):
+        self._connection, self._folder = connection, folder  # the folder lives as long as the connection
 
     def cursor(self) -> ReadOnlyCursor:
         return ReadOnlyCursor(self._connection.cursor())
 
 
+DATA_CATALOG = "layerlens_data"  # the read-only database that holds the tables
+
+
 def connect(df, additional_tables: dict | None = None) -> ReadOnlyConnection:
-    """The table in an in-memory DuckDB, then its limits set and locked (the package's ``make_duckdb_connection``
-    with a memory limit, no spilling, no extension loading, and reads only)."""
+    """The tables written once to a DuckDB file, attached **read-only** to an in-memory database that holds only
+    views of them (and Mosaic's ``mosaic`` schema), then its limits set and locked: the package's
+    ``make_duckdb_connection`` with a memory limit, no spilling, no extension loading, and reads only.
+
+    Reads only by construction: DuckDB refuses any change to a database attached read-only, and a view cannot be
+    the target of DELETE, UPDATE or INSERT, so a write hidden where the statement check cannot see it (a
+    data-modifying CTE, which DuckDB types SELECT) fails in DuckDB itself. The statement check stays in front for
+    what is not a write to the table (ATTACH, DETACH, SET, CREATE ...)."""
     import duckdb
 
+    folder = tempfile.TemporaryDirectory(prefix="layerlens-atlas-")
+    path = Path(folder.name) / "tables.duckdb"
+    with duckdb.connect(str(path), config={"temp_directory": ""}) as writer:
+        for name, frame in {"dataset": df, **(additional_tables or {})}.items():
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise ValueError(f"invalid table name: {name!r}")
+            writer.register("_layerlens_frame", frame)
+            writer.sql(f'CREATE TABLE "{name}" AS SELECT * FROM _layerlens_frame')
+            writer.unregister("_layerlens_frame")
+        names = [row[0] for row in writer.sql("SELECT table_name FROM duckdb_tables()").fetchall()]
     con = duckdb.connect(":memory:", config={"temp_directory": "", "autoinstall_known_extensions": False,
                                              "autoload_known_extensions": False})
-    for name, frame in {"dataset": df, **(additional_tables or {})}.items():
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            raise ValueError(f"invalid table name: {name!r}")
-        con.register("_layerlens_frame", frame)
-        con.sql(f'CREATE TABLE "{name}" AS SELECT * FROM _layerlens_frame')
-        con.unregister("_layerlens_frame")
-    table_bytes = con.sql("SELECT coalesce(sum(memory_usage_bytes), 0) AS b FROM duckdb_memory()").fetchall()[0][0]
+    con.sql(f"ATTACH '{path}' AS {DATA_CATALOG} (READ_ONLY)")
+    for name in names:
+        con.sql(f'CREATE VIEW "{name}" AS SELECT * FROM {DATA_CATALOG}.main."{name}"')
+    table_bytes = path.stat().st_size  # what the tables take once read in, at most about their file
     con.sql(f"SET memory_limit = '{int(table_bytes) + QUERY_MEMORY_MB * 2**20}B'")
     con.sql("SET enable_external_access = false")
     con.sql("SET lock_configuration = true")
-    return ReadOnlyConnection(con)
+    return ReadOnlyConnection(con, folder)
 
 
 # --- HTTP: token, Host, body sizes ---------------------------------------------------------------------------------

@@ -147,7 +147,7 @@ def test_sql_that_writes_is_refused_and_the_table_is_unchanged(served, tv):
                           "FROM dataset")
     assert before == [{"n": len(table), "s": int(table["row"].sum()), "pwned": 0}]
     tables = rows(served, "SELECT database_name, schema_name, table_name FROM duckdb_tables() ORDER BY ALL")
-    for sql in WRITES:
+    for sql in WRITES + CTE_WRITES:
         for kind in ["exec", "json", "arrow"]:
             for post in [False, True]:
                 status, body = query(served, sql, kind, post)
@@ -259,3 +259,42 @@ def test_host_names():
     assert host_name("[::1]:80") == "::1" and host_name("evil.example:5055") == "evil.example"
     assert allowed_hosts("") == {"127.0.0.1", "localhost"}
     assert allowed_hosts("http://gpu-box:{port}/") == {"127.0.0.1", "localhost", "gpu-box"}
+
+
+CTE_WRITES = [  # typed SELECT by DuckDB's parser: only the database itself can refuse them (issue 43, item 1)
+    "WITH d AS (DELETE FROM dataset RETURNING *) SELECT * FROM d",
+    "WITH u AS (UPDATE dataset SET token = 'pwned' RETURNING *) SELECT * FROM u",
+    "WITH i AS (INSERT INTO dataset SELECT * FROM dataset RETURNING *) SELECT count(*) FROM i",
+    "WITH d AS (DELETE FROM layerlens_data.main.dataset RETURNING *) SELECT * FROM d",
+    "WITH u AS (UPDATE layerlens_data.dataset SET token = 'pwned' RETURNING *) SELECT * FROM u",
+    "SELECT * FROM (WITH d AS (DELETE FROM dataset RETURNING *) SELECT * FROM d)",
+    "CREATE TABLE IF NOT EXISTS mosaic.preagg_ab AS WITH d AS (DELETE FROM dataset RETURNING *) SELECT * FROM d",
+    "SELECT * FROM read_csv('/etc/passwd')",
+    "SELECT * FROM read_parquet('/etc/passwd')",
+    "SELECT * FROM read_text('/etc/passwd')",
+    "SELECT * FROM glob('/etc/*')",
+]
+
+
+def test_writes_hidden_in_a_select_cannot_change_the_table(tv):
+    """The table lives in a database attached read-only: a data-modifying CTE (typed SELECT, so the statement
+    check lets it through) fails in DuckDB itself, and every cursor still sees every row."""
+    import duckdb
+
+    from ui.atlas_guard import RefusedSQL, connect
+
+    table = pd.read_parquet(atlas_table(tv, 1))
+    con = connect(table)
+    expected = [(len(table), int(table["row"].sum()), 0)]
+    check = "SELECT count(*), sum(row), count(*) FILTER (token = 'pwned') FROM dataset"
+    for sql in CTE_WRITES:
+        with con.cursor() as cur:
+            with pytest.raises((RefusedSQL, duckdb.Error)):
+                cur.sql(sql).fetchall()
+        with con.cursor() as cur:
+            assert cur.sql(check).fetchall() == expected, sql
+    with con.cursor() as cur:
+        names = cur.sql("SELECT database_name, schema_name, table_name FROM duckdb_tables()").fetchall()
+        assert names == [("layerlens_data", "main", "dataset")]
+        assert cur.sql("SELECT readonly FROM duckdb_databases() WHERE database_name = 'layerlens_data'"
+                       ).fetchall() == [(True,)]
