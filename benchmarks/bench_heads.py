@@ -124,7 +124,7 @@ def importance_bench(rows: int) -> None:
           f"{per_pass / 1e9:.1f} GFLOP: {per_pass * passes / wall / 1e9:.1f} GFLOP/s, "
           f"{per_pass * passes / wall / 1e9 / peak:.0%} of the peak")
     start = time.perf_counter()
-    gradient = np.abs(imp.gate_gradient(model, batches, loaded.model))
+    gradient = np.abs(imp.example_gradients(model, batches, loaded.model)).mean(0)
     ours = time.perf_counter() - start
     start = time.perf_counter()
     base, _ = imp.mean_loss(model, batches, torch.ones(layers, heads), loaded.model)

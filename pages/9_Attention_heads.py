@@ -271,8 +271,9 @@ with tab_corpus:
     if st.button("Compute head importance (MLM loss on this corpus)", key="heads_importance_run"):
         st.session_state["heads_importance"] = wanted
     if st.session_state.get("heads_importance") != wanted:
-        st.caption("Importance |E[dL/dξ]| of each head's gate ξ (Michel et al. 2019) and the pruning curve: 11 "
-                   "points for the importance order and 3 random orders, each a pass over the corpus.")
+        st.caption("Importance E_x|dL(x)/dξ| of each head's gate ξ (Michel et al. 2019, Eq. 2: the absolute "
+                   "gradient per text, then the mean) and the pruning curve: 11 points for the importance order and "
+                   "3 random orders, each a pass over the corpus.")
         st.stop()
     stop = stop_button("Head importance", "heads_importance")
     try:

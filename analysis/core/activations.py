@@ -372,13 +372,43 @@ def encoder_states(model: torch.nn.Module, num_layers: int, batch: Batch, input_
     if len(out.hidden_states) != num_layers + 1:  # e.g. output hooks installed twice on shared layers
         raise RuntimeError(f"the model returned {len(out.hidden_states)} hidden states for {num_layers} layers")
     if half == "output":
-        return out.hidden_states
-    if len(halves) != num_layers:
-        raise RuntimeError(f"{len(halves)} attention halves for {num_layers} layers")
-    states = [out.hidden_states[0]]
-    for attention, output in zip(halves, out.hidden_states[1:], strict=True):
-        states += [attention, output]
-    return tuple(states)
+        states = out.hidden_states
+    else:
+        if len(halves) != num_layers:
+            raise RuntimeError(f"{len(halves)} attention halves for {num_layers} layers")
+        states = [out.hidden_states[0]]
+        for attention, output in zip(halves, out.hidden_states[1:], strict=True):
+            states += [attention, output]
+        states = tuple(states)
+    names = [f"hidden state {layer}" if kind == "output" else f"the attention half of layer {layer}"
+             for layer, kind in state_labels(num_layers, half)]
+    check_finite(states, names, batch.attention_mask.bool()[..., None])
+    return states
+
+
+def check_finite(tensors, names: list[str], real: torch.Tensor | None) -> None:
+    """THE check of non-finite activations, used by every analysis (the hidden states of
+    :func:`encoder_states`; the attention weights of :func:`analysis.heads.model.attentions`): an
+    :class:`InputError` naming the first of ``tensors`` (in forward order, named by ``names``) that holds NaN or
+    an infinity at a real position (``real``: a bool mask broadcastable to each tensor; None: every position),
+    with the count and what to do. A float16 model whose activations pass float16's range (65,504) is the usual
+    cause: the same weights in float32 are finite. One host sync per call when everything is finite."""
+    if not len(tensors) or bool(torch.stack([torch.isfinite(t).all() for t in tensors]).all()):
+        return
+    for tensor, name in zip(tensors, names, strict=True):
+        bad = ~torch.isfinite(tensor)
+        if real is not None:
+            bad &= real
+        count = int(bad.sum())
+        if count:
+            dtype = str(tensor.dtype).removeprefix("torch.")
+            advice = ("its activations pass float16's range (65,504): load it in float32 (--dtype float32; the "
+                      "sidebar's float32)" if tensor.dtype == torch.float16 else
+                      "load it in float32 (--dtype float32), or check its weights" if tensor.dtype != torch.float32
+                      else "check its weights (they hold NaN or infinities, or values that overflow float32)")
+            raise InputError(f"the model's activations are not finite: {name}: {count:,} NaN or infinite values "
+                             f"in a batch of {tensor.shape[0]} text(s), with the model in {dtype}; nothing is "
+                             f"computed from them: {advice}")
 
 
 def counted_mask(batch: Batch, special_ids: list[int], include_special: bool) -> torch.Tensor:

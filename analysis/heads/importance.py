@@ -1,11 +1,15 @@
 """Head importance and pruning, Michel et al. 2019 ("Are Sixteen Heads Really Better than One?").
 
 - **Importance** (§4.1, Eq. 2): each head's output is multiplied by a gate ``xi_h`` (all ones;
-  :func:`analysis.heads.model.head_gates`) and ``I_h = |E_x[dL(x)/dxi_h]|``, the derivative of the mean loss
-  over the data: the MLM loss (cross-entropy at masked positions, averaged over the masked tokens) on texts, or a
-  sequence classifier's cross-entropy averaged over a labelled set. ``normalized`` divides each layer's scores by
-  their l2 norm (§4.1, "we normalize the importance scores by layer (using the l2 norm)", after Molchanov et al.
-  2017). A test checks ``I_h`` against a central finite difference of the mean loss on a tiny model.
+  :func:`analysis.heads.model.head_gates`) and ``I_h = E_x |dL(x)/dxi_h|``: the absolute value of each example's
+  gradient, then the mean over the examples (the paper's order; the absolute value of the mean gradient,
+  ``|E_x dL(x)/dxi_h|``, lets examples cancel and ranks heads differently). An example ``x`` is a text and
+  ``L(x)`` its mean MLM loss over its masked tokens, or a labelled example and its classifier's cross-entropy.
+  Per-example gradients come from one backward per batch (each example gated by its own gates:
+  :func:`example_gradients`); a test checks them against a plain loop of one backward per example and a
+  central finite difference. ``normalized`` divides each layer's scores by their l2 norm (§4.1, "we normalize
+  the importance scores by layer (using the l2 norm)", after Molchanov et al. 2017). Each score has a 95%
+  Student t interval over the examples, and ``run.json`` the split-half Spearman of the ranking.
 - **Pruning curve** (§4.2, Fig. 3): heads masked (``xi_h = 0``) in increasing normalised importance, at
   ``steps + 1`` evenly spaced shares of all heads (0% ... 100%), against 3 seeded random orders; the score is the
   classifier's accuracy, or the MLM token accuracy at the masked positions.
@@ -31,11 +35,12 @@ import pandas as pd
 import torch
 from torch import nn
 
-from analysis.core.activations import encode, max_input_length
+from analysis.core.activations import check_finite, encode, max_input_length
 from analysis.core.inputs import InputError, TextInputs
 from analysis.core.vectors import Progress
 from analysis.heads.model import head_gates, head_shape
 from analysis.heads.run import ResumeFile, Stopped
+from analysis.heads.stats import t_interval
 from models.loading import LoadedModel
 
 SEEDS = (0, 1, 2)
@@ -150,33 +155,101 @@ def _logits(model: nn.Module, batch: LossBatch) -> torch.Tensor:
 
 def _scored(model: nn.Module, batch: LossBatch) -> tuple[torch.Tensor, torch.Tensor, int]:
     """``(summed loss, correct predictions, scored targets)`` of one batch."""
-    logits = _logits(model, batch)
-    labels = batch.labels
-    flat = logits.reshape(-1, logits.shape[-1])
-    flat = flat.to(torch.promote_types(flat.dtype, torch.float32))  # bf16/fp16 scored in float32, float64 kept
-    target = labels.reshape(-1)
+    flat, target = _flat(model, batch)
     loss = nn.functional.cross_entropy(flat, target, ignore_index=-100, reduction="sum")
     scored = target != -100
     correct = (flat.argmax(-1) == target)[scored].sum()
     return loss, correct, int(scored.sum())
 
 
-def gate_gradient(model: nn.Module, batches: Sequence[LossBatch], encoder: nn.Module | None = None,
-                  progress: Progress | None = None) -> np.ndarray:
-    """``(layers, heads)`` ``dE[L]/dxi`` at ``xi = 1``: the gradient of the mean loss over every scored target
-    of ``batches`` (Michel Eq. 2 before the absolute value). ``encoder``: the model holding the attention layers
-    (default ``model``)."""
+def _flat(model: nn.Module, batch: LossBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(logits (targets, classes) in at least float32, target ids (targets,))`` of one batch."""
+    logits = _logits(model, batch)
+    flat = logits.reshape(-1, logits.shape[-1])
+    return flat.to(torch.promote_types(flat.dtype, torch.float32)), batch.labels.reshape(-1)  # bf16/fp16 in fp32
+
+
+def owners(batch: LossBatch) -> torch.Tensor:
+    """``(targets,)``: the example (row of the batch) each target of :func:`_flat` belongs to: a token of an MLM
+    batch ``(batch, seq)`` labels; a masked row of :class:`ScoredLogits` (its ``scored`` input); a class label."""
+    rows = len(batch.inputs["input_ids"])
+    if batch.labels.dim() == 2:
+        return torch.arange(rows).repeat_interleave(batch.labels.shape[1])
+    if "scored" in batch.inputs:
+        return batch.inputs["scored"].nonzero()[:, 0]
+    return torch.arange(rows)
+
+
+def example_losses(model: nn.Module, batch: LossBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(L(x) per example (batch,), which examples have a scored target (batch,))``: an example's loss is the
+    mean cross-entropy over its own scored targets (its masked tokens; a classifier: its one label)."""
+    flat, target = _flat(model, batch)
+    each = nn.functional.cross_entropy(flat, target, ignore_index=-100, reduction="none")
+    owner, scored = owners(batch).to(each.device), (target != -100).to(each.dtype)
+    rows = len(batch.inputs["input_ids"])
+    total = torch.zeros(rows, dtype=each.dtype, device=each.device).index_add(0, owner, each * scored)
+    counts = torch.zeros(rows, dtype=each.dtype, device=each.device).index_add(0, owner, scored)
+    return total / counts.clamp(min=1), counts > 0
+
+
+def example_gradients(model: nn.Module, batches: Sequence[LossBatch], encoder: nn.Module | None = None,
+                      progress: Progress | None = None) -> np.ndarray:
+    """``(examples, layers, heads)`` float64: ``dL(x)/dxi_h`` at ``xi = 1`` for every example ``x`` with a scored
+    target (Michel et al. 2019 Eq. 2 before the absolute value; :func:`example_losses` gives ``L(x)``), in the
+    order of ``batches``. One backward per batch: each example has its own gates (:func:`head_gates` with
+    ``(batch, layers, heads)`` gates), and the sum of the examples' losses has, as its gradient with respect to
+    an example's gates, that example's own gradient. ``encoder``: the model holding the attention layers
+    (default ``model``). A loss that is not finite is refused naming the first layer that is not."""
     encoder = encoder or model
-    gates = torch.ones(head_shape(encoder), requires_grad=True)
-    total = 0
-    with torch.enable_grad(), head_gates(encoder, gates):
+    shape = head_shape(encoder)
+    dtype = torch.promote_types(next(encoder.parameters()).dtype, torch.float32)
+    found = []
+    with torch.enable_grad():
         for k, batch in enumerate(batches):
-            loss, _, n = _scored(model, batch)
-            loss.backward()
-            total += n
+            gates = torch.ones((len(batch.inputs["input_ids"]), *shape), dtype=dtype, requires_grad=True)
+            with head_gates(encoder, gates):
+                losses, scored = example_losses(model, batch)
+                total = losses[scored].sum()
+                if not bool(torch.isfinite(total)):
+                    refuse_nonfinite(encoder, batch)
+                total.backward()
+            found.append(gates.grad[scored.cpu()].double().numpy())
             if progress is not None:
                 progress("importance", k + 1, len(batches))
-    return (gates.grad / max(total, 1)).double().numpy()
+    return np.concatenate(found) if found else np.zeros((0, *shape))
+
+
+def refuse_nonfinite(encoder: nn.Module, batch: LossBatch) -> None:
+    """A loss that is not finite: the :class:`InputError` of the core's one check naming the first hidden state
+    that is not (:func:`analysis.core.activations.check_finite`), or one saying the loss itself is not."""
+    inputs = {k: v for k, v in batch.inputs.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+    with torch.no_grad():
+        states = encoder.base_model(**inputs, output_hidden_states=True, return_dict=True).hidden_states
+    mask = inputs.get("attention_mask")
+    check_finite(states, [f"hidden state {k}" for k in range(len(states))],
+                 None if mask is None else mask.bool()[..., None])
+    raise InputError("the loss is not finite although every hidden state is (the output head overflows in "
+                     f"{str(next(encoder.parameters()).dtype).removeprefix('torch.')}): load the model in float32")
+
+
+def importance_intervals(per_example: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(importance, low, high)`` per head from ``(examples, layers, heads)`` gradients: Eq. 2's mean of the
+    absolute values and its 95% Student t interval over the examples (NaN bounds under two examples). The
+    examples are drawn independently and so are their masks (one seeded draw per text), so the interval covers
+    the variation of both the texts and the masking."""
+    values = np.abs(per_example)
+    return t_interval(values.sum(0), (values * values).sum(0), np.full(values.shape[1:], len(values)))
+
+
+def split_half_spearman(per_example: np.ndarray) -> float:
+    """The Spearman correlation between the head rankings (normalised importance) of the even and the odd
+    examples: how stable the ranking is on this many examples (NaN under four examples)."""
+    from scipy.stats import spearmanr
+
+    if len(per_example) < 4:
+        return float("nan")
+    halves = [normalise(np.abs(per_example[start::2]).mean(0)).ravel() for start in (0, 1)]
+    return float(spearmanr(*halves).statistic)
 
 
 @torch.no_grad()
@@ -243,9 +316,9 @@ def head_importance(model: nn.Module, batches: Sequence[LossBatch], *, encoder: 
             raise Stopped("stopped")
 
     if scores.gradient is None:
-        scores.gradient = gate_gradient(model, batches, encoder, progress)
+        scores.gradient = example_gradients(model, batches, encoder, progress)
         scores.save()
-    raw = np.abs(scores.gradient)
+    raw, low, high = importance_intervals(scores.gradient)
     normed = normalise(raw)
     order = np.argsort(normed.ravel(), kind="stable")  # least important first
     n_heads = layers * heads
@@ -295,13 +368,18 @@ def head_importance(model: nn.Module, batches: Sequence[LossBatch], *, encoder: 
     rank[order] = np.arange(n_heads)
     layer_index, head_index = np.divmod(np.arange(n_heads), heads)
     table = pd.DataFrame({"layer": layer_index + 1, "head": head_index, "importance": raw.ravel(),
+                          "importance_low": low.ravel(), "importance_high": high.ravel(),
                           "normalized": normed.ravel(), "order": rank,
                           "layer_prunable_share": layer_table["prunable_share"].to_numpy()[layer_index]})
     scores.remove()
     info = {"layers": layers, "heads": heads, "targets": int(sum(int((b.labels != -100).sum()) for b in batches)),
             **({"resumed_after": scores.resumed} if scores.resumed else {}),
             "base_accuracy": base, "drop": drop, "seeds": list(seeds), "steps": steps,
-            "importance": "Michel et al. 2019 Eq. 2: |E[dL/dxi_h]|, normalised per layer by the l2 norm"}
+            "examples": int(len(scores.gradient)), "split_half_spearman": split_half_spearman(scores.gradient),
+            "importance": "Michel et al. 2019 Eq. 2: I_h = E_x |dL(x)/dxi_h|, the absolute value per example x (a "
+                          "text; L(x) its mean loss over its masked tokens, or its classification loss), "
+                          "normalised per layer by the l2 norm (§4.1); importance_low/high: 95% Student t "
+                          "interval over the examples"}
     return ImportanceResult(table, pruning, layer_table, info)
 
 

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
+from analysis.core.activations import check_finite
 from analysis.core.inputs import InputError
 from models.anatomy import FAMILIES
 from models.loading import LoadedModel, ModelSpec, load_model
@@ -63,6 +64,9 @@ def attentions(model: nn.Module, inputs: dict, name: str = "the model") -> tuple
     found = out.attentions
     if not found or any(a is None for a in found):
         raise InputError(f"{name} returned no attention weights (its attention kernel does not expose them)")
+    mask = inputs.get("attention_mask")
+    check_finite(found, [f"attention layer {k}" for k in range(1, len(found) + 1)],
+                 None if mask is None else mask.bool()[:, None, :, None])
     return found
 
 
@@ -87,10 +91,12 @@ def output_projections(model: nn.Module) -> list[nn.Module]:
 @contextlib.contextmanager
 def head_gates(model: nn.Module, gates: torch.Tensor) -> Iterator[torch.Tensor]:
     """Multiply every head's slice of the context layer by ``gates[layer, head]`` (``(layers, heads)``, as
-    :func:`head_shape`) for the forward passes inside the block. ``gates`` may require grad (head importance)
-    or hold zeros (masked heads). Hooks are removed on exit."""
+    :func:`head_shape`) for the forward passes inside the block; or, with ``(batch, layers, heads)`` gates, each
+    example of the batch by its own gates (per-example gradients of the gates in one backward: an example's
+    loss depends on its own gates only). ``gates`` may require grad (head importance) or hold zeros (masked
+    heads). Hooks are removed on exit."""
     layers, heads = head_shape(model)
-    if tuple(gates.shape) != (layers, heads):
+    if tuple(gates.shape[-2:]) != (layers, heads) or gates.dim() not in (2, 3):
         raise InputError(f"head gates of shape {tuple(gates.shape)} for a model with {layers} layers x {heads} "
                          "heads")
     modules = output_projections(model)
@@ -108,7 +114,9 @@ def head_gates(model: nn.Module, gates: torch.Tensor) -> Iterator[torch.Tensor]:
         layer = mine[calls[id(module)] % len(mine)]
         calls[id(module)] += 1
         context = args[0]
-        scale = gates[layer].to(context.dtype).repeat_interleave(context.shape[-1] // heads)
+        scale = gates[..., layer, :].to(context.dtype).repeat_interleave(context.shape[-1] // heads, dim=-1)
+        if scale.dim() == 2:  # per example: (batch, hidden) -> (batch, 1, hidden)
+            scale = scale[:, None, :]
         return (context * scale, *args[1:])
 
     handles = [model.base_model.register_forward_pre_hook(reset)]

@@ -185,8 +185,8 @@ def relations_figure(relations: pd.DataFrame, direction: str = "dependent_to_hea
 
 def importance_heatmap(importance: pd.DataFrame, column: str = "normalized") -> go.Figure:
     """Layer x head heat map of importance.csv's ``normalized`` (or ``importance``) column."""
-    titles = {"normalized": "Head importance |E[dL/dξ]|, normalised per layer (l2)",
-              "importance": "Head importance |E[dL/dξ]| (raw)"}
+    titles = {"normalized": "Head importance E|dL(x)/dξ| (Michel Eq. 2), normalised per layer (l2)",
+              "importance": "Head importance E|dL(x)/dξ| (Michel Eq. 2, raw)"}
     fig = statistic_heatmap(importance, column, titles.get(column, column))
     fig.update_traces(colorscale="Magma", reversescale=True, zmin=0, zmax=None)
     return fig

@@ -80,7 +80,8 @@ def test_importance_on_texts_equals_the_engine(tiny_dirs, tmp_path, texts, capsy
     assert code == 0, err
     expected = mlm_importance(load_model(ModelSpec(model, device="cpu")), TextInputs(TEXTS), batch_size=32, steps=3)
     importance = pd.read_csv(out / "importance.csv")
-    assert list(importance.columns) == ["layer", "head", "importance", "normalized", "order", "layer_prunable_share"]
+    assert list(importance.columns) == ["layer", "head", "importance", "importance_low", "importance_high",
+                                        "normalized", "order", "layer_prunable_share"]
     pd.testing.assert_frame_equal(importance, expected.importance, check_dtype=False)
     pruning = pd.read_csv(out / "pruning.csv")
     assert list(pruning.columns) == ["order", "seed", "fraction", "masked", "accuracy"]
