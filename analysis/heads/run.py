@@ -285,8 +285,10 @@ def analyse(loaded: LoadedModel, source: TextInputs | Treebank, *, statistics: b
         info["uniform_attention"] = {name: float(row[name]) for name in STATISTICS if name != "uniform_entropy"}
     info.update(sentences=len(kept), tokens=int(sum(lengths)), seconds=round(time.perf_counter() - start, 3),
                 cluster_tokens=heads_map.tokens if heads_map is not None else 0, max_cells=max_cells,
-                interval="95% Student t interval over sentence means", word_attention="Clark et al. 2019 §4.1: "
-                "sum over the attended word's pieces, mean over the attending word's pieces")
+                word_attention="Clark et al. 2019 §4.1: sum over the attended word's pieces, mean over the attending "
+                "word's pieces")
+    if stats is not None:  # the statistics' interval; a parse's are Wilson's (analysis.heads.actions.INTERVALS)
+        info["interval"] = "95% Student t interval over sentence means"
     return HeadsResult(
         heads=stats.table() if stats is not None else None,
         clusters=heads_map.table(seed) if heads_map is not None and heads_map.tokens else None,

@@ -70,6 +70,7 @@ def test_parse_writes_relations_accuracies_and_uuas(tiny_dirs, tmp_path, capsys)
     pd.testing.assert_frame_equal(pd.read_csv(out / "uuas.csv"), expected.uuas, check_dtype=False)
     info = json.loads((out / "run.json").read_text())
     assert "Wilson" in info["intervals"]["relations.csv"] and "fixed offset" in info["baseline"]
+    assert "Student t" not in json.dumps(info)  # issue 43 item 8: a parse run has no t interval
 
 
 def test_importance_on_texts_equals_the_engine(tiny_dirs, tmp_path, texts, capsys):
