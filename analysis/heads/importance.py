@@ -39,7 +39,8 @@ from analysis.core.activations import check_finite, encode, max_input_length
 from analysis.core.inputs import InputError, TextInputs
 from analysis.core.vectors import Progress
 from analysis.heads.model import head_gates, head_shape
-from analysis.heads.run import ResumeFile, Stopped
+from analysis.heads.resume import ResumeFile, require
+from analysis.heads.run import Stopped
 from analysis.heads.stats import t_interval
 from models.loading import LoadedModel
 
@@ -180,6 +181,13 @@ def owners(batch: LossBatch) -> torch.Tensor:
     return torch.arange(rows)
 
 
+def example_losses_scored(batch: LossBatch) -> torch.Tensor:
+    """``(batch,)`` bool: the examples of ``batch`` with a scored target (those :func:`example_gradients` keeps)."""
+    rows = len(batch.inputs["input_ids"])
+    scored = (batch.labels.reshape(-1) != -100).long()
+    return torch.zeros(rows, dtype=torch.long).index_add(0, owners(batch), scored) > 0
+
+
 def example_losses(model: nn.Module, batch: LossBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """``(L(x) per example (batch,), which examples have a scored target (batch,))``: an example's loss is the
     mean cross-entropy over its own scored targets (its masked tokens; a classifier: its one label)."""
@@ -271,22 +279,52 @@ def normalise(importance: np.ndarray) -> np.ndarray:
 
 
 class Scores(ResumeFile):
-    """What an importance run has computed (the gate gradient; each scored set of masked heads and its accuracy),
-    kept in a JSON file (``path``, None: in memory only) rewritten whole after each of them, so that the same run
-    started again after a stop or a cancel goes on from there. JSON writes a float's shortest repr, which reads
-    back as the same float: a resumed run gives the numbers of a run never stopped."""
+    """What an importance run has computed (the per-example gate gradients; each scored set of masked heads and its
+    accuracy), kept in a JSON file (``path``, None: in memory only) rewritten whole after each of them, so that the
+    same run started again after a stop or a cancel goes on from there. JSON writes a float's shortest repr, which
+    reads back as the same float: a resumed run gives the numbers of a run never stopped.
+
+    :meth:`load` checks what it reads (:mod:`analysis.heads.resume`): the size before reading, the gradients'
+    shape, finiteness and the first batch's values recomputed, each set's heads and its accuracy a fraction of
+    the scored targets in [0, 1]."""
 
     def __init__(self, path: Path | None):
         super().__init__(path)
-        self.gradient, self.measured = None, {}
-        if path is not None and path.is_file():
-            try:
-                saved = json.loads(path.read_text())
-                self.gradient = None if saved["gradient"] is None else np.array(saved["gradient"], dtype=np.float64)
-                self.measured = {frozenset(heads): float(acc) for heads, acc in saved["measured"]}
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                self.unreadable(exc)
-                self.gradient, self.measured = None, {}
+        self.gradient, self.measured, self.resumed = None, {}, 0
+
+    def load(self, shape: tuple[int, int, int], targets: int, sets: int,
+             first: Callable[[], np.ndarray]) -> None:
+        """Read the file of a run of ``shape`` (examples, layers, heads) gradients, ``targets`` scored targets and
+        at most ``sets`` sets of masked heads; ``first()``: the first batch's gradients, computed afresh."""
+        n_heads = shape[1] * shape[2]
+        max_bytes = (1 << 16) + 32 * int(np.prod(shape)) + sets * (8 * n_heads + 40)
+
+        def parse(f) -> tuple[np.ndarray | None, dict]:
+            saved = json.loads(f.read())
+            require(isinstance(saved, dict) and set(saved) == {"gradient", "measured"}, "not a scores file")
+            gradient = None
+            if saved["gradient"] is not None:
+                gradient = np.array(saved["gradient"], dtype=np.float64)
+                require(gradient.shape == shape, f"gradients of shape {gradient.shape}, the run's are {shape}")
+                require(bool(np.isfinite(gradient).all()), "gradients not finite")
+                fresh = first()
+                require(np.allclose(gradient[:len(fresh)], fresh, rtol=1e-5, atol=1e-9),
+                        "gradients differ from the first batch's recomputed")
+            measured = {}
+            require(isinstance(saved["measured"], list) and len(saved["measured"]) <= sets, "too many sets")
+            for heads, accuracy in saved["measured"]:
+                require(all(isinstance(h, int) and 0 <= h < n_heads for h in heads) and len(set(heads)) == len(heads),
+                        "heads out of range")
+                accuracy = float(accuracy)
+                correct = accuracy * targets
+                require(0 <= accuracy <= 1 and abs(correct - round(correct)) < 1e-6,
+                        f"accuracy {accuracy} is not a count of {targets} targets")
+                measured[frozenset(heads)] = accuracy
+            return gradient, measured
+
+        read = self.read(parse, max_bytes)
+        if read is not None:
+            self.gradient, self.measured = read
         self.resumed = len(self.measured) + (self.gradient is not None)
 
     def save(self) -> None:
@@ -309,7 +347,13 @@ def head_importance(model: nn.Module, batches: Sequence[LossBatch], *, encoder: 
         raise InputError("the corpus is empty: nothing to score")
     encoder = encoder or model
     layers, heads = head_shape(encoder)
+    n_heads = layers * heads
+    counts = sorted({int(round(f * n_heads)) for f in np.linspace(0, 1, steps + 1)})
     scores = Scores(checkpoint)
+    targets = int(sum(int((b.labels != -100).sum()) for b in batches))
+    examples = sum(int(example_losses_scored(b).sum()) for b in batches)
+    scores.load((examples, layers, heads), targets, (1 + len(seeds)) * len(counts) + n_heads,
+                lambda: example_gradients(model, batches[:1], encoder))
 
     def check():
         if should_stop is not None and should_stop():
@@ -321,8 +365,6 @@ def head_importance(model: nn.Module, batches: Sequence[LossBatch], *, encoder: 
     raw, low, high = importance_intervals(scores.gradient)
     normed = normalise(raw)
     order = np.argsort(normed.ravel(), kind="stable")  # least important first
-    n_heads = layers * heads
-    counts = sorted({int(round(f * n_heads)) for f in np.linspace(0, 1, steps + 1)})
     orders = [("importance", None, order)] + [("random", s, np.random.default_rng(s).permutation(n_heads))
                                                for s in seeds]
     measured = scores.measured  # masked heads -> accuracy: each set of masked heads is scored once
@@ -372,7 +414,7 @@ def head_importance(model: nn.Module, batches: Sequence[LossBatch], *, encoder: 
                           "normalized": normed.ravel(), "order": rank,
                           "layer_prunable_share": layer_table["prunable_share"].to_numpy()[layer_index]})
     scores.remove()
-    info = {"layers": layers, "heads": heads, "targets": int(sum(int((b.labels != -100).sum()) for b in batches)),
+    info = {"layers": layers, "heads": heads, "targets": targets,
             **({"resumed_after": scores.resumed} if scores.resumed else {}),
             "base_accuracy": base, "drop": drop, "seeds": list(seeds), "steps": steps,
             "examples": int(len(scores.gradient)), "split_half_spearman": split_half_spearman(scores.gradient),

@@ -29,25 +29,23 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import torch
 
 from analysis.core.activations import encode, encode_words, max_input_length
 from analysis.core.inputs import InputError, TextInputs
-from analysis.core.staging import write_atomic
 from analysis.core.store import key_of
 from analysis.core.treebank import Treebank
 from analysis.core.vectors import Progress
 from analysis.heads.model import attentions, check_eager, head_shape
 from analysis.heads.parse import Parsing, relations_of
+from analysis.heads.resume import Checkpoint
 from analysis.heads.stats import STATISTICS, HeadClusters, TokenStatistics, punctuation_ids, sample_tokens
 from analysis.heads.words import pooling_matrices, word_attention
 from models.loading import LoadedModel
 
 MAX_CELLS = 1 << 17
 CLUSTER_TOKENS = 2048
-CHECKPOINT_SECONDS = 30.0
 log = logging.getLogger(__name__)
 
 
@@ -79,90 +77,6 @@ def batches(lengths: list[int], batch_size: int, max_cells: int) -> list[list[in
             batch = []
         batch.append(i)
     return out + ([batch] if batch else [])
-
-
-class ResumeFile:
-    """The file a stopped run goes on from (``path``; None: nothing kept): rewritten whole as the run goes, read
-    when the same run starts again (an unreadable one is ignored), removed once the run completes. A full disk
-    costs the resume, never the run."""
-
-    def __init__(self, path: Path | None):
-        self.path = path
-
-    def unreadable(self, exc: Exception) -> None:
-        log.warning("ignoring the unreadable checkpoint %s (%s); starting afresh", self.path, exc)
-
-    def write(self, write: Callable[[Path], None]) -> None:
-        if self.path is None:
-            return
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.path, write)
-        except (OSError, InputError) as exc:
-            log.warning("could not save the checkpoint %s (%s)", self.path, exc)
-
-    def remove(self) -> None:
-        if self.path is not None:
-            self.path.unlink(missing_ok=True)
-
-
-class Checkpoint(ResumeFile):
-    """The sums of a run after its first ``batches`` batches (each accumulator's ``STATE``: arrays, tensors, counts,
-    a list of Counters), in one ``.npz`` file (no pickle) written whole or not at all."""
-
-    def __init__(self, path: Path | None, parts: dict):
-        super().__init__(path)
-        self.parts, self.saved = parts, time.monotonic()
-
-    def load(self) -> int:
-        """The batches already done (0 when there is no usable file); the accumulators filled from it."""
-        if self.path is None or not self.path.is_file():
-            return 0
-        try:
-            with np.load(self.path, allow_pickle=False) as z:
-                found = {key: z[key] for key in z.files}
-            for name, part in self.parts.items():
-                for attr in part.STATE:
-                    value, key = getattr(part, attr), f"{name}.{attr}"
-                    if isinstance(value, torch.Tensor):
-                        value.copy_(torch.from_numpy(found[key]))
-                    elif isinstance(value, np.ndarray):
-                        value[...] = found[key]
-                    elif isinstance(value, list):  # Counters, one per relation: their keys in insertion order
-                        for counter in value:
-                            counter.clear()
-                        for r, k, c in zip(*(found[f"{key}.{x}"].tolist() for x in ("slot", "key", "count")),
-                                           strict=True):
-                            value[r][k] = c
-                    else:
-                        setattr(part, attr, int(found[key]))
-            return int(found["batches"])
-        except (OSError, ValueError, KeyError, RuntimeError) as exc:
-            self.unreadable(exc)
-            return 0
-
-    def save(self, batches: int, force: bool = False) -> None:
-        if self.path is None or not (force or time.monotonic() - self.saved >= CHECKPOINT_SECONDS):
-            return
-        arrays = {"batches": np.array(batches)}
-        for name, part in self.parts.items():
-            for attr in part.STATE:
-                value, key = getattr(part, attr), f"{name}.{attr}"
-                if isinstance(value, torch.Tensor):
-                    arrays[key] = value.numpy()
-                elif isinstance(value, list):
-                    items = [(r, k, c) for r, counter in enumerate(value) for k, c in counter.items()]
-                    for i, x in enumerate(("slot", "key", "count")):
-                        arrays[f"{key}.{x}"] = np.array([item[i] for item in items], dtype=np.int64)
-                else:
-                    arrays[key] = np.asarray(value)
-        self.write(lambda tmp: _savez(tmp, arrays))
-        self.saved = time.monotonic()
-
-
-def _savez(path: Path, arrays: dict) -> None:
-    with open(path, "wb") as f:
-        np.savez(f, **arrays)
 
 
 def run_key(loaded: LoadedModel, ids: list, trees: list | None, options: dict) -> str:
@@ -219,7 +133,7 @@ def analyse(loaded: LoadedModel, source: TextInputs | Treebank, *, statistics: b
                   {"parts": sorted(parts), "relations": parser.relations if parse else None, "batch_size": batch_size,
                    "max_cells": max_cells, "cluster_tokens": cluster_tokens if clusters else 0, "seed": seed})
     checkpoint = Checkpoint(Path(resume) / f"{key}.npz" if resume is not None else None, parts)
-    first = checkpoint.load()
+    first = checkpoint.load(len(plan))
     done = sum(len(idx) for idx in plan[:first])
     if first:
         info["resumed_after"] = done
