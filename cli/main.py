@@ -17,6 +17,7 @@ from collections.abc import Callable
 from analysis.core.inputs import InputError
 from analysis.core.parallel import is_main_process
 from cli.atlas import add_atlas_arguments, cmd_atlas
+from cli.cache import add_cache_arguments, cmd_cache
 from cli.common import (
     Parser,
     UserError,
@@ -63,6 +64,8 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str, Callable[[ar
               add_heads_arguments),
     "lens": (cmd_lens, "tuned lens: train per-layer translators read by the MLM head (probe --lens uses them)",
              add_lens_arguments),
+    "cache": (cmd_cache, "the shared cache: verify every vector set (manifest, shard sizes and checksums)",
+              add_cache_arguments),
     "dashboard": (cmd_dashboard, "start the dashboard in the browser (from a clone or the installed package)",
                   add_dashboard_arguments),
 }
@@ -77,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     parent = model_options()
     for name, (func, help_text, add_arguments) in COMMANDS.items():
         # their models are their own options (heads, tokens: each action's parser has the model flags)
-        own_models = name in ("jobs", "finetune", "compare", "dashboard", "heads", "tokens")
+        own_models = name in ("jobs", "finetune", "compare", "dashboard", "heads", "tokens", "cache")
         parents = [] if own_models else [parent]
         p = sub.add_parser(name, parents=parents, help=help_text, description=help_text)
         add_arguments(p)
@@ -89,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
-    if args.command not in ("jobs", "dashboard"):  # the jobs commands only read the job store: no torch
+    if args.command not in ("jobs", "dashboard", "cache"):  # the jobs commands only read the job store: no torch
         import transformers
 
         transformers.logging.set_verbosity_error()

@@ -24,6 +24,7 @@ import math
 import os
 import secrets
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -226,16 +227,22 @@ def npy_damage(path: Path, shape: tuple[int, ...] | None = None) -> str | None:
     import numpy as np
 
     try:
-        with open(path, "rb") as f:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))  # a link is never followed
+    except FileNotFoundError:
+        return "missing"
+    except OSError:
+        return "not a plain file (a link, or unreadable)"
+    try:
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return "not a plain file"
             version = np.lib.format.read_magic(f)
             read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
             found, _fortran, dtype = read(f)
             expected = f.tell() + dtype.itemsize * math.prod(found)
             size = os.fstat(f.fileno()).st_size
-    except FileNotFoundError:
-        return "missing"
-    except (OSError, ValueError, EOFError) as exc:
-        return f"not a whole .npy file ({exc})"
+    except (OSError, ValueError, EOFError):  # the message quotes none of the file's bytes
+        return "not a whole .npy file"
     if size < expected:
         return f"cut ({size:,} of {expected:,} bytes)"
     if shape is not None and tuple(found) != tuple(shape):

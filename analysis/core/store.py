@@ -28,6 +28,7 @@ import json
 import logging
 import math
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
@@ -38,6 +39,19 @@ from analysis.core.home import cache_dir
 from analysis.core.inputs import InputError
 
 log = logging.getLogger(__name__)
+
+
+def verify_set(directory: Path | str) -> str | None:
+    """What is wrong with the set in ``directory`` (its manifest, a shard's size, shape or checksum); None when
+    every shard is whole and holds the bytes written (``layerlens cache verify``)."""
+    try:
+        vs = VectorSet.open(directory)
+    except InputError as exc:
+        return str(exc)
+    for i, s in enumerate(vs.manifest["shards"]):
+        if why := vs.check_sum(i):
+            return f"{Path(directory) / s['file']}: {why}"
+    return None
 
 
 def key_of(**parts) -> str:
@@ -172,10 +186,28 @@ def set_manifest(shape: tuple[int, int, int], dtype=np.float32, layers: list[int
             "shards": [{"file": shard_file, "first_row": 0, "rows": rows, "dtype": str(np.dtype(dtype))}]}
 
 
+SHARD_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")  # a plain file name: no folder, no "..", no link path
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 22):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def commit(directory: Path, manifest: dict) -> None:
-    """Write a set's manifest (whole or absent), the commit point: after every shard it names is whole."""
+    """Write a set's manifest (whole or absent), the commit point: after every shard it names is whole. Each
+    shard's ``size`` and ``sha256`` are recorded (checked on open, and when the shard is read whole)."""
     from analysis.core.staging import write_atomic
 
+    for s in manifest["shards"]:
+        path = Path(directory) / s["file"]
+        s.pop("size", None)  # always last: the same manifest is written byte for byte
+        s.pop("sha256", None)
+        if path.is_file():  # a set filled shard by shard (token vectors) commits its manifest before its shards
+            s["size"], s["sha256"] = path.stat().st_size, file_sha256(path)
     write_atomic(Path(directory) / MANIFEST, lambda p: p.write_text(json.dumps(manifest, indent=1)))
 
 
@@ -241,9 +273,22 @@ class VectorSet:
                 manifest[key]  # noqa: B018 - the parts every reader needs
             for s in manifest["shards"]:
                 s["file"], s["rows"], s["first_row"]  # noqa: B018
-            return manifest
+            total = int(manifest["rows"])
         except (ValueError, KeyError, TypeError, UnicodeDecodeError):
             raise InputError(f"{path}: not a whole manifest (cut or damaged JSON); {cls.RERUN}") from None
+        end = 0
+        for i, s in enumerate(manifest["shards"]):
+            if not (isinstance(s["file"], str) and SHARD_NAME.fullmatch(s["file"])):
+                raise InputError(f"{path}: shard {i} is not a file name inside the set's folder; {cls.RERUN}")
+            if not (isinstance(s["first_row"], int) and isinstance(s["rows"], int) and s["rows"] >= 0):
+                raise InputError(f"{path}: shard {i}'s rows are not counts; {cls.RERUN}")
+            if s["first_row"] != end:
+                raise InputError(f"{path}: shard {i} starts at row {s['first_row']:,} where the shards before it end "
+                                 f"at row {end:,}; {cls.RERUN}")
+            end += s["rows"]
+        if end != total:
+            raise InputError(f"{path}: the shards hold {end:,} rows where the set has {total:,}; {cls.RERUN}")
+        return manifest
 
     @classmethod
     def open(cls, directory: Path | str) -> VectorSet:
@@ -287,7 +332,20 @@ class VectorSet:
         from analysis.core.staging import npy_damage
 
         s = self.manifest["shards"][i]
-        return npy_damage(self.directory / s["file"], (len(self.layers), int(s["rows"]), self.hidden))
+        path = self.directory / s["file"]
+        if why := npy_damage(path, (len(self.layers), int(s["rows"]), self.hidden)):
+            return why
+        if "size" in s and (size := path.stat().st_size) != s["size"]:  # manifests before issue 43 have none
+            return f"{size:,} bytes where {int(s['size']):,} were written"
+        return None
+
+    def check_sum(self, i: int) -> str | None:
+        """Why shard ``i``'s bytes are not those written (its SHA-256 differs); None when they are, or when its
+        manifest records no checksum (written before issue 43)."""
+        s = self.manifest["shards"][i]
+        if "sha256" in s and file_sha256(self.directory / s["file"]) != s["sha256"]:
+            return "its checksum differs from the one written (the file was changed or damaged)"
+        return None
 
     def missing(self) -> list[int]:
         """The shards to (re)compute: absent, cut or damaged."""
@@ -300,6 +358,9 @@ class VectorSet:
         return self.layers.index(layer)
 
     def shard(self, i: int, mmap: bool = True) -> np.ndarray:
+        """Shard ``i``: memory-mapped, or read whole (then its checksum is checked)."""
+        if not mmap and (why := self.check_sum(i)):
+            raise InputError(f"{self.directory / self.manifest['shards'][i]['file']}: {why}; {self.RERUN}")
         return np.load(self.directory / self.manifest["shards"][i]["file"], mmap_mode="r" if mmap else None,
                        allow_pickle=False)
 
@@ -307,7 +368,7 @@ class VectorSet:
         """Every layer, ``(layers, rows, hidden)``: a one-shard set's file (memory-mapped with ``mmap``), the
         shards of a larger one joined in memory."""
         n = len(self.manifest["shards"])
-        return self.shard(0, mmap) if n == 1 else np.concatenate([self.shard(i) for i in range(n)], axis=1)
+        return self.shard(0, mmap) if n == 1 else np.concatenate([self.shard(i, mmap) for i in range(n)], axis=1)
 
     def layer_blocks(self, layer: int) -> Iterator[tuple[int, np.ndarray]]:
         """``(first_row, block)`` per shard: hidden state ``layer``'s ``(rows, hidden)`` block, memory-mapped."""

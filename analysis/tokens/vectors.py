@@ -201,7 +201,7 @@ def _shard_entries(plan: list[tuple[int, int]], offsets: np.ndarray) -> list[dic
 def _base(manifest: dict) -> dict:
     """The manifest without what is known only once the shards are written (their dtypes, ``storage``)."""
     return {**{k: v for k, v in manifest.items() if k != "storage"},
-            "shards": [{k: v for k, v in s.items() if k not in ("dtype", "float32_layers")}
+            "shards": [{k: v for k, v in s.items() if k not in ("dtype", "float32_layers", "size", "sha256")}
                        for s in manifest["shards"]]}
 
 
