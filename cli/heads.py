@@ -8,6 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from analysis.heads.options import MIN_COUNT, READINGS, SYMMETRIES
 from cli.common import (
     StageBars,
     UserError,
@@ -48,6 +49,13 @@ def add_heads_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--treebank", type=Path, required=True, help="a CoNLL-U treebank (.conllu, .conllu.gz)")
     g.add_argument("--limit", type=positive_int, help="read at most this many sentences (the first)")
     g.add_argument("--relations", help="comma-separated relations to score (default: every one in the treebank)")
+    g.add_argument("--reading", choices=READINGS, default="clark", help="head -> dependent: clark (the word "
+                   "attending most to the dependent is its head, Clark et al.'s transposed map) or row (the head "
+                   "word's own most-attended word is the dependent) (default clark)")
+    g.add_argument("--tree", choices=SYMMETRIES, default="sum", help="attention trees over W + W^T (sum, Clark's "
+                   "'both') or max(W, W^T) (default sum)")
+    g.add_argument("--min-count", type=positive_int, default=MIN_COUNT, help="words a relation needs in each split "
+                   f"(selection, held-out) to be reported (default {MIN_COUNT})")
 
     g = actions["importance"].add_argument_group("data (one of)")
     data = g.add_mutually_exclusive_group(required=True)
@@ -139,10 +147,15 @@ def _cmd_parse(args: argparse.Namespace) -> int:
     wanted = [r.strip() for r in args.relations.split(",") if r.strip()] if args.relations else None
     loaded = _eager(args)
     with StageBars() as bars:
-        output = actions.parse(loaded, treebank, wanted, batch_size=args.batch_size, progress=bars)
+        output = actions.parse(loaded, treebank, wanted, batch_size=args.batch_size, progress=bars,
+                               reading=args.reading, symmetry=args.tree, min_count=args.min_count)
     _finish(args, output, treebank=str(args.treebank))
     best = output.info["best_tree"]
-    print(f"best attention tree: layer {best['layer']} head {best['head']}, UUAS {best['uuas']:.3f}", file=sys.stderr)
+    print(f"best attention tree (chosen on the selection split): layer {best['layer']} head {best['head']}, held-out "
+          f"UUAS {best['uuas']:.3f} (selection {best['selection_uuas']:.3f})", file=sys.stderr)
+    if left := output.info["relations_under_min_count"]:
+        print(f"{len(left)} relation(s) with fewer than {args.min_count} words in a split left out: "
+              f"{', '.join(list(left)[:8])}{' ...' if len(left) > 8 else ''}", file=sys.stderr)
     print(f"wrote {args.out}: {OUTPUTS['parse']}", file=sys.stderr)
     return 0
 

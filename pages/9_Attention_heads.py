@@ -15,6 +15,7 @@ from analysis.core.treebank import read_conllu
 from analysis.heads import plots
 from analysis.heads.importance import mlm_importance
 from analysis.heads.model import load_eager
+from analysis.heads.options import MIN_COUNT, READINGS, SYMMETRIES
 from analysis.heads.run import analyse
 from analysis.heads.stats import STATISTICS
 from analysis.heads.view import compare_views, head_view
@@ -176,9 +177,24 @@ with tab_corpus:
         c1, c2 = st.columns([3, 1])
         treebank_path = c1.selectbox("Treebank", files, key="heads_treebank", format_func=server_file_picker_label)
         limit = int(c2.number_input("Max sentences", 0, 100_000, 300, key="heads_max", help="0: every sentence"))
+        with st.expander("Heads as parsers: readings", expanded=False):
+            p1, p2, p3, p4 = st.columns([3, 2, 2, 1])
+            wanted = p1.text_input("Relations", "", key="heads_relations_wanted", placeholder="every relation",
+                                   help="comma-separated relations to score, e.g. nsubj,obj,amod")
+            reading = p2.selectbox("Head → dependent", READINGS, key="heads_reading", help=(
+                "clark: the word attending most to the dependent is its head (Clark et al.'s transposed map; each "
+                "dependent counts once); row: the head word's own most-attended word is the dependent"))
+            symmetry = p3.selectbox("Attention trees", SYMMETRIES, key="heads_symmetry", format_func={
+                "sum": "W + Wᵀ (Clark)", "max": "max(W, Wᵀ)"}.get)
+            min_count = int(p4.number_input("Min count", 1, 100_000, MIN_COUNT, key="heads_min_count", help=(
+                "words a relation needs in each split (selection, held-out) to be reported")))
+        parse_options = (tuple(r.strip() for r in wanted.split(",") if r.strip()) or None, reading, symmetry,
+                         min_count)
     else:
         inputs = text_inputs("heads", EXAMPLES, pairs=False)
-    request = (str(treebank_path), limit, None if inputs is None else (inputs.texts, inputs.pairs), compare)
+        parse_options = (None, "clark", "sum", MIN_COUNT)
+    request = (str(treebank_path), limit, None if inputs is None else (inputs.texts, inputs.pairs), compare,
+               parse_options)
     if st.button("Read the heads", type="primary", key="heads_run", disabled=treebank_path is None and inputs is None):
         st.session_state["heads_request"] = (loaded.spec.to_dict(), request)
     if st.session_state.get("heads_request") != (loaded.spec.to_dict(), request):
@@ -192,12 +208,14 @@ with tab_corpus:
         return inputs
 
     def run(spec: ModelSpec, label: str):
-        key = result_key("heads", spec.resolved().to_dict(), request[:3])
+        key = result_key("heads", spec.resolved().to_dict(), request[:3], parse_options)
+        relations, reading, symmetry, min_count = parse_options
 
         def compute(report):
             report(0.0, f"{label}: reading the corpus")
-            return analyse(eager(spec), corpus(), progress=lambda stage, done, n: report(
-                done / max(n, 1), f"{label}: {stage} {done}/{n} sentences"))
+            return analyse(eager(spec), corpus(), relations=list(relations) if relations else None, reading=reading,
+                           symmetry=symmetry, min_count=min_count, progress=lambda stage, done, n: report(
+                               done / max(n, 1), f"{label}: {stage} {done}/{n} sentences"))
         return shared_result(key, f"Reading the heads of {label}", compute)
 
     results = for_each_model("Reading the heads", "heads_request", loaded, compare, run)
@@ -253,11 +271,23 @@ with tab_corpus:
         direction = st.radio("Direction", list(DIRECTIONS), horizontal=True, key="heads_direction",
                              format_func=DIRECTIONS.get)
         chart(plots.relations_figure(main.relations, direction), "heads_relations")
-        best = main.uuas.sort_values("uuas", ascending=False).iloc[0]
-        st.caption("Blue: the best head per relation (word-level attention, Clark §4.1) with its 95% Wilson interval; "
-                   "red: the best fixed offset on the same words. Best attention tree (maximum spanning tree of "
-                   f"max(a_ij, a_ji)): layer {int(best.layer)}, head {int(best['head'])}, UUAS {best.uuas:.3f} "
-                   "(the structure page's structural probe reports UUAS on the same scale).")
+        best = info["best_tree"]
+        tree = "a_ij + a_ji" if info["symmetry"] == "sum" else "max(a_ij, a_ji)"
+        st.caption("The sentences alternate between a **selection** split, where each relation's best head and best "
+                   "fixed offset are chosen, and a **held-out** split, where they are scored: blue, the chosen head's "
+                   "held-out accuracy with its 95% Wilson interval (word-level attention, Clark §4.1); hollow, its "
+                   "accuracy on the selection split, where it was chosen (optimistic); red, the chosen fixed offset "
+                   "on the held-out words. Head → dependent reads "
+                   + ("Clark's transposed map (the word attending most to the dependent is its head)"
+                      if info["reading"] == "clark" else "the head word's own row (its most-attended word)")
+                   + f". Best attention tree (maximum spanning tree of {tree}, chosen on the selection split): layer "
+                   f"{best['layer']}, head {best['head']}, held-out UUAS {best['uuas']:.3f} (selection "
+                   f"{best['selection_uuas']:.3f}; the structure page's structural probe reports UUAS on the same "
+                   "scale).")
+        if left := info.get("relations_under_min_count"):
+            st.caption(f"Left out, fewer than {info['min_count']} words in a split (selection, held-out): "
+                       + ", ".join(f"{md_plain(r)} ({a}, {b})" for r, (a, b) in list(left.items())[:30])
+                       + (" ..." if len(left) > 30 else ""))
         st.dataframe(main.relations[main.relations.direction == direction], hide_index=True, key="heads_relations")
         st.download_button("relations.csv", to_csv(main.relations), "relations.csv", "text/csv", key="dl_relations")
 

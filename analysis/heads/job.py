@@ -116,7 +116,8 @@ def run(config: dict, out: Path, control) -> dict:
         else:
             wanted = [r.strip() for r in options.relations.split(",") if r.strip()] if options.relations else None
             output = actions.parse(loaded, source, wanted, batch_size=options.batch_size, progress=progress,
-                                   resume=resume)
+                                   resume=resume, reading=options.reading, symmetry=options.tree,
+                                   min_count=options.min_count)
     if "resumed_after" in output.info:
         done = ("passes (the gate gradient, scored sets of masked heads)" if options.action == "importance" else
                 "sentences summed")

@@ -9,6 +9,10 @@ from pydantic import Field
 
 from analysis.core.options import MAX_SEED, ModelOptions, PlacementOptions, pair_column, text_column
 
+READINGS = ("clark", "row")  # head -> dependent: Clark's transposed map, or the head word's own row
+SYMMETRIES = ("sum", "max")  # attention trees over W + W^T (Clark's "both") or max(W, W^T)
+MIN_COUNT = 20  # words a relation needs in each split (selection, held-out) to be reported
+
 
 class HeadsJobOptions(PlacementOptions, ModelOptions):
     """A ``heads`` job (:func:`analysis.heads.job.run`): one corpus action of ``layerlens heads`` (stats, parse or
@@ -29,6 +33,13 @@ class HeadsJobOptions(PlacementOptions, ModelOptions):
     limit: int | None = Field(None, ge=1, title="limit", description="read at most this many texts (sentences)")
     relations: str | None = Field(None, title="relations", description="parse: comma-separated relations "
                                   "(default: every one in the treebank)")
+    reading: Literal["clark", "row"] = Field("clark", title="head -> dependent", description="parse: clark (the "
+                                             "word attending most to the dependent is its head) or row (the head "
+                                             "word's own most-attended word)")
+    tree: Literal["sum", "max"] = Field("sum", title="attention trees", description="parse: over W + W^T (sum) or "
+                                        "max(W, W^T)")
+    min_count: int = Field(MIN_COUNT, ge=1, le=1_000_000, title="minimum count", description="parse: words a "
+                           "relation needs in each split to be reported")
     batch_size: int = Field(32, ge=1, le=4096, title="batch size", description="sentences per forward pass")
     clusters: bool = Field(True, title="head map", description="stats: also the head map (clusters.csv)")
     cluster_tokens: int = Field(2048, ge=2, le=1_000_000, title="head-map tokens", description="attending tokens "

@@ -5,11 +5,21 @@ BERT Look At?"), on word-level attention (:mod:`analysis.heads.words`, §4.1).
   (``argmax_{j != i} W_ij``; a row with no attention to any other word predicts nothing). *dependent -> head*:
   the dependent's prediction is its gold head; *head -> dependent*: the head word's prediction is the dependent.
   Every word but the root (HEAD 0) counts once under its DEPREL (the full label, subtypes kept: ``nmod:poss``).
-  The best head per relation and direction (ties: the first in layer-major order) with its 95% Wilson interval.
+  *Head -> dependent* reads Clark's transposed map by default (``reading="clark"``, as their notebook's
+  ``attn.T``): the word that attends most to the dependent is predicted as its head, so each dependent counts
+  once as in the other direction; ``reading="row"`` asks instead whether the head word's own most-attended word
+  is the dependent (a head with several dependents can then be right for one of them only).
+- **Selection and held-out** (after Clark et al., who chose heads on one part and scored on another): the kept
+  sentences alternate between a selection split (even positions) and a held-out split (odd). The best head per
+  relation and direction (ties: the first in layer-major order) and the best offset are chosen on the selection
+  split and scored on the held-out one, with a 95% Wilson interval on the held-out words (valid: the head was
+  fixed before those words were seen). Both accuracies are reported; a relation with fewer than ``min_count``
+  words (default 20) in either split is left out of relations.csv and named in ``run.json``.
 - **Fixed-offset baseline** (§4.2: "a fixed offset from the word"): on the same words, the word ``k`` positions
   away from the attending word (``k`` chosen per relation and direction as the most accurate; ties: the smallest
   ``|k|``, then the negative one), ``k`` in ``baseline_offset``.
-- **Attention trees**: per sentence and head, the maximum spanning tree of ``max(W_ij, W_ji)`` among the
+- **Attention trees**: per sentence and head, the maximum spanning tree of ``W_ij + W_ji`` (Clark's "both" mode;
+  ``symmetry="max"``: ``max(W_ij, W_ji)``) among the
   non-punctuation words, scored by UUAS against the gold tree with the structural probe's reader and rules
   (:mod:`analysis.core.treebank`, :func:`analysis.core.trees.non_punct`; the gold edges by
   :func:`analysis.core.trees.prim_edges` as :func:`analysis.core.trees.uuas_counts`); the spanning tree is
@@ -31,6 +41,7 @@ from analysis.core.inputs import InputError
 from analysis.core.scores import wilson_interval
 from analysis.core.treebank import Sentence
 from analysis.core.trees import non_punct, prim_edges
+from analysis.heads.options import MIN_COUNT, READINGS, SYMMETRIES
 
 DIRECTIONS = ("dependent_to_head", "head_to_dependent")
 
@@ -48,7 +59,7 @@ class BatchWords:
     n_words: torch.Tensor
     keep: np.ndarray
     gold: np.ndarray
-    gold_edges: int
+    splits: torch.Tensor  # (batch,): each sentence's split, 0 selection, 1 held-out
 
 
 def prim_parents(dist: np.ndarray, sizes: np.ndarray) -> np.ndarray:
@@ -77,25 +88,40 @@ def prim_parents(dist: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     return joined
 
 
+SPLITS = ("selection", "held_out")
+
+
 class Parsing:
-    """Counts of correct predictions per relation, direction, layer and head, the fixed-offset baseline's counts,
-    and the attention trees' correct edges."""
+    """Counts of correct predictions per split, relation, direction, layer and head, the fixed-offset baseline's
+    counts, and the attention trees' correct edges. Sentence ``k`` of the kept sentences (treebank order) is in
+    the selection split when ``k`` is even, the held-out split when odd: the best head, offset and tree are chosen
+    on the first and scored on the second (Clark et al. chose on one part and scored on another)."""
 
     STATE = ("correct", "count", "offsets", "tree_correct", "tree_edges")  # what changes as batches are added
 
-    def __init__(self, layers: int, heads: int, relations: list[str]):
+    def __init__(self, layers: int, heads: int, relations: list[str], reading: str = "clark",
+                 symmetry: str = "sum", min_count: int = MIN_COUNT):
+        if reading not in READINGS or symmetry not in SYMMETRIES:
+            raise InputError(f"head -> dependent reading {reading!r} / tree symmetry {symmetry!r}: choose among "
+                             f"{', '.join(READINGS)} / {', '.join(SYMMETRIES)}")
+        if min_count < 1:
+            raise InputError(f"the minimum count must be at least 1 (got {min_count})")
         self.layers, self.heads, self.relations = layers, heads, list(relations)
+        self.reading, self.symmetry, self.min_count = reading, symmetry, min_count
         self.index = {r: i for i, r in enumerate(self.relations)}
-        self.correct = np.zeros((len(self.relations), 2, layers, heads))
-        self.count = np.zeros(len(self.relations), int)
-        self.offsets: list[Counter] = [Counter() for _ in self.relations]
-        self.tree_correct = np.zeros((layers, heads))
-        self.tree_edges = 0
+        n = len(self.relations)
+        self.correct = np.zeros((2, n, 2, layers, heads))
+        self.count = np.zeros((2, n), int)
+        self.offsets: list[Counter] = [Counter() for _ in range(2 * n)]  # split-major: split * relations + r
+        self.tree_correct = np.zeros((2, layers, heads))
+        self.tree_edges = np.zeros(2, int)
 
-    def batch(self, sentences: list[Sentence]) -> BatchWords:
-        """The words of ``sentences`` (one batch, in row order) that count, and their baseline offsets."""
+    def batch(self, sentences: list[Sentence], splits: list[int]) -> BatchWords:
+        """The words of ``sentences`` (one batch, in row order; ``splits``: each one's split, 0 or 1) that count,
+        and their baseline offsets."""
         row, word, head, relation = [], [], [], []
-        for b, s in enumerate(sentences):
+        n = len(self.relations)
+        for b, (s, split) in enumerate(zip(sentences, splits, strict=True)):
             for i, (h, rel) in enumerate(zip(s.heads, s.deprels, strict=True)):
                 if h == 0 or rel not in self.index:
                     continue
@@ -103,24 +129,22 @@ class Parsing:
                 row.append(b)
                 word.append(i)
                 head.append(h - 1)
-                relation.append(r)
-                self.count[r] += 1
-                self.offsets[r][h - 1 - i] += 1
+                relation.append(split * n + r)
+                self.count[split, r] += 1
+                self.offsets[split * n + r][h - 1 - i] += 1
         keeps = [np.flatnonzero(non_punct(s)) for s in sentences]
         m = max(1, max(map(len, keeps)))
         keep = np.full((len(sentences), m), -1)
         gold = np.zeros((len(sentences), m, m), bool)
-        edges = 0
-        for b, (s, k) in enumerate(zip(sentences, keeps, strict=True)):
+        for b, (s, k, split) in enumerate(zip(sentences, keeps, splits, strict=True)):
             keep[b, :len(k)] = k
             for x, y in prim_edges(s.distances()[np.ix_(k, k)]):
                 gold[b, x, y] = gold[b, y, x] = True
-                edges += 1
-        self.tree_edges += edges
+                self.tree_edges[split] += 1
         n_words = torch.tensor([len(s) for s in sentences])
         as_tensor = lambda v: torch.tensor(v, dtype=torch.long)  # noqa: E731
         return BatchWords(as_tensor(row), as_tensor(word), as_tensor(head), as_tensor(relation), n_words, keep,
-                          gold, edges)
+                          gold, torch.tensor(splits))
 
     def add(self, layer: int, words: torch.Tensor, batch: BatchWords) -> None:
         """One layer of one batch: ``words`` ``(batch, heads, n, n)`` word-to-word attention (0-based
@@ -129,15 +153,22 @@ class Parsing:
         n = w.shape[-1]
         pos = torch.arange(n)
         blocked = (pos[None, :] >= batch.n_words[:, None])[:, None, None, :] | torch.eye(n, dtype=torch.bool)
-        scored = w.masked_fill(blocked, -1.0)
-        top, pred = scored.max(-1)  # (batch, heads, n)
-        pred = torch.where(top > 0, pred, torch.full_like(pred, -1))
+
+        def most(x: torch.Tensor) -> torch.Tensor:  # per row: the other word of largest weight; -1 when none
+            top, pred = x.masked_fill(blocked, -1.0).max(-1)
+            return torch.where(top > 0, pred, torch.full_like(pred, -1))
+
+        pred = most(w)  # (batch, heads, n): the word each word attends to most
         if len(batch.row):
             d2h = pred[batch.row, :, batch.word] == batch.head[:, None]  # (words, heads)
-            h2d = pred[batch.row, :, batch.head] == batch.word[:, None]
+            if self.reading == "clark":  # the word attending most to the dependent is its head
+                h2d = most(w.transpose(-1, -2))[batch.row, :, batch.word] == batch.head[:, None]
+            else:  # the head word's own row points at the dependent
+                h2d = pred[batch.row, :, batch.head] == batch.word[:, None]
+            slots = 2 * len(self.relations)
             for k, hits in enumerate((d2h, h2d)):
-                sums = torch.zeros((len(self.relations), self.heads)).index_add_(0, batch.relation, hits.float())
-                self.correct[:, k, layer] += sums.numpy()
+                sums = torch.zeros((slots, self.heads)).index_add_(0, batch.relation, hits.float())
+                self.correct[:, :, k, layer] += sums.numpy().reshape(2, -1, self.heads)
         self._trees(layer, w, batch)
 
     def _trees(self, layer: int, w: torch.Tensor, batch: BatchWords) -> None:
@@ -147,58 +178,88 @@ class Parsing:
         safe = torch.from_numpy(np.where(keep >= 0, keep, 0))
         sub = w[torch.arange(b)[:, None, None], :, safe[:, :, None], safe[:, None, :]]  # (batch, m, m, heads)
         sub = sub.permute(0, 3, 1, 2).double().numpy()
-        sym = np.maximum(sub, np.swapaxes(sub, -1, -2))
+        both = np.swapaxes(sub, -1, -2)
+        sym = sub + both if self.symmetry == "sum" else np.maximum(sub, both)
         parent = prim_parents(-sym.reshape(b * self.heads, m, m), np.repeat(sizes, self.heads))
         parent = parent.reshape(b, self.heads, m)
         node = np.arange(m)
         hit = batch.gold[np.arange(b)[:, None, None], node[None, None, :], parent]  # (batch, heads, m)
         real = (node[None, :] >= 1) & (node[None, :] < sizes[:, None])
-        self.tree_correct[layer] += (hit & real[:, None, :]).sum((0, 2))
+        per_sentence = (hit & real[:, None, :]).sum(2)  # (batch, heads)
+        for split in (0, 1):
+            self.tree_correct[split, layer] += per_sentence[batch.splits.numpy() == split].sum(0)
 
-    def baseline(self, r: int, direction: int) -> tuple[int, int]:
-        """``(offset, correct)`` of the best fixed offset for relation ``r``: dependent -> head predicts the word
-        at ``+k`` from the dependent; head -> dependent from the head, so its offset is the negative."""
-        if not self.offsets[r]:
-            return 0, 0
-        k, hits = min(self.offsets[r].items(), key=lambda kv: (-kv[1], abs(kv[0]), kv[0]))
-        return (k if direction == 0 else -k), hits
+    def offset(self, r: int, direction: int) -> int:
+        """The best fixed offset for relation ``r`` on the selection split (ties: the smallest ``|k|``, then the
+        negative one): dependent -> head predicts the word at ``+k`` from the dependent; head -> dependent from
+        the head, so its offset is the negative."""
+        chosen = self.offsets[r]
+        if not chosen:
+            return 0
+        k = min(chosen.items(), key=lambda kv: (-kv[1], abs(kv[0]), kv[0]))[0]
+        return k if direction == 0 else -k
 
     def accuracies(self) -> pd.DataFrame:
-        """Every head's accuracy: ``relation, direction, layer, head, accuracy, correct, count``."""
+        """Every head's accuracy over every word (both splits; nothing is chosen here): ``relation, direction,
+        layer, head, accuracy, correct, count``."""
         r, d, layer, head = np.meshgrid(np.arange(len(self.relations)), np.arange(2), np.arange(self.layers),
                                         np.arange(self.heads), indexing="ij")
-        count = self.count[r.ravel()]
-        correct = self.correct.ravel().astype(int)
+        count = self.count.sum(0)[r.ravel()]
+        correct = self.correct.sum(0).ravel().astype(int)
         return pd.DataFrame({"relation": np.asarray(self.relations, dtype=object)[r.ravel()],
                              "direction": np.asarray(DIRECTIONS, dtype=object)[d.ravel()],
                              "layer": layer.ravel() + 1, "head": head.ravel(),
                              "accuracy": correct / np.maximum(count, 1), "correct": correct, "count": count})
 
+    def under_min_count(self) -> dict[str, list[int]]:
+        """Relations left out of :meth:`table`: relation -> ``[selection words, held-out words]``."""
+        return {rel: [int(self.count[0, r]), int(self.count[1, r])] for r, rel in enumerate(self.relations)
+                if min(self.count[:, r]) < self.min_count}
+
     def table(self) -> pd.DataFrame:
-        """relations.csv: per relation and direction the best head and its Wilson interval, the best offset."""
+        """relations.csv: per relation and direction the head chosen on the selection split, its accuracy on the
+        held-out split with a Wilson interval, the offset chosen likewise; relations with fewer than
+        ``min_count`` words in either split are left out (:meth:`under_min_count`)."""
         rows = []
+        n_rel = len(self.relations)
         for r, relation in enumerate(self.relations):
-            n = int(self.count[r])
-            if not n:
+            chosen, n = int(self.count[0, r]), int(self.count[1, r])
+            if min(chosen, n) < self.min_count:
                 continue
             for d, direction in enumerate(DIRECTIONS):
-                flat = int(np.argmax(self.correct[r, d].ravel()))
-                correct = int(self.correct[r, d].ravel()[flat])
+                flat = int(np.argmax(self.correct[0, r, d].ravel()))
+                selected = int(self.correct[0, r, d].ravel()[flat])
+                correct = int(self.correct[1, r, d].ravel()[flat])
                 low, high = wilson_interval(correct, n)
-                offset, base = self.baseline(r, d)
+                offset = self.offset(r, d)
+                base = self.offsets[n_rel + r][offset if d == 0 else -offset]
                 rows.append({"relation": relation, "direction": direction, "layer": flat // self.heads + 1,
                              "head": flat % self.heads, "accuracy": correct / n, "low": low, "high": high,
-                             "baseline_offset": offset, "baseline_accuracy": base / n, "count": n})
+                             "baseline_offset": offset, "baseline_accuracy": base / n, "count": n,
+                             "selection_accuracy": selected / chosen, "selection_count": chosen})
         return pd.DataFrame(rows, columns=["relation", "direction", "layer", "head", "accuracy", "low", "high",
-                                           "baseline_offset", "baseline_accuracy", "count"])
+                                           "baseline_offset", "baseline_accuracy", "count", "selection_accuracy",
+                                           "selection_count"])
 
     def uuas(self) -> pd.DataFrame:
-        """Per head its attention tree's UUAS: ``layer, head, uuas, correct, edges``."""
+        """Per head its attention tree's UUAS over every sentence (both splits; nothing chosen): ``layer, head,
+        uuas, correct, edges``."""
         layer, head = np.meshgrid(np.arange(1, self.layers + 1), np.arange(self.heads), indexing="ij")
-        correct = self.tree_correct.ravel().astype(int)
-        return pd.DataFrame({"layer": layer.ravel(), "head": head.ravel(),
-                             "uuas": correct / max(self.tree_edges, 1), "correct": correct,
-                             "edges": self.tree_edges})
+        correct = self.tree_correct.sum(0).ravel().astype(int)
+        edges = int(self.tree_edges.sum())
+        return pd.DataFrame({"layer": layer.ravel(), "head": head.ravel(), "uuas": correct / max(edges, 1),
+                             "correct": correct, "edges": edges})
+
+    def best_tree(self) -> dict:
+        """The head whose attention trees are best on the selection split, with its UUAS there and on the
+        held-out split (``uuas``)."""
+        flat = int(np.argmax(self.tree_correct[0].ravel()))
+        edges = np.maximum(self.tree_edges, 1)
+        return {"layer": flat // self.heads + 1, "head": flat % self.heads,
+                "uuas": float(self.tree_correct[1].ravel()[flat] / edges[1]),
+                "selection_uuas": float(self.tree_correct[0].ravel()[flat] / edges[0]),
+                "edges": int(self.tree_edges[1]), "selection_edges": int(self.tree_edges[0]),
+                "symmetry": self.symmetry}
 
 
 def relations_of(sentences: list[Sentence], wanted: list[str] | None = None) -> list[str]:

@@ -166,18 +166,25 @@ def relations_figure(relations: pd.DataFrame, direction: str = "dependent_to_hea
     best = [f"L{int(layer)}-H{int(head)}" for layer, head in zip(rows["layer"], rows["head"], strict=True)]
     fig = go.Figure()
     fig.add_trace(go.Scatter(
-        x=rows["accuracy"], y=names, mode="markers", name="best head", marker={"size": 10, "color": "#1f77b4"},
+        x=rows["accuracy"], y=names, mode="markers", name="chosen head, held-out",
+        marker={"size": 10, "color": "#1f77b4"},
         error_x={"type": "data", "symmetric": False, "array": rows["high"] - rows["accuracy"],
                  "arrayminus": rows["accuracy"] - rows["low"]},
         customdata=np.stack([best, rows["count"], rows["low"], rows["high"]], -1),
         hovertemplate="%{y}: %{customdata[0]} %{x:.3f} [%{customdata[2]:.3f}, %{customdata[3]:.3f}], "
         "%{customdata[1]} words<extra></extra>"))
+    if "selection_accuracy" in rows:
+        fig.add_trace(go.Scatter(
+            x=rows["selection_accuracy"], y=names, mode="markers", name="chosen head on the selection split",
+            marker={"size": 9, "color": "#1f77b4", "symbol": "circle-open"}, customdata=rows["selection_count"],
+            hovertemplate="%{y}: %{x:.3f} on the %{customdata} selection words (where it was chosen)"
+            "<extra></extra>"))
     fig.add_trace(go.Scatter(
-        x=rows["baseline_accuracy"], y=names, mode="markers", name="best fixed offset",
+        x=rows["baseline_accuracy"], y=names, mode="markers", name="chosen fixed offset",
         marker={"symbol": "x", "size": 9, "color": "#d62728"}, customdata=rows["baseline_offset"],
         hovertemplate="%{y}: offset %{customdata:+d}: %{x:.3f}<extra></extra>"))
     arrow = "dependent → its head" if direction == "dependent_to_head" else "head → its dependent"
-    fig.update_layout(title=f"Heads as parsers ({arrow}): best head per relation vs the best fixed offset",
+    fig.update_layout(title=f"Heads as parsers ({arrow}): the chosen head per relation vs the chosen fixed offset",
                       height=max(300, 24 * len(rows) + 140), xaxis={"title": "accuracy", "range": [0, 1.02]},
                       yaxis={"title": ""}, margin={"t": 60, "b": 10}, legend={"orientation": "h", "y": -0.12})
     return fig

@@ -38,7 +38,7 @@ from analysis.core.store import key_of
 from analysis.core.treebank import Treebank
 from analysis.core.vectors import Progress
 from analysis.heads.model import attentions, check_eager, head_shape
-from analysis.heads.parse import Parsing, relations_of
+from analysis.heads.parse import MIN_COUNT, Parsing, relations_of
 from analysis.heads.resume import Checkpoint
 from analysis.heads.stats import STATISTICS, HeadClusters, TokenStatistics, punctuation_ids, sample_tokens
 from analysis.heads.words import pooling_matrices, word_attention
@@ -88,11 +88,13 @@ def run_key(loaded: LoadedModel, ids: list, trees: list | None, options: dict) -
 def analyse(loaded: LoadedModel, source: TextInputs | Treebank, *, statistics: bool = True, clusters: bool = True,
             parse: bool = True, relations: list[str] | None = None, batch_size: int = 32, max_cells: int = MAX_CELLS,
             cluster_tokens: int = CLUSTER_TOKENS, seed: int = 0, progress: Progress | None = None,
-            should_stop: Callable[[], bool] | None = None, resume: Path | None = None) -> HeadsResult:
+            should_stop: Callable[[], bool] | None = None, resume: Path | None = None, reading: str = "clark",
+            symmetry: str = "sum", min_count: int = MIN_COUNT) -> HeadsResult:
     """Head statistics, the head map and (``source`` a treebank) heads as parsers, in one pass.
 
     ``loaded`` must run the eager attention path (:func:`analysis.heads.model.load_eager`). Texts longer than
-    the model's limit are cut (counted); treebank sentences longer than it are dropped (counted), never cut."""
+    the model's limit are cut (counted); treebank sentences longer than it are dropped (counted), never cut.
+    ``reading``, ``symmetry``, ``min_count``: the parser's readings (:class:`analysis.heads.parse.Parsing`)."""
     model, tokenizer = loaded.model, loaded.tokenizer
     check_eager(model, f"'{loaded.spec.name}'")
     layers, heads = head_shape(model)
@@ -116,7 +118,7 @@ def analyse(loaded: LoadedModel, source: TextInputs | Treebank, *, statistics: b
     parse = parse and treebank
     if parse:
         chosen = relations_of([sentences[i] for i in kept], relations)
-        parser = Parsing(layers, heads, chosen)
+        parser = Parsing(layers, heads, chosen, reading, symmetry, min_count)
     stats = TokenStatistics(layers, heads) if statistics else None
     uniform = TokenStatistics(1, 1) if statistics else None  # the baseline: uniform attention on the same sentences
     lengths = [len(encoded.input_ids[i]) for i in kept]
@@ -131,6 +133,7 @@ def analyse(loaded: LoadedModel, source: TextInputs | Treebank, *, statistics: b
     key = run_key(loaded, [encoded.input_ids[i] for i in kept],
                   [[sentences[i].heads, sentences[i].deprels] for i in kept] if parse else None,
                   {"parts": sorted(parts), "relations": parser.relations if parse else None, "batch_size": batch_size,
+                   "reading": [reading, symmetry] if parse else None,
                    "max_cells": max_cells, "cluster_tokens": cluster_tokens if clusters else 0, "seed": seed})
     checkpoint = Checkpoint(Path(resume) / f"{key}.npz" if resume is not None else None, parts)
     first = checkpoint.load(len(plan))
@@ -166,7 +169,7 @@ def analyse(loaded: LoadedModel, source: TextInputs | Treebank, *, statistics: b
                                  ids == (sep_id if sep_id is not None else -1),
                                  punct[ids.clamp(max=len(punct) - 1)] & mask.bool()], -1).float()
             if parse:
-                words = parser.batch([sentences[r] for r in rows])
+                words = parser.batch([sentences[r] for r in rows], [k % 2 for k in idx])
                 mean, total = pooling_matrices([encoded.word_ids[r] for r in rows], [len(sentences[r]) for r in rows],
                                                width)
             if uniform is not None:
@@ -201,6 +204,9 @@ def analyse(loaded: LoadedModel, source: TextInputs | Treebank, *, statistics: b
                 cluster_tokens=heads_map.tokens if heads_map is not None else 0, max_cells=max_cells,
                 word_attention="Clark et al. 2019 §4.1: sum over the attended word's pieces, mean over the attending "
                 "word's pieces")
+    if parse:
+        info.update(reading=parser.reading, symmetry=parser.symmetry, min_count=parser.min_count,
+                    relations_under_min_count=parser.under_min_count(), best_tree=parser.best_tree())
     if stats is not None:  # the statistics' interval; a parse's are Wilson's (analysis.heads.actions.INTERVALS)
         info["interval"] = "95% Student t interval over sentence means"
     return HeadsResult(

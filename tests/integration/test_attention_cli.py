@@ -58,13 +58,16 @@ def test_stats_writes_the_engines_tables(tiny_dirs, tmp_path, texts, capsys):
 def test_parse_writes_relations_accuracies_and_uuas(tiny_dirs, tmp_path, capsys):
     model = str(tiny_dirs["bert"])
     out = tmp_path / "o"
-    code, err = run(["heads", "parse", "--model", model, "--treebank", str(TREEBANK), "--out", str(out)], capsys)
+    code, err = run(["heads", "parse", "--model", model, "--treebank", str(TREEBANK), "--out", str(out),
+                     "--min-count", "2", "--reading", "row", "--tree", "max"], capsys)
     assert code == 0, err
     expected = analyse(load_eager(ModelSpec(model, device="cpu")), read_conllu(TREEBANK), statistics=False,
-                       clusters=False)
+                       clusters=False, min_count=2, reading="row", symmetry="max")
+    assert len(expected.relations) and "left out" in err
     relations = pd.read_csv(out / "relations.csv")
     assert list(relations.columns) == ["relation", "direction", "layer", "head", "accuracy", "low", "high",
-                                       "baseline_offset", "baseline_accuracy", "count"]
+                                       "baseline_offset", "baseline_accuracy", "count", "selection_accuracy",
+                                       "selection_count"]
     pd.testing.assert_frame_equal(relations, expected.relations, check_dtype=False)
     pd.testing.assert_frame_equal(pd.read_csv(out / "head_accuracies.csv"), expected.accuracies, check_dtype=False)
     pd.testing.assert_frame_equal(pd.read_csv(out / "uuas.csv"), expected.uuas, check_dtype=False)

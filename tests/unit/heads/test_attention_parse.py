@@ -51,51 +51,91 @@ def most_attended_other(row: np.ndarray, i: int) -> int:
     return where
 
 
-def test_accuracy_baseline_and_uuas_equal_a_brute_force_loop(tiny_dirs, treebank):
+def most_attending_other(column: np.ndarray, i: int) -> int:
+    """Clark's transposed reading: the other word that attends most to word ``i``."""
+    return most_attended_other(column, i)
+
+
+@pytest.mark.parametrize(("reading", "symmetry"), [("clark", "sum"), ("row", "max")])
+def test_accuracy_baseline_and_uuas_equal_a_brute_force_loop(tiny_dirs, treebank, reading, symmetry):
+    """Issue 43 items 6 and 7: every count against a loop over sentences and words; the best head and the best
+    offset are chosen on the selection split (even sentences) and scored on the held-out split (odd ones), with
+    Wilson's interval on the held-out words; head -> dependent is Clark's transposed map (the word attending most
+    to the dependent is its head) or the head word's own row; trees are over W + W^T (Clark's "both") or
+    max(W, W^T)."""
     loaded = load_eager(ModelSpec(str(tiny_dirs["bert"]), device="cpu"))
-    result = analyse(loaded, treebank, batch_size=4, max_cells=2000)
+    result = analyse(loaded, treebank, batch_size=4, max_cells=2000, min_count=1, reading=reading,
+                     symmetry=symmetry)
     sentences = treebank.sentences
     maps = brute_force_word_maps(tiny_dirs["bert"], sentences)
     layers, heads = maps[0].shape[:2]
     correct, count, offsets = Counter(), Counter(), {}
-    tree_correct, tree_total = np.zeros((layers, heads), int), 0
-    for s, w in zip(sentences, maps, strict=True):
+    tree_correct, tree_total = np.zeros((2, layers, heads), int), np.zeros(2, int)
+    for k, (s, w) in enumerate(zip(sentences, maps, strict=True)):
+        split = k % 2
         for i, (h, rel) in enumerate(zip(s.heads, s.deprels, strict=True)):
             if h == 0:
                 continue
-            count[rel] += 1
-            offsets.setdefault(rel, Counter())[h - 1 - i] += 1
+            count[split, rel] += 1
+            offsets.setdefault((split, rel), Counter())[h - 1 - i] += 1
             for layer in range(layers):
                 for head in range(heads):
-                    correct[rel, 0, layer, head] += most_attended_other(w[layer, head, i], i) == h - 1
-                    correct[rel, 1, layer, head] += most_attended_other(w[layer, head, h - 1], h - 1) == i
+                    a = w[layer, head]
+                    correct[split, rel, 0, layer, head] += most_attended_other(a[i], i) == h - 1
+                    hit = (most_attending_other(a[:, i], i) == h - 1 if reading == "clark" else
+                           most_attended_other(a[h - 1], h - 1) == i)
+                    correct[split, rel, 1, layer, head] += hit
         for layer in range(layers):
             for head in range(heads):
-                sym = np.maximum(w[layer, head], w[layer, head].T)
+                a = w[layer, head]
+                sym = a + a.T if symmetry == "sum" else np.maximum(a, a.T)
                 c, t, _, _ = uuas_counts(-sym, s)  # the structure analysis' own code on the same edges
-                tree_correct[layer, head] += c
-        tree_total += uuas_counts(np.zeros((len(s), len(s))), s)[1]
+                tree_correct[split, layer, head] += c
+        tree_total[split] += uuas_counts(np.zeros((len(s), len(s))), s)[1]
+    relations = sorted({rel for (_, rel) in count})
     acc = result.accuracies
     for row in acc.itertuples():
         d = DIRECTIONS.index(row.direction)
-        assert row.correct == correct[row.relation, d, row.layer - 1, row.head], row
-        assert row.count == count[row.relation]
+        assert row.correct == sum(correct[x, row.relation, d, row.layer - 1, row.head] for x in (0, 1)), row
+        assert row.count == count[0, row.relation] + count[1, row.relation]
     table = result.relations
     assert list(table.columns) == ["relation", "direction", "layer", "head", "accuracy", "low", "high",
-                                   "baseline_offset", "baseline_accuracy", "count"]
-    assert set(table["relation"]) == set(count) and len(table) == 2 * len(count)
+                                   "baseline_offset", "baseline_accuracy", "count", "selection_accuracy",
+                                   "selection_count"]
+    scored = [r for r in relations if count[0, r] and count[1, r]]
+    assert sorted(set(table["relation"])) == scored and len(table) == 2 * len(scored)
     for row in table.itertuples():
         d = DIRECTIONS.index(row.direction)
-        grid = np.array([[correct[row.relation, d, la, h] for h in range(heads)] for la in range(layers)])
-        assert row.accuracy == grid.max() / count[row.relation]
-        assert grid[row.layer - 1, row.head] == grid.max() and (row.low, row.high) == wilson_interval(grid.max(),
-                                                                                                       row.count)
-        k, best = min(offsets[row.relation].items(), key=lambda kv: (-kv[1], abs(kv[0]), kv[0]))
-        assert row.baseline_accuracy == best / count[row.relation]
+        grid = {x: np.array([[correct[x, row.relation, d, la, h] for h in range(heads)] for la in range(layers)])
+                for x in (0, 1)}
+        flat = int(np.argmax(grid[0].ravel()))  # chosen on the selection split, ties: the first
+        assert (row.layer - 1, row.head) == divmod(flat, heads)
+        assert row.selection_accuracy == grid[0].max() / count[0, row.relation]
+        assert row.selection_count == count[0, row.relation] and row.count == count[1, row.relation]
+        held = int(grid[1].ravel()[flat])
+        assert row.accuracy == held / row.count and (row.low, row.high) == wilson_interval(held, row.count)
+        k, _ = min(offsets[0, row.relation].items(), key=lambda kv: (-kv[1], abs(kv[0]), kv[0]))
         assert row.baseline_offset == (k if d == 0 else -k)
+        assert row.baseline_accuracy == offsets[1, row.relation][k] / row.count
     uuas = result.uuas
-    assert (uuas["edges"] == tree_total).all()
-    np.testing.assert_array_equal(uuas["correct"].to_numpy().reshape(layers, heads), tree_correct)
+    assert (uuas["edges"] == tree_total.sum()).all()
+    np.testing.assert_array_equal(uuas["correct"].to_numpy().reshape(layers, heads), tree_correct.sum(0))
+    best = result.info["best_tree"]
+    flat = int(np.argmax(tree_correct[0].ravel()))
+    assert (best["layer"] - 1, best["head"]) == divmod(flat, heads)
+    assert best["uuas"] == tree_correct[1].ravel()[flat] / tree_total[1]
+    assert best["selection_uuas"] == tree_correct[0].max() / tree_total[0]
+
+
+def test_relations_under_the_minimum_count_are_left_out_and_named(tiny_dirs, treebank):
+    loaded = load_eager(ModelSpec(str(tiny_dirs["bert"]), device="cpu"))
+    result = analyse(loaded, treebank, batch_size=4, max_cells=2000, min_count=3, statistics=False,
+                     clusters=False)
+    held = result.accuracies.groupby("relation")["count"].first()
+    left_out = result.info["relations_under_min_count"]
+    assert left_out and all(min(counts) < 3 for counts in left_out.values())
+    assert (result.relations["count"] >= 3).all() and (result.relations["selection_count"] >= 3).all()
+    assert set(result.relations["relation"]).isdisjoint(left_out) and set(left_out) <= set(held.index)
 
 
 def test_batched_prim_equals_the_structure_analysis_mst():
@@ -122,11 +162,12 @@ def test_a_previous_word_head_equals_the_offset_baseline():
     sents = [sentence([2, 0, 2, 3, 3], ["det", "root", "obj", "amod", "punct"]),
              sentence([0, 1, 2, 1], ["root", "amod", "det", "obj"]),
              sentence([3, 3, 0, 3, 4], ["det", "amod", "root", "obj", "det"])]
-    parsing = Parsing(1, 1, relations_of(sents))
-    batch = parsing.batch(sents)
+    parsing = Parsing(1, 1, relations_of(sents), min_count=1)
+    both = sents + sents  # each sentence once in the selection split, once in the held-out one
+    batch = parsing.batch(both, [0] * len(sents) + [1] * len(sents))
     n = max(map(len, sents))
-    w = torch.zeros((len(sents), 1, n, n), dtype=torch.float64)
-    for b, s in enumerate(sents):
+    w = torch.zeros((len(both), 1, n, n), dtype=torch.float64)
+    for b, s in enumerate(both):
         for i in range(1, len(s)):
             w[b, 0, i, i - 1] = 1.0
         w[b, 0, 0, 0] = 1.0  # the first word attends to itself: no prediction
@@ -134,12 +175,13 @@ def test_a_previous_word_head_equals_the_offset_baseline():
     acc = parsing.accuracies()
     d2h = acc[acc.direction == "dependent_to_head"].set_index("relation")
     for r, relation in enumerate(parsing.relations):
-        previous = parsing.offsets[r][-1]
+        previous = parsing.offsets[r][-1] + parsing.offsets[len(parsing.relations) + r][-1]
         assert d2h.loc[relation, "correct"] == previous
     table = parsing.table().set_index(["relation", "direction"])
     for relation in ("amod", "obj"):  # relations whose most frequent offset is -1
         row = table.loc[(relation, "dependent_to_head")]
         assert row["baseline_offset"] == -1 and row["accuracy"] == row["baseline_accuracy"]
+        assert row["selection_accuracy"] == row["accuracy"]  # the same sentences in both splits
 
 
 def test_relations_in_common(treebank):
