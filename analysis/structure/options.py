@@ -47,8 +47,10 @@ class StructureOptions(Options):
                             "extracting the word vectors")
     seed: int = Field(0, ge=0, le=MAX_SEED, title="seed")
     seeds: int = Field(1, ge=1, le=20, title="seeds", description="train the probes with this many seeds (seed, "
-                       "seed + 1, ...): summary.csv's intervals then cover the spread over training seeds as well as "
-                       "the test sentences; every other number is the first seed's")
+                       "seed + 1, ...): summary.csv's intervals then pool the seeds' bootstrap distributions, so they "
+                       "cover the spread over training seeds as well as the test sentences. They widen only as far "
+                       "as the seeds disagree: seeds that agree, and the linear label probe (it has no seed), leave "
+                       "them as with one seed; every other number is the first seed's")
     max_sentences: int | None = Field(None, ge=1, title="max sentences", description="read at most this many "
                                       "sentences of each file (the first)")
     max_epochs: int = Field(30, ge=1, le=1000, title="structural probe epochs", description="at most this many "

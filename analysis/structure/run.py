@@ -339,7 +339,8 @@ def summary_interval(seeds: int) -> str:
                 "(one seed): the test set's sampling error only, not the spread over training seeds "
                 "(--seeds N for that)")
     return (f"95% percentile bootstrap over the test sentences (1,000 resamples) pooled over {seeds} training "
-            "seeds (resample b rescores seed b mod N): the test set's sampling error and the seed-to-seed spread")
+            "seeds (resample b rescores seed b mod N): the test set's sampling error and the seed-to-seed spread; "
+            "it is wider than one seed's only where the seeds' best layers (centers of gravity) disagree")
 
 
 LISTED = 100  # run.json lists at most this many dropped sentence ids per reason

@@ -85,3 +85,25 @@ def test_an_undefined_estimate_has_an_empty_interval_and_the_undefined_share_is_
     assert np.isnan(row.center_of_gravity_ci_low) and np.isnan(row.center_of_gravity_ci_high)
     assert row.center_of_gravity_undefined == pytest.approx(1 - gained.mean()) and 0 < gained.mean() < 1
     assert row.best_layer == 0 and row.best_layer_undefined == 0
+
+
+def test_the_interval_widens_where_the_seeds_disagree_and_not_where_they_agree():
+    """Issue 43 item 9: `--seeds` widens the best-layer interval only by the seeds' disagreement. Planted: seed 0
+    peaks clearly at layer 1, seed 1 at layer 4 (each far above the rest, so one seed's interval is one layer);
+    pooled, the interval spans both. Two seeds that agree give the one-seed interval."""
+    rng = np.random.default_rng(0)
+    n, words = 300, 20
+
+    def counts(curve):
+        return rng.binomial(words, np.clip(np.asarray(curve)[:, None], 0, 1), (len(LAYERS), n)).astype(float)
+
+    early, late = [0.5, 0.9, 0.6, 0.6, 0.6], [0.5, 0.6, 0.6, 0.6, 0.9]
+    total = np.full((2, len(LAYERS), n), float(words))
+    one = summarise([LayerCounts("upos", "accuracy", LAYERS, counts(early), total[0])], n_boot=400).iloc[0]
+    assert (one.best_layer_ci_low, one.best_layer_ci_high) == (1, 1)
+    disagree = LayerCounts("upos", "accuracy", LAYERS, np.stack([counts(early), counts(late)]), total)
+    two = summarise([disagree], n_boot=400).iloc[0]
+    assert (two.best_layer_ci_low, two.best_layer_ci_high) == (1, 4) and two.best_layer == 1
+    agree = LayerCounts("upos", "accuracy", LAYERS, np.stack([counts(early), counts(early)]), total)
+    same = summarise([agree], n_boot=400).iloc[0]
+    assert (same.best_layer_ci_low, same.best_layer_ci_high) == (1, 1)
