@@ -6,21 +6,23 @@ empty nodes (``8.1``, enhanced dependencies only) are not words and are skipped 
 FORM, UPOS, HEAD (0 = the root) and DEPREL, from the line's ten tab-separated fields; a sentence's ``sent_id`` is
 its ``# sent_id = ...`` comment. Malformed input is an :class:`InputError` naming the file and line.
 
-A file is streamed line by line (:func:`analysis.core.textfiles.open_lines`: a gzipped one yields at most
-``LAYERLENS_MAX_DECOMPRESSED_MB``), reading stops at the sentence limit, and a sentence may have at most
-``LAYERLENS_MAX_SENTENCE_WORDS`` words (default 1,000): reading a sentence is linear in its length.
+A file is streamed a block of lines at a time (:func:`analysis.core.textfiles.open_blocks`: runs of blank lines
+skipped in C; a gzipped file yields at most ``LAYERLENS_MAX_DECOMPRESSED_MB``), reading stops at the sentence limit,
+and a sentence may have at most ``LAYERLENS_MAX_SENTENCE_WORDS`` words (default 1,000): reading a sentence is linear
+in its length.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterator
 from itertools import chain
 from pathlib import Path
 
 import numpy as np
 
-from analysis.core.textfiles import InputError, open_lines, setting
+from analysis.core.textfiles import InputError, open_blocks, setting
 
 WORD_ID = re.compile(r"^[1-9][0-9]*$")
 RANGE_ID = re.compile(r"^[1-9][0-9]*-[1-9][0-9]*$")
@@ -167,6 +169,27 @@ def _sentence(path: Path, start: int, words: list[tuple[int, list[str]]], sent_i
                     tuple(c[3] or "_" for _, c in words), tuple(heads), tuple(c[7] for _, c in words))
 
 
+_TEXT = re.compile(r"[^\n]+")  # a line that is not empty
+
+
+def _lines_with_text(path: Path) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` of every line of ``path`` holding more than white space, streamed
+    (:func:`analysis.core.textfiles.open_blocks`). Runs of blank lines are skipped a block at a time in C (a block
+    of nothing but blank lines costs one ``strip``; the lines between two kept ones are counted, not visited): a
+    file of blank lines reads at the text reader's speed, not at one Python step per line."""
+    before = 0  # lines in the blocks before this one
+    for block in open_blocks(path, str(path)):
+        block = block.replace("\r\n", "\n")
+        if block.strip():
+            seen, at = before, 0  # lines before position ``at`` of the block
+            for match in _TEXT.finditer(block):
+                seen += block.count("\n", at, match.start())
+                at = match.start()
+                if not match.group().isspace():
+                    yield seen + 1, match.group()
+        before += block.count("\n") + (not block.endswith("\n"))
+
+
 def read_conllu(path: str | Path, limit: int | None = None) -> Treebank:
     """The sentences of ``path`` (``.conllu`` or ``.conllu.gz``), at most ``limit`` of them (the first), read one
     line at a time; a sentence of more than :func:`max_sentence_words` words is an error naming it."""
@@ -178,8 +201,9 @@ def read_conllu(path: str | Path, limit: int | None = None) -> Treebank:
     tokens = block_ranges = block_empties = 0  # token lines of the sentence being read, and of which kinds
     sent_id: str | None = None
     start = 0
-    for number, line in enumerate(chain(open_lines(path, str(path)), [""]), 1):
-        if not line.strip():
+    previous = 0
+    for number, line in chain(_lines_with_text(path), [(None, "")]):
+        if number is None or number > previous + 1:  # a blank line (or more) before this one, or the end
             if tokens:
                 sentences.append(_sentence(path, start, words, sent_id, len(sentences)))
                 ranges += block_ranges
@@ -187,7 +211,9 @@ def read_conllu(path: str | Path, limit: int | None = None) -> Treebank:
                 if limit is not None and len(sentences) >= limit:
                     break
             words, tokens, block_ranges, block_empties, sent_id, start = [], 0, 0, 0, None, 0
-            continue
+            if number is None:
+                break
+        previous = number
         if not start:
             start = number
         if line.startswith("#"):  # a comment: only sent_id is kept (the last one with a value, as conllu does)

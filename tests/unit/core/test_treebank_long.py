@@ -79,3 +79,38 @@ def test_cycles_are_still_found_and_named(tmp_path, heads, line):
         read_conllu(path)
     if 0 in heads:
         assert str(caught.value).startswith(f"{path}:{line}: ")
+
+
+def blank_padded(path, blanks: int, crlf: bool = False):
+    """Two sentences with ``blanks`` blank lines (some holding spaces) between them, gzipped."""
+    import gzip
+
+    one = "# sent_id = a\n1\tHi\thi\tINTJ\t_\t_\t0\troot\t_\t_\n"
+    two = "# sent_id = b\n1\tYes\tyes\tINTJ\t_\t_\t0\troot\t_\t_\n2\tno\tno\tX\t_\t_\t1\tdep\t_\t_\n"
+    text = one + "\n" * (blanks - 1) + "  \t\n" + two + "\n" * blanks
+    if crlf:
+        text = text.replace("\n", "\r\n")
+    path.write_bytes(gzip.compress(text.encode()))
+    return path
+
+
+def test_blank_lines_cost_no_python_work_per_line(tmp_path):
+    """Issue 43 item 12: a .conllu.gz of blank lines took ~180 s of server CPU at the cap (one Python step per
+    line). Blank runs are now skipped a block at a time: the Python work of reading two sentences does not grow
+    with the blank lines between them (a count of line events, the same on any machine)."""
+    few, bank_few = steps(blank_padded(tmp_path / "few.conllu.gz", 1_000))
+    many, bank_many = steps(blank_padded(tmp_path / "many.conllu.gz", 300_000))
+    assert many < 1.5 * few, (few, many)
+    for bank in (bank_few, bank_many):
+        assert [s.sent_id for s in bank.sentences] == ["a", "b"] and len(bank.sentences[1]) == 2
+
+
+@pytest.mark.parametrize("crlf", [False, True])
+def test_line_numbers_survive_the_skipped_blank_lines(tmp_path, crlf):
+    path = blank_padded(tmp_path / "x.conllu.gz", 5_000, crlf)
+    bank = read_conllu(path)
+    assert [s.line for s in bank.sentences] == [1, 5_003]
+    bad = tmp_path / "bad.conllu"
+    bad.write_text("1\tHi\thi\tINTJ\t_\t_\t0\troot\t_\t_\n" + "\n" * 7 + "1\tYes\tyes\tINTJ\t_\t_\t7\troot\n")
+    with pytest.raises(InputError, match=r"bad.conllu.* 9\b|:9:"):
+        read_conllu(bad)
