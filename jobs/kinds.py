@@ -17,7 +17,9 @@ A kind is a module (or any object) with:
 - ``run(config, out, control)``: the job's work with its artifacts in ``out``, returning its metrics;
   ``control`` (:class:`jobs.run.Control`) brings the log, the progress reporter, the stop request (Cancel), the
   earlier jobs' artifacts and the store's JSON conversion, so a kind never imports ``jobs``;
-- optionally ``sweepable()``: the options a sweep from the browser may vary (none without it).
+- optionally ``sweepable()``: the options a sweep from the browser may vary (none without it);
+- optionally ``stage(progress)``: where a running job is, in words (``probes: 3 of 20 steps · 72% of the job``),
+  and ``note(metrics)``: what a finished one adds (``resumed after 4 passes of an earlier job``).
 """
 
 from __future__ import annotations
@@ -51,3 +53,17 @@ def of(config: dict):
 def label(config: dict) -> str:
     """What the store and the pages call a job's work (``linguistic structure``; a fine-tuning job's head)."""
     return of(config).label(config)
+
+
+
+def stage(job) -> str:
+    """A job's stage in words, for the jobs table and the pages: ``cancelling…`` from the Cancel until its process
+    has stopped; a running job's stage (its kind's ``stage``); a finished job's note (its kind's ``note``)."""
+    kind = of(job.config)
+    if job.status == "running":
+        if job.cancel_requested:
+            return "cancelling… (it stops at its next step)"
+        return kind.stage(job.progress or {}) if hasattr(kind, "stage") else ""
+    if job.status in ("succeeded", "failed", "cancelled") and hasattr(kind, "note"):
+        return kind.note(job.metrics or {})
+    return ""

@@ -94,6 +94,8 @@ class Job:
         """The status as the pages show it: a succeeded job whose artifacts were deleted says so."""
         if self.status == "succeeded" and not any(self.artifacts.glob("*.json")):
             return "succeeded · artifacts deleted"
+        if self.status == "running" and self.cancel_requested:  # until its process has stopped
+            return "cancelling…"
         return self.status
 
     @property

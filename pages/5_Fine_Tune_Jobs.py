@@ -14,11 +14,11 @@ from analysis.training.finetune import majority_vote
 from analysis.training.heads import head_names
 from analysis.training.options import PRESETS, SWEEPABLE, grid, model_config, model_defaults, resolve, sources
 from analysis.training.plots import confusion_matrix, history_chart, runs_compared
-from jobs import backends
+from jobs import backends, kinds
 from jobs.store import FINISHED, JobStore, StoreError
 from jobs.submit import SubmitError, submit, submit_sweep
 from ui.inputs import server_file, uploads_panel
-from ui.jobs import comparison_table, job_table, score_line, shown, structure_stage, tokens_stage, tokens_summary
+from ui.jobs import comparison_table, job_table, score_line, shown, tokens_summary
 from ui.navigation import prefill
 from ui.options import option_input, reset_form
 from ui.results import chart, md_plain
@@ -205,9 +205,8 @@ def live() -> None:
     chosen = st.selectbox("Job", list(labels), format_func=labels.get, key="job_view")
     job = store.get(chosen)
     left, right = st.columns([3, 1])
-    stage = {"structure": structure_stage, "tokens": tokens_stage}.get(job.config.get("kind"))
-    if stage and job.status == "running":  # where a job of stages is: 'extract: shard 3 of 9 (...) · 30% of the job'
-        left.caption(stage(job))
+    if stage := kinds.stage(job):  # 'extract: shard 3 of 9 (...) · 30% of the job', 'cancelling…', 'resumed after 4'
+        left.caption(stage)
     if job.status == "succeeded" and job.config.get("kind") == "tokens":
         left.caption(f"{tokens_summary(job)}: open it on the Token atlas page.")
     if job.progress.get("history"):

@@ -33,6 +33,8 @@ def job_table(jobs) -> pd.DataFrame:
     """One row per job: id, name, status, where it runs, its sweep group, progress (0..1), epoch, loss,
     validation accuracy, the final accuracy with its majority-class baseline and macro-F1, whether it predicted
     one class only, created."""
+    from jobs import kinds
+
     rows = []
     for j in jobs:
         p = j.progress or {}
@@ -40,14 +42,13 @@ def job_table(jobs) -> pd.DataFrame:
         last = (p.get("history") or [{}])[-1]
         done = 1.0 if j.status == "succeeded" else p["fraction"] if "fraction" in p else (
             p.get("step", 0) / total if total else 0.0)  # a structure job's fraction covers its stages
+        m = j.metrics or {}
         rows.append({"id": j.id, "name": j.name, "status": j.shown_status, "runs on": j.where, "group": j.group or "",
-                     "progress": done,
+                     "progress": done, "stage": kinds.stage(j),
                      "epoch": f"{p.get('epoch', '')}/{p.get('epochs', '')}" if "epoch" in p else "",
                      "batch loss": p.get("loss"), "val accuracy": last.get("val_accuracy"),
-                     "accuracy": (j.metrics or {}).get("accuracy"),
-                     "majority class": ((j.metrics or {}).get("baseline") or {}).get("accuracy"),
-                     "macro-F1": (j.metrics or {}).get("macro_f1"),
-                     "one class": bool((j.metrics or {}).get("one_class")), "created": _ago(j.created)})
+                     "accuracy": m.get("accuracy"), "majority class": (m.get("baseline") or {}).get("accuracy"),
+                     "macro-F1": m.get("macro_f1"), "one class": bool(m.get("one_class")), "created": _ago(j.created)})
     return pd.DataFrame(rows)
 
 
@@ -198,20 +199,12 @@ def unfinished_structure_jobs() -> list:
     return [j for j in _structure_jobs() if j.status in ("failed", "cancelled")]
 
 
-def structure_stage(job) -> str:
-    """``probes: 3 of 20 steps · 72% of the job``: where a running structure job is."""
-    p = job.progress or {}
-    if not p:
-        return job.status
-    stage = p.get("stage", "")
-    unit = "steps" if stage == "probes" else "texts" if stage.startswith("labelled") else "sentences"
-    return f"{stage}: {p.get('step', 0)} of {p.get('total_steps', '?')} {unit} · {p.get('fraction', 0):.0%} of the job"
-
-
 def structure_jobs_running() -> bool:
     """The queued and running ``structure`` jobs with their stage, refreshed every 3 s; the page reruns when
     one of them finishes (so it is offered). Whether there are any."""
     import streamlit as st
+
+    from jobs import kinds
 
     @st.fragment(run_every=3)
     def live() -> None:
@@ -221,7 +214,7 @@ def structure_jobs_running() -> bool:
             st.session_state["structure_active"] = ids
             st.rerun(scope="app")
         for j in active:
-            st.caption(f"#{j.id} {j.name}: **{structure_stage(j) if j.status == 'running' else 'queued'}** "
+            st.caption(f"#{j.id} {j.name}: **{kinds.stage(j) if j.status == 'running' else 'queued'}** "
                        "(Cancel and log on the Fine-tuning jobs page)")
 
     live()
@@ -283,19 +276,6 @@ def finished_tokens_jobs(store=None) -> list:
     was cleared since); ``job.metrics``: ``vectors``, ``rows``, ``layers``, ``hidden``, ``shards``, ``disk_bytes``,
     ``index`` (``index.csv``'s rows)."""
     return [j for j in tokens_jobs(store) if j.status == "succeeded"]
-
-
-def tokens_stage(job) -> str:
-    """``extract: shard 3 of 9 (1,234 of 5,678 tokens) · 11% of the job`` or ``index: layer 2 of 5 · 60% of the
-    job``: where a running tokens job is."""
-    p = job.progress or {}
-    if not p:
-        return job.status
-    if p.get("stage") == "index":
-        return (f"index: layer {min(p.get('step', 0) + 1, p.get('total_steps', 0))} of {p.get('total_steps', '?')} "
-                f"· {p.get('fraction', 0):.0%} of the job")
-    return (f"extract: shard {p.get('shard', 0)} of {p.get('total_steps', '?')} ({p.get('tokens', 0):,} of "
-            f"{p.get('total_tokens', 0):,} tokens) · {p.get('fraction', 0):.0%} of the job")
 
 
 def tokens_summary(job) -> str:

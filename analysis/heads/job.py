@@ -128,4 +128,28 @@ def run(config: dict, out: Path, control) -> dict:
     (out / "run.json").write_text(json.dumps(info, indent=2, default=str) + "\n")
     control.log(f"wrote {', '.join(output.files)}, run.json")
     return {"kind": NAME, "action": options.action, "files": list(output.files),
-            **{k: v for k, v in output.info.items() if k in ("base_accuracy", "best_tree", "layers", "heads")}}
+            **{k: v for k, v in output.info.items() if k in ("base_accuracy", "best_tree", "layers", "heads",
+                                                             "resumed_after")}}
+
+
+UNITS = {"attention": "sentences", "importance": "batches", "pruning": "passes", "layers": "layers"}
+
+
+def stage(progress: dict) -> str:
+    """``attention: 120 of 300 sentences · 40% of the job``: where a running heads job is (its progress)."""
+    p = progress or {}
+    if not p:
+        return ""
+    name = p.get("stage", "")
+    return (f"{name}: {p.get('step', 0)} of {p.get('total_steps', '?')} {UNITS.get(name, 'steps')} · "
+            f"{p.get('fraction', 0):.0%} of the job")
+
+
+def note(metrics: dict) -> str:
+    """What a finished heads job adds to its row: ``resumed after 4 passes`` when it went on from a cancelled
+    job's resume file."""
+    done = (metrics or {}).get("resumed_after")
+    if not done:
+        return ""
+    unit = "passes" if metrics.get("action") == "importance" else "sentences"
+    return f"resumed after {done} {unit} of an earlier job"

@@ -126,3 +126,13 @@ def run(config: dict, out: Path, control) -> dict:
     return {"kind": NAME, "summary": control.json_safe(result.summary.to_dict("records")),
             "test_sentences_scored": result.info["test_sentences_scored"],
             "word_vector": result.info["word_vector"]}
+
+
+def stage(progress: dict) -> str:
+    """``probes: 3 of 20 steps · 72% of the job``: where a running structure job is."""
+    p = progress or {}
+    if not p:
+        return ""
+    stage = p.get("stage", "")
+    unit = "steps" if stage == "probes" else "texts" if stage.startswith("labelled") else "sentences"
+    return f"{stage}: {p.get('step', 0)} of {p.get('total_steps', '?')} {unit} · {p.get('fraction', 0):.0%} of the job"

@@ -158,3 +158,16 @@ def run(config: dict, out: Path, control) -> dict:
     return {"kind": NAME, "vectors": str(tv.directory), "rows": tv.rows, "layers": tv.layers,
             "hidden": tv.hidden, "shards": shards, "computed_shards": len(where["todo"]),
             "disk_bytes": tv.disk_bytes(), "seconds": round(seconds, 3), "index": control.json_safe(rows)}
+
+
+def stage(progress: dict) -> str:
+    """``extract: shard 3 of 9 (1,234 of 5,678 tokens) · 11% of the job`` or ``index: layer 2 of 5 · 60% of the
+    job``: where a running tokens job is."""
+    p = progress or {}
+    if not p:
+        return ""
+    if p.get("stage") == "index":
+        return (f"index: layer {min(p.get('step', 0) + 1, p.get('total_steps', 0))} of {p.get('total_steps', '?')} "
+                f"· {p.get('fraction', 0):.0%} of the job")
+    return (f"extract: shard {p.get('shard', 0)} of {p.get('total_steps', '?')} ({p.get('tokens', 0):,} of "
+            f"{p.get('total_tokens', 0):,} tokens) · {p.get('fraction', 0):.0%} of the job")

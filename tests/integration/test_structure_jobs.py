@@ -195,7 +195,8 @@ def test_a_cancelled_job_stops_and_is_marked_cancelled(home):
 
 
 def test_the_jobs_table_shows_a_structure_jobs_progress_over_its_stages(home):
-    from ui.jobs import job_table, structure_stage
+    from jobs.kinds import stage as structure_stage
+    from ui.jobs import job_table
 
     store, data = home
     job_id = submit(config(data), store, start_worker=False)

@@ -276,7 +276,8 @@ def test_an_approximate_index_reports_its_recall(home, tmp_path):
 
 
 def test_the_jobs_table_and_the_atlas_helpers_show_a_tokens_job(home):
-    from ui.jobs import finished_tokens_jobs, job_table, tokens_jobs, tokens_stage
+    from jobs.kinds import stage as tokens_stage
+    from ui.jobs import finished_tokens_jobs, job_table, tokens_jobs
 
     store, _, config = home
     job_id = submit(config, store, start_worker=False)

@@ -1,0 +1,59 @@
+"""The jobs table shows every kind's job as it is (issue 43, item 3): a heads job has no fine-tuning cells, a live
+stage from its kind (:func:`jobs.kinds.stage`), "resumed after N" once it has resumed, and a job asked to stop
+reads "cancelling…" until its process has stopped."""
+
+from __future__ import annotations
+
+from jobs import kinds
+from jobs.store import JobStore
+from ui.jobs import job_table, shown
+
+HEADS = {"kind": "heads", "action": "parse", "model": "demo", "treebank": "t.conllu"}
+
+
+def test_a_running_heads_job_shows_its_stage_and_no_fine_tuning_cells(tmp_path):
+    store = JobStore(tmp_path / "jobs")
+    job_id = store.submit(HEADS, "cpu", "heads parse")
+    store.claim("cpu", 1)
+    store.update_progress(job_id, {"stage": "attention", "step": 120, "total_steps": 300, "fraction": 0.4})
+    job = store.get(job_id)
+    assert kinds.stage(job) == "attention: 120 of 300 sentences · 40% of the job"
+    row = job_table([job]).iloc[0]
+    assert row["status"] == "running" and row["stage"] == kinds.stage(job) and row["progress"] == 0.4
+    html = shown(job_table([job])).to_html()
+    assert "None" not in html and "nan" not in html.lower().replace("nan-", "")
+    for column in ("epoch", "batch loss", "val accuracy", "accuracy", "majority class", "macro-F1"):
+        assert row[column] in ("", None) or row[column] != row[column], (column, row[column])  # empty cells
+
+
+def test_a_finished_heads_job_that_resumed_says_so(tmp_path):
+    store = JobStore(tmp_path / "jobs")
+    job_id = store.submit({**HEADS, "action": "importance", "input": "t.txt"}, "cpu", "heads importance")
+    store.claim("cpu", 1)
+    store.finish(job_id, "succeeded", metrics={"kind": "heads", "action": "importance", "resumed_after": 4})
+    row = job_table([store.get(job_id)]).iloc[0]
+    assert "resumed after 4 passes" in row["stage"]
+
+
+def test_a_job_asked_to_stop_reads_cancelling_until_it_has_stopped(tmp_path):
+    store = JobStore(tmp_path / "jobs")
+    job_id = store.submit(HEADS, "cpu", "heads parse")
+    store.claim("cpu", 1)
+    store.update_progress(job_id, {"stage": "attention", "step": 159, "total_steps": 300, "fraction": 0.53})
+    store.request_cancel(job_id)
+    row = job_table([store.get(job_id)]).iloc[0]
+    assert row["status"] == "cancelling…" and row["stage"].startswith("cancelling")
+    store.finish(job_id, "cancelled")
+    assert job_table([store.get(job_id)]).iloc[0]["status"] == "cancelled"
+
+
+def test_structure_and_tokens_stages_come_from_their_kinds(tmp_path):
+    store = JobStore(tmp_path / "jobs")
+    a = store.submit({"kind": "structure", "model": "demo"}, "cpu", "s")
+    b = store.submit({"kind": "tokens", "model": "demo", "corpus": "c.txt"}, "cpu", "t")
+    for _ in (a, b):
+        store.claim("cpu", 2)
+    store.update_progress(a, {"stage": "probes", "step": 3, "total_steps": 20, "fraction": 0.72})
+    store.update_progress(b, {"stage": "index", "step": 1, "total_steps": 5, "fraction": 0.6})
+    assert kinds.stage(store.get(a)) == "probes: 3 of 20 steps · 72% of the job"
+    assert kinds.stage(store.get(b)) == "index: layer 2 of 5 · 60% of the job"
