@@ -68,6 +68,8 @@ def add_heads_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--pair-column", help="--data's second text column, if any")
     g.add_argument("--steps", type=positive_int, default=10, help="points of the pruning curve after 0%% (default "
                    "10: every 10%% of the heads)")
+    g.add_argument("--random-orders", type=nonnegative_int, default=3, help="seeded random orders of the heads the "
+                   "importance order is compared with (default 3: seeds 0, 1, 2)")
     g.add_argument("--mask-prob", type=float, default=0.15, help="--input: share of each text's tokens masked "
                    "(default 0.15)")
     g.add_argument("--drop", type=float, default=0.01, help="the accuracy drop a layer's prunable share allows "
@@ -177,7 +179,8 @@ def _cmd_importance(args: argparse.Namespace) -> int:
             output = actions.importance(spec_from_args(args), texts=args.input, data=args.data, column=args.column,
                                         label_column=args.label_column, pair_column=args.pair_column,
                                         limit=args.limit, batch_size=args.batch_size, mask_prob=args.mask_prob,
-                                        seed=args.seed, steps=args.steps, drop=args.drop, progress=bars)
+                                        seed=args.seed, steps=args.steps, drop=args.drop, progress=bars,
+                                        random_orders=args.random_orders)
             name = output.model["model"]
     _finish(args, output)
     print(f"{name}: base accuracy {output.info['base_accuracy']:.4f}; with half the heads masked "
@@ -201,7 +204,8 @@ def _job_importance(args: argparse.Namespace, bars):
     if args.input is not None:
         return actions.importance(spec, texts=args.input, column=args.column, limit=args.limit,
                                   batch_size=args.batch_size, mask_prob=args.mask_prob, seed=args.seed,
-                                  **options), label
+                                  random_orders=args.random_orders, **options), label
+    options["seeds"] = tuple(range(args.random_orders))
     from analysis.training.finetune import load_checkpoint
 
     checkpoint = Path(spec.name).parent

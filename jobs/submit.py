@@ -35,8 +35,10 @@ def browser_checked(options, files: tuple[str, ...] | None = None):
     resolved): for fine-tuning and lens jobs ``demo``, a hub dataset name or a file under the data roots; the
     fields named in ``files`` (structure and tokens jobs) a file under the data roots."""
     from analysis.core.dataroots import browser_model, browser_source, within_roots
+    from analysis.core.options import check_browser_bounds
 
     browser_model(options.model)
+    check_browser_bounds(options)
     if options.allow_pickle:
         raise InputError("allow_pickle: pickle weights are never loaded for the browser (use the CLI)")
     if files is not None:

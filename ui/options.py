@@ -41,7 +41,7 @@ def option_input(container, name: str, prefix: str, choices: list | None = None,
         if st.session_state.get(key) is None:
             st.session_state[key] = ""
         return container.text_input(label, key=key, help=help_text).strip() or None
-    low, high = schema.bounds(name, options_schema)
+    low, high = schema.browser_bounds(name, options_schema)  # a form submits from the browser
     extra = info.json_schema_extra or {}
     if kind == "int":
         return int(container.number_input(label, min_value=low, max_value=high, step=1, key=key, help=help_text))

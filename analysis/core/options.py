@@ -158,6 +158,38 @@ def bounds(name: str, schema: type[BaseModel]) -> tuple[float | None, float | No
     return low, high
 
 
+MAX_SERVER_TEXTS = 2000  # texts (sentences) a page runs through a model in the server process, per run
+
+
+def max_server_texts() -> int:
+    """The most texts (sentences) a page passes through a model in the server process per run, a pass over N texts
+    counting N (``LAYERLENS_MAX_SERVER_TEXTS``, default :data:`MAX_SERVER_TEXTS`): above it the page offers a job,
+    which runs in a process of its own (issue 43, item 13)."""
+    from analysis.core.textfiles import setting
+
+    return setting("LAYERLENS_MAX_SERVER_TEXTS", MAX_SERVER_TEXTS)
+
+
+def browser_bounds(name: str, schema: type[BaseModel]) -> tuple[float | None, float | None]:
+    """:func:`bounds` as a job from the browser may use them: the highest lowered to the field's ``browser_max``
+    where the schema gives one (a worker shared by every browser session should not take a million-token head
+    map from one form; the CLI keeps the schema's own bounds)."""
+    low, high = bounds(name, schema)
+    cap = (field_info(name, schema).json_schema_extra or {}).get("browser_max")
+    return low, cap if cap is not None and (high is None or cap < high) else high
+
+
+def check_browser_bounds(options: BaseModel) -> None:
+    """An :class:`InputError` naming the first option over its :func:`browser_bounds`."""
+    schema = type(options)
+    for name in schema.model_fields:
+        value = getattr(options, name)
+        high = browser_bounds(name, schema)[1] if kind(name, schema) in ("int", "float") else None
+        if high is not None and value is not None and value > high:
+            raise InputError(f"{name} {value:,} is more than a job from the browser may ask for ({high:,}); run it "
+                             "with the CLI (layerlens ...), which allows up to the schema's own bound")
+
+
 def choices(name: str, schema: type[BaseModel]) -> tuple | None:
     """The allowed values of a choice option (None: not a choice)."""
     annotation = field_info(name, schema).annotation

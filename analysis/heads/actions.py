@@ -109,7 +109,7 @@ def importance(spec, *, texts: Path | None = None, data: Path | None = None, col
                label_column: str = "label", pair_column: str | None = None, limit: int | None = None,
                batch_size: int = 16, mask_prob: float = 0.15, seed: int = 0, steps: int = 10, drop: float = 0.01,
                progress: Progress | None = None, should_stop: Callable[[], bool] | None = None,
-               resume: Path | None = None) -> Output:
+               resume: Path | None = None, random_orders: int = 3) -> Output:
     """``importance.csv`` and ``pruning.csv`` of the model ``spec`` names: the MLM loss of its own MLM head on
     ``texts``, or its own sequence-classification head's loss on the labelled set ``data`` (one of the two).
     ``resume``: a folder for the run's checkpoint (:class:`analysis.heads.importance.Scores`), keyed by the model's
@@ -125,14 +125,15 @@ def importance(spec, *, texts: Path | None = None, data: Path | None = None, col
     path = Path(texts or data).expanduser()
     if not path.is_file():
         raise InputError(f"{'--input' if texts else '--data'} {path}: no such file")
-    options = {"steps": steps, "drop": drop, "progress": progress, "should_stop": should_stop}
+    options = {"steps": steps, "drop": drop, "progress": progress, "should_stop": should_stop,
+               "seeds": tuple(range(random_orders))}
 
     def checkpoint(loaded, rows: TextInputs, loss: str) -> dict:
         if resume is None:
             return {}
         key = key_of(kind="heads-importance", model=loaded.fingerprint, data=rows.content_hash(), loss=loss,
                      batch_size=batch_size, mask_prob=mask_prob if loss == "mlm" else None, seed=seed, steps=steps,
-                     drop=drop)
+                     drop=drop, random_orders=random_orders)
         return {"checkpoint": Path(resume) / f"{key}.json"}
 
     if texts is not None:
@@ -155,8 +156,10 @@ def importance(spec, *, texts: Path | None = None, data: Path | None = None, col
 def importance_output(result, loss: str, model: dict) -> Output:
     """The files and ``run.json`` facts of an :class:`analysis.heads.importance.ImportanceResult` (``loss``: what
     was scored; ``model``: :func:`model_facts`, or a fine-tuning job's classifier's)."""
+    seeds = result.info["seeds"]
     info = {**result.info, "loss": loss,
-            "random_orders": "3 seeded random permutations of all heads (seeds 0, 1, 2)"}
+            "random_orders": f"{len(seeds)} seeded random permutations of all heads (seeds "
+                             f"{', '.join(map(str, seeds)) or 'none'})"}
     return Output({"importance.csv": result.importance, "pruning.csv": result.pruning}, info, result.importance,
                   model)
 

@@ -272,6 +272,17 @@ def mean_loss(model: nn.Module, batches: Sequence[LossBatch], gates: torch.Tenso
     return loss / max(total, 1), correct / max(total, 1)
 
 
+def pruning_passes(layers: int, heads: int, steps: int = 10, orders: int = 3) -> tuple[int, int]:
+    """(fewest, most) passes over the data :func:`head_importance` makes, each a forward pass (the importance
+    pass's backward counted as two more): the gradient (3), each distinct set of masked heads of the curve (every
+    order shares 0% and 100%), and each layer's prunable share, from one set per layer (its first head costs the
+    point) to every head of every layer (counted once where the curve scored the same set)."""
+    n_heads = layers * heads
+    counts = sorted({int(round(f * n_heads)) for f in np.linspace(0, 1, steps + 1)})
+    curve = (1 + orders) * len(counts) - orders * (0 in counts) - orders * (n_heads in counts and n_heads > 0)
+    return 3 + curve + layers, 3 + curve + n_heads
+
+
 def normalise(importance: np.ndarray) -> np.ndarray:
     """Michel §4.1: each layer's scores divided by their l2 norm (a layer of zeros stays zero)."""
     norm = np.linalg.norm(importance, axis=1, keepdims=True)

@@ -105,7 +105,8 @@ def run(config: dict, out: Path, control) -> dict:
             options.spec(), texts=Path(path) if name == "input" else None, data=Path(path) if name == "data" else None,
             column=options.text_column, label_column=options.label_column, pair_column=options.pair_column,
             limit=options.limit, batch_size=options.batch_size, mask_prob=options.mask_prob, seed=options.seed,
-            steps=options.steps, drop=options.drop, progress=progress, resume=cache_dir() / RESUME)
+            steps=options.steps, drop=options.drop, progress=progress, resume=cache_dir() / RESUME,
+            random_orders=options.random_orders)
     else:
         source = _read(options)
         loaded = load_eager(options.spec())

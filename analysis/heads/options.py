@@ -30,7 +30,8 @@ class HeadsJobOptions(PlacementOptions, ModelOptions):
     text_column: str = text_column()
     label_column: str = Field("label", min_length=1, title="label column")
     pair_column: str | None = pair_column()
-    limit: int | None = Field(None, ge=1, title="limit", description="read at most this many texts (sentences)")
+    limit: int | None = Field(None, ge=1, json_schema_extra={"browser_max": 1_000_000}, title="limit",
+                              description="read at most this many texts (sentences)")
     relations: str | None = Field(None, title="relations", description="parse: comma-separated relations "
                                   "(default: every one in the treebank)")
     reading: Literal["clark", "row"] = Field("clark", title="head -> dependent", description="parse: clark (the "
@@ -40,12 +41,17 @@ class HeadsJobOptions(PlacementOptions, ModelOptions):
                                         "max(W, W^T)")
     min_count: int = Field(MIN_COUNT, ge=1, le=1_000_000, title="minimum count", description="parse: words a "
                            "relation needs in each split to be reported")
-    batch_size: int = Field(32, ge=1, le=4096, title="batch size", description="sentences per forward pass")
+    batch_size: int = Field(32, ge=1, le=4096, json_schema_extra={"browser_max": 256}, title="batch size",
+                            description="sentences per forward pass")
     clusters: bool = Field(True, title="head map", description="stats: also the head map (clusters.csv)")
-    cluster_tokens: int = Field(2048, ge=2, le=1_000_000, title="head-map tokens", description="attending tokens "
+    cluster_tokens: int = Field(2048, ge=2, le=1_000_000, json_schema_extra={"browser_max": 20_000},
+                                title="head-map tokens", description="attending tokens "
                                 "sampled for the head map's Jensen-Shannon distances")
-    steps: int = Field(10, ge=1, le=1000, title="pruning points", description="points of the pruning curve "
+    steps: int = Field(10, ge=1, le=1000, json_schema_extra={"browser_max": 50}, title="pruning points",
+                       description="points of the pruning curve "
                        "after 0%")
+    random_orders: int = Field(3, ge=0, le=100, json_schema_extra={"browser_max": 10}, title="random orders",
+                               description="importance: seeded random orders of the heads to compare with")
     mask_prob: float = Field(0.15, gt=0, lt=1, title="mask probability", description="importance on texts: "
                              "share of each text's tokens masked")
     drop: float = Field(0.01, ge=0, le=1, title="allowed drop", description="the accuracy drop a layer's "

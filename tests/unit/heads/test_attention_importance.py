@@ -327,3 +327,19 @@ def test_importance_is_michel_eq2_the_mean_of_per_example_absolute_gradients(tin
                                                                           table["importance_high"]).all()
     assert result.info["examples"] == len(TEXTS)
     assert "E_x |dL(x)/dxi_h|" in result.info["importance"]
+
+
+@pytest.mark.parametrize(("steps", "orders"), [(4, 3), (2, 0), (6, 1)])
+def test_the_pass_estimate_brackets_the_passes_made(tiny_dirs, monkeypatch, steps, orders):
+    """Issue 43 item 4: the page's estimate before the click (pruning_passes) contains the passes a run makes,
+    counted by a spy on mean_loss (one call = one pass) plus the gradient's three."""
+    import analysis.heads.importance as imp
+
+    loaded = load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu"))
+    layers, heads = head_shape(loaded.model)
+    calls = []
+    real = imp.mean_loss
+    monkeypatch.setattr(imp, "mean_loss", lambda *a, **k: calls.append(1) or real(*a, **k))
+    imp.mlm_importance(loaded, TEXTS, steps=steps, seeds=tuple(range(orders)))
+    low, high = imp.pruning_passes(layers, heads, steps, orders)
+    assert low <= 3 + len(calls) <= high, (low, 3 + len(calls), high)

@@ -102,7 +102,7 @@ def test_head_and_layer_figures_draw_the_views_numbers(view):
 
 @pytest.fixture(scope="module")
 def result(bert):
-    return analyse(bert, read_conllu(FIXTURES / "ud_tiny_train.conllu"))
+    return analyse(bert, read_conllu(FIXTURES / "ud_tiny_train.conllu"), min_count=1)
 
 
 def test_statistic_heatmaps_and_the_head_map_draw_the_tables(result):
@@ -125,8 +125,10 @@ def test_the_relations_figure_draws_best_heads_intervals_and_baselines(result):
     table = result.relations
     fig = plots.relations_figure(table, "head_to_dependent")
     rows = table[table.direction == "head_to_dependent"].sort_values("accuracy")
-    best, base = fig.data
+    assert len(rows)
+    best, selection, base = fig.data
     assert list(best.y) == list(rows.relation) and list(base.y) == list(rows.relation)
+    np.testing.assert_allclose(selection.x, rows.selection_accuracy)  # where the head was chosen, hollow
     np.testing.assert_allclose(best.x, rows.accuracy)
     np.testing.assert_allclose(np.asarray(best.x) - np.asarray(best.error_x.arrayminus), rows.low)
     np.testing.assert_allclose(np.asarray(best.x) + np.asarray(best.error_x.array), rows.high)
