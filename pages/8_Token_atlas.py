@@ -13,6 +13,7 @@ from analysis.core.dataroots import data_roots, save_upload, server_file_picker_
 from analysis.core.figures import plain
 from analysis.core.inputs import LABEL_HINTS, InputError, columns_of, guess_text_column
 from analysis.core.layers import parse_layers
+from analysis.core.options import max_server_texts
 from analysis.core.store import ArrayStore
 from analysis.tokens.density import HOWS, map_figure, rasterise, sample_rows, warm_up
 from analysis.tokens.plots import GEOMETRY_LINES, bands_caption, geometry_figure, neighbour_labels
@@ -138,7 +139,8 @@ else:
                         help="texts (one per line in .txt; a column of .csv/.tsv/.jsonl) or a CoNLL-U treebank, whose "
                         "tokens carry their word's UPOS and DEPREL")
     limit = c2.number_input("Max texts", 1, 1_000_000, 300, key="tokens_limit", help="the first N texts (sentences) "
-                            "of the file: 300 sentences are about 7,000 tokens, seconds on the demo model")
+                            "of the file: 300 sentences are about 7,000 tokens, seconds on the demo model; above "
+                            "LAYERLENS_MAX_SERVER_TEXTS (default 2,000) only as a background job")
     layer_text = c3.text_input("Layers", "all", key="tokens_layers", help="hidden states to keep: all, a slice (-4:) "
                                "or a list 0,2,4")
     column, label_column = "text", None
@@ -167,6 +169,10 @@ else:
         tokens_job_form(loaded.spec, path, column, label_column, int(limit), layer_text)
         st.caption("A finished job's vectors are in the same cache: open them under **Open a cached extraction**.")
     request = (str(path), int(limit), layers, column, label_column)
+    if int(limit) > (cap := max_server_texts()):
+        st.info(f"{int(limit):,} texts is more than the page extracts in the server ({cap:,}: "
+                "LAYERLENS_MAX_SERVER_TEXTS): run it as a background job (above), or choose fewer texts.")
+        st.stop()
     wait_for_run("tokens_request", st.button("Extract token vectors", type="primary", key="tokens_run"), request,
                  "Choose a corpus, then extract. The vectors are cached on disk per model and corpus: a second time "
                  "(or from another session) they open at once.")

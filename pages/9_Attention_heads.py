@@ -11,16 +11,19 @@ from analysis.core.csvout import to_csv
 from analysis.core.dataroots import TREEBANK_SUFFIXES, server_file_picker_label, server_files
 from analysis.core.figures import plain
 from analysis.core.inputs import InputError, TextInputs
+from analysis.core.options import max_server_texts
 from analysis.core.treebank import read_conllu
 from analysis.heads import plots
-from analysis.heads.importance import mlm_importance
+from analysis.heads.importance import ImportanceResult, mlm_importance, pruning_passes
 from analysis.heads.model import load_eager
 from analysis.heads.options import MIN_COUNT, READINGS, SYMMETRIES
 from analysis.heads.run import analyse
 from analysis.heads.stats import STATISTICS
 from analysis.heads.view import compare_views, head_view
+from jobs import kinds
 from models.loading import ModelLoadError, ModelSpec
 from ui.inputs import EXAMPLES, text_inputs
+from ui.jobs import heads_job_form, heads_job_result, heads_jobs, heads_jobs_running
 from ui.navigation import compare_link
 from ui.results import (
     COMPARE_HELP,
@@ -43,7 +46,7 @@ loaded = start_page("Attention heads", (
     "head's token-to-token attention (bertviz's head and model views), and two models side by side. Layers are "
     "attention layers (1 = the first block), heads count from 0. Attention is read on the eager attention path "
     "(a copy of the model loaded for this page)."))
-SOURCES = ["Texts", "A treebank (CoNLL-U): heads as parsers too"]
+SOURCES = ["Texts", "A treebank (CoNLL-U): heads as parsers too", "A finished job"]
 DIRECTIONS = {"dependent_to_head": "dependent → its head", "head_to_dependent": "head → its dependent"}
 
 
@@ -166,9 +169,35 @@ with tab_job:
 
 # --- over a corpus ------------------------------------------------------------------------------------------------
 with tab_corpus:
+    cap = max_server_texts()
+    with st.expander(f"Run as a job: a whole file, in a process of its own (over {cap:,} sentences, or head "
+                     "importance on many)", expanded=False):
+        heads_job_form(loaded.spec)
+    heads_jobs_running()
     source_kind = st.radio("Corpus", SOURCES, horizontal=True, key="heads_corpus", label_visibility="collapsed")
-    treebank_path, limit, inputs = None, None, None
-    if source_kind == SOURCES[1]:
+    treebank_path, limit, inputs, job = None, None, None, None
+    parse_options = (None, "clark", "sum", MIN_COUNT)
+    if source_kind == SOURCES[2]:
+        finished = [j for j in heads_jobs() if j.status == "succeeded"]
+        if not finished:
+            st.info("No finished attention-heads job yet: submit one above (Run as a job).")
+            st.stop()
+        by_id = {j.id: j for j in finished}
+        job = by_id[st.selectbox("Finished job", list(by_id), key="heads_open", format_func=lambda i: (
+            f"#{i} {by_id[i].name}" + (f" · {note}" if (note := kinds.stage(by_id[i])) else "")))]
+        try:
+            opened = heads_job_result(job)
+        except InputError as exc:
+            st.error(str(exc))
+            st.stop()
+        if isinstance(opened, ImportanceResult):
+            what = "classification accuracy" if "classif" in opened.info.get("loss", "") else "MLM token accuracy"
+            headline = (f"{what[0].upper()}{what[1:]} {opened.info['base_accuracy']:.3f} with every head, "
+                        f"{opened.info['targets']:,} targets ({opened.info.get('loss', '')}).")
+            show_importance(opened, what, headline, "heads_opened")
+            st.stop()
+        results, shown_name = {job.config.get("model", "?"): opened}, job.config.get("model", "?")
+    elif source_kind == SOURCES[1]:
         files = server_files(TREEBANK_SUFFIXES)
         if not files:
             st.info("No CoNLL-U treebank on the server: put .conllu(.gz) files under the data roots "
@@ -176,7 +205,9 @@ with tab_corpus:
             st.stop()
         c1, c2 = st.columns([3, 1])
         treebank_path = c1.selectbox("Treebank", files, key="heads_treebank", format_func=server_file_picker_label)
-        limit = int(c2.number_input("Max sentences", 0, 100_000, 300, key="heads_max", help="0: every sentence"))
+        limit = int(c2.number_input("Max sentences", 1, cap, min(300, cap), key="heads_max", help=(
+            f"the first N sentences; at most {cap:,} here (LAYERLENS_MAX_SERVER_TEXTS): a whole treebank runs as a "
+            "job (above)")))
         with st.expander("Heads as parsers: readings", expanded=False):
             p1, p2, p3, p4 = st.columns([3, 2, 2, 1])
             wanted = p1.text_input("Relations", "", key="heads_relations_wanted", placeholder="every relation",
@@ -192,71 +223,80 @@ with tab_corpus:
                          min_count)
     else:
         inputs = text_inputs("heads", EXAMPLES, pairs=False)
-        parse_options = (None, "clark", "sum", MIN_COUNT)
-    request = (str(treebank_path), limit, None if inputs is None else (inputs.texts, inputs.pairs), compare,
-               parse_options)
-    if st.button("Read the heads", type="primary", key="heads_run", disabled=treebank_path is None and inputs is None):
-        st.session_state["heads_request"] = (loaded.spec.to_dict(), request)
-    if st.session_state.get("heads_request") != (loaded.spec.to_dict(), request):
-        st.caption("Choose texts or a treebank, then read the heads. Results are shared and cached per model and "
-                   "corpus.")
-        st.stop()
+        if inputs is not None and len(inputs) > cap:
+            st.warning(f"{len(inputs):,} texts: the page reads at most {cap:,} in the server "
+                       "(LAYERLENS_MAX_SERVER_TEXTS); the first ones are read here, the whole file runs as a job "
+                       "(above).")
+            inputs = TextInputs(inputs.texts[:cap])
+    if job is None:
+        request = (str(treebank_path), limit, None if inputs is None else (inputs.texts, inputs.pairs), compare,
+                   parse_options)
+        if st.button("Read the heads", type="primary", key="heads_run",
+                     disabled=treebank_path is None and inputs is None):
+            st.session_state["heads_request"] = (loaded.spec.to_dict(), request)
+        if st.session_state.get("heads_request") != (loaded.spec.to_dict(), request):
+            st.caption("Choose texts or a treebank, then read the heads. Results are shared and cached per model and "
+                       "corpus.")
+            st.stop()
 
-    def corpus():
-        if treebank_path is not None:
-            return read_conllu(treebank_path, limit or None)
-        return inputs
+        def corpus():
+            if treebank_path is not None:
+                return read_conllu(treebank_path, limit or None)
+            return inputs
 
-    def run(spec: ModelSpec, label: str):
-        key = result_key("heads", spec.resolved().to_dict(), request[:3], parse_options)
-        relations, reading, symmetry, min_count = parse_options
+        def run(spec: ModelSpec, label: str):
+            key = result_key("heads", spec.resolved().to_dict(), request[:3], parse_options)
+            relations, reading, symmetry, min_count = parse_options
 
-        def compute(report):
-            report(0.0, f"{label}: reading the corpus")
-            return analyse(eager(spec), corpus(), relations=list(relations) if relations else None, reading=reading,
-                           symmetry=symmetry, min_count=min_count, progress=lambda stage, done, n: report(
-                               done / max(n, 1), f"{label}: {stage} {done}/{n} sentences"))
-        return shared_result(key, f"Reading the heads of {label}", compute)
+            def compute(report):
+                report(0.0, f"{label}: reading the corpus")
+                return analyse(eager(spec), corpus(), relations=list(relations) if relations else None,
+                               reading=reading, symmetry=symmetry, min_count=min_count,
+                               progress=lambda stage, done, n: report(done / max(n, 1),
+                                                                      f"{label}: {stage} {done}/{n} sentences"))
+            return shared_result(key, f"Reading the heads of {label}", compute)
 
-    results = for_each_model("Reading the heads", "heads_request", loaded, compare, run)
-    main = results[loaded.spec.name]
+        results = for_each_model("Reading the heads", "heads_request", loaded, compare, run)
+        shown_name = loaded.spec.name
+    main = results[shown_name]
     info = main.info
-    st.caption(f"Model **{md_plain(loaded.spec.name)}** · {info['layers']} layers x {info['heads']} heads · "
+    st.caption(f"Model **{md_plain(shown_name)}** · {info['layers']} layers x {info['heads']} heads · "
                f"{info['sentences']:,} sentences, {info['tokens']:,} tokens · {info['seconds']:.1f} s"
                + (f" · {info['truncated']} text(s) cut to the model's limit" if info.get("truncated") else "")
                + (f" · {info['dropped_too_long']} sentence(s) over the model's limit left out"
                   if info.get("dropped_too_long") else ""))
 
-    st.subheader("What each head attends to")
-    c1, c2 = st.columns([2, 2])
-    statistic = c1.selectbox("Statistic", list(STATISTICS), index=STATISTICS.index("previous"),
-                             key="heads_statistic", format_func=lambda s: f"{s}: {plots.TITLES[s]}")
-    second = next((k for k in results if k != loaded.spec.name), None)
-    paired = second is not None and (results[second].info["layers"], results[second].info["heads"]) == \
-        (info["layers"], info["heads"])
-    shown = c2.radio("Model", [*results, *(["difference"] if paired else [])], horizontal=True, key="heads_shown",
-                     help="difference: the second model's statistic minus this one's, head by head") \
-        if second is not None else loaded.spec.name
-    if second is not None and not paired:
-        st.caption(f"No difference map: **{md_plain(second)}** has {results[second].info['layers']} layers x "
-                   f"{results[second].info['heads']} heads and **{md_plain(loaded.spec.name)}** {info['layers']} x "
-                   f"{info['heads']}, so their heads cannot be paired one to one; each is shown on its own.")
-    if shown == "difference":
-        other = results[second].heads
-        diff = main.heads[["layer", "head"]].assign(**{statistic: other[statistic] - main.heads[statistic]})
-        chart(plots.statistic_heatmap(diff, statistic, f"{plots.TITLES[statistic]}: {plain(second)} − "
-                                      f"{plain(loaded.spec.name)}", diverging=True), "heads_statistic_difference")
-    else:
-        chart(plots.statistic_heatmap(results[shown].heads, statistic), f"heads_{statistic}")
-    baseline = info.get("uniform_attention", {}).get(statistic)
-    st.caption(f"Each sentence's mean over its tokens, then the mean over sentences; hover for the 95% interval "
-               f"({info['interval']})."
-               + (f" **Baseline**: every token attending uniformly to its sentence would give {statistic} = "
-                  f"{baseline:.3f} on these sentences." if baseline is not None else "")
-               + " Uniform attention over n tokens has entropy log n: compare *entropy* with *uniform_entropy*.")
-    with st.expander("heads.csv: every statistic of every head", expanded=False):
-        st.dataframe(main.heads, hide_index=True, key="heads_table")
-        st.download_button("heads.csv", to_csv(main.heads), "heads.csv", "text/csv", key="dl_heads")
+    if main.heads is not None:  # a parse job's files have no statistics
+        st.subheader("What each head attends to")
+        c1, c2 = st.columns([2, 2])
+        statistic = c1.selectbox("Statistic", list(STATISTICS), index=STATISTICS.index("previous"),
+                                 key="heads_statistic", format_func=lambda s: f"{s}: {plots.TITLES[s]}")
+        second = next((k for k in results if k != shown_name), None)
+        paired = second is not None and (results[second].info["layers"], results[second].info["heads"]) == \
+            (info["layers"], info["heads"])
+        shown = c2.radio("Model", [*results, *(["difference"] if paired else [])], horizontal=True, key="heads_shown",
+                         help="difference: the second model's statistic minus this one's, head by head") \
+            if second is not None else shown_name
+        if second is not None and not paired:
+            st.caption(f"No difference map: **{md_plain(second)}** has {results[second].info['layers']} layers x "
+                       f"{results[second].info['heads']} heads and **{md_plain(shown_name)}** {info['layers']} x "
+                       f"{info['heads']}, so their heads cannot be paired one to one; each is shown on its own.")
+        if shown == "difference":
+            other = results[second].heads
+            diff = main.heads[["layer", "head"]].assign(**{statistic: other[statistic] - main.heads[statistic]})
+            chart(plots.statistic_heatmap(diff, statistic, f"{plots.TITLES[statistic]}: {plain(second)} − "
+                                          f"{plain(shown_name)}", diverging=True), "heads_statistic_difference")
+        else:
+            chart(plots.statistic_heatmap(results[shown].heads, statistic), f"heads_{statistic}")
+        baseline = info.get("uniform_attention", {}).get(statistic)
+        st.caption(f"Each sentence's mean over its tokens, then the mean over sentences; hover for the 95% interval "
+                   f"({info['interval']})."
+                   + (f" **Baseline**: every token attending uniformly to its sentence would give {statistic} = "
+                      f"{baseline:.3f} on these sentences." if baseline is not None else "")
+                   + " Uniform attention over n tokens has entropy log n: compare *entropy* with *uniform_entropy*.")
+        with st.expander("heads.csv: every statistic of every head", expanded=False):
+            st.dataframe(main.heads, hide_index=True, key="heads_table")
+            st.download_button("heads.csv", to_csv(main.heads), "heads.csv", "text/csv", key="dl_heads")
 
     if main.clusters is not None:
         st.subheader("Heads clustered by behaviour")
@@ -292,24 +332,46 @@ with tab_corpus:
         st.download_button("relations.csv", to_csv(main.relations), "relations.csv", "text/csv", key="dl_relations")
 
     st.subheader("Which heads matter")
+    if job is not None:
+        st.caption(f"Head importance of a corpus runs as a job of its own (above: Run as a job, importance); this "
+                   f"one was job #{job.id}'s {job.config.get('action')}.")
+        st.stop()
     if loaded.mlm_head is None:
         st.info("Head importance here uses the MLM loss, and this model has no MLM head: use `layerlens heads "
                 "importance --data` with a classifier and a labelled set.")
         st.stop()
     texts = inputs if inputs is not None else TextInputs(tuple(" ".join(s.words) for s in corpus().sentences))
-    wanted = (loaded.spec.to_dict(), request[:3])
-    if st.button("Compute head importance (MLM loss on this corpus)", key="heads_importance_run"):
+    i1, i2, i3 = st.columns(3)
+    n_texts = int(i1.number_input("Texts", 1, len(texts), min(len(texts), 100), key="heads_imp_texts",
+                                  help="the first N texts of the corpus above, each masked once (15% of its "
+                                  "tokens)"))
+    steps = int(i2.number_input("Pruning points", 1, 50, 10, key="heads_imp_steps",
+                                help="points of the pruning curve after 0%: every 100/N% of the heads"))
+    orders = int(i3.number_input("Random orders", 0, 10, 3, key="heads_imp_orders",
+                                 help="seeded random orders of the heads, the baseline of the importance order"))
+    low, high = pruning_passes(info["layers"], info["heads"], steps, orders)
+    rate = info["seconds"] / max(info["sentences"], 1)  # the corpus pass above: seconds per sentence
+    st.caption(f"Importance E_x|dL(x)/dξ| of each head's gate ξ (Michel et al. 2019, Eq. 2: the absolute gradient "
+               f"per text, then the mean) and the pruning curve: {low}–{high} passes over {n_texts:,} texts, about "
+               f"{low * n_texts * rate / 60:.1f}–{high * n_texts * rate / 60:.1f} min at the rate of the pass above "
+               f"({rate * 1000:.0f} ms a sentence; the MLM passes are of the same size).")
+    texts = TextInputs(texts.texts[:n_texts])
+    wanted = (loaded.spec.to_dict(), request[:3], n_texts, steps, orders)
+    if high * n_texts > cap * 10:
+        st.info(f"{high} passes over {n_texts:,} texts is more than the server runs for a page "
+                f"({cap * 10:,} text-passes: LAYERLENS_MAX_SERVER_TEXTS x 10). Choose fewer texts, points or orders, "
+                "or run it as a job (above: Run as a job, head importance).")
+        st.stop()
+    if st.button("Compute head importance (MLM loss on these texts)", key="heads_importance_run"):
         st.session_state["heads_importance"] = wanted
     if st.session_state.get("heads_importance") != wanted:
-        st.caption("Importance E_x|dL(x)/dξ| of each head's gate ξ (Michel et al. 2019, Eq. 2: the absolute "
-                   "gradient per text, then the mean) and the pruning curve: 11 points for the importance order and "
-                   "3 random orders, each a pass over the corpus.")
         st.stop()
     stop = stop_button("Head importance", "heads_importance")
     try:
-        importance = shared_result(result_key("heads_importance", loaded.spec.resolved().to_dict(), request[:3]),
+        importance = shared_result(result_key("heads_importance", loaded.spec.resolved().to_dict(), *wanted[1:]),
                                    "Head importance", lambda report: mlm_importance(
                                        load_eager(loaded.spec), texts,  # its own copy: gates hook the model
+                                       steps=steps, seeds=tuple(range(orders)),
                                        progress=lambda stage, done, n: report(done / max(n, 1),
                                                                               f"{stage} {done}/{n}")))
     except Exception as exc:

@@ -289,3 +289,111 @@ def tokens_summary(job) -> str:
     return (f"{m['rows']:,} tokens x {len(m.get('layers', []))} hidden states x {m.get('hidden')} in "
             f"{m.get('shards')} shards ({m.get('disk_bytes', 0) / 2**20:.1f} MiB; {m.get('computed_shards')} computed "
             f"by this job), " + (f"index {', '.join(kinds)} on {len(index)} layers" if index else "no index"))
+
+
+HEADS_FORM = {"stats": ["batch_size", "clusters", "cluster_tokens", "seed"],  # a job reads the whole file
+              "parse": ["batch_size", "reading", "tree", "min_count"],
+              "importance": ["batch_size", "steps", "random_orders", "mask_prob", "drop", "seed"]}
+
+
+def heads_job_form(spec, key: str = "heads_job", relations: str | None = None) -> int | None:
+    """Queue a ``heads`` job (the Attention heads page's expander): its action (statistics, heads as parsers or
+    head importance), its input (a file on the server: texts or a CoNLL-U treebank; for importance, texts), its
+    options from :class:`analysis.heads.options.HeadsJobOptions` (bounded for the browser), where it runs; the
+    sidebar's model (``spec``: name, revision, precision). Returns the job id when one was queued."""
+    import os
+
+    import streamlit as st
+
+    from analysis.core.dataroots import TEXT_SUFFIXES, TREEBANK_SUFFIXES
+    from analysis.heads.job import LABELS
+    from analysis.heads.options import HeadsJobOptions
+    from analysis.training.options import FinetuneOptions
+    from jobs.submit import SubmitError, submit
+    from ui.inputs import server_file
+    from ui.options import option_input
+
+    action = st.radio("Job", list(HEADS_FORM), horizontal=True, key=f"{key}_action", format_func=LABELS.get)
+    suffixes = TREEBANK_SUFFIXES if action == "parse" else TEXT_SUFFIXES + (
+        TREEBANK_SUFFIXES if action == "stats" else ())
+    path = server_file(f"{key}_file_{action}", suffixes=suffixes)
+    names = HEADS_FORM[action]
+    values = {name: option_input(col, name, f"{key}_{action}", options_schema=HeadsJobOptions)
+              for col, name in zip(st.columns(len(names)), names, strict=True)}
+    c1, c2, c3, c4 = st.columns(4)
+    backend = option_input(c1, "backend", key, options_schema=FinetuneOptions)
+    slurm = {}
+    if backend == "slurm":
+        slurm = {name: option_input(col, name, key, options_schema=FinetuneOptions)
+                 for col, name in zip((c2, c3, c4), ("slurm_partition", "slurm_time", "slurm_gpus"), strict=True)}
+    st.caption(f"The job runs {LABELS[action]} of **{spec.name}** (the sidebar's model) over the whole file in a "
+               "process of its own, and goes on when this page is closed. Its stage shows below and on the "
+               "Fine-tuning jobs page (Cancel, log); a cancelled job goes on from where it stopped when the same "
+               "options are submitted again. When it has finished, open it under **Open a finished job**.")
+    if st.button("Submit as a job", key=f"{key}_submit", disabled=not path):
+        source = "treebank" if action == "parse" else "input"
+        config = {"kind": "heads", "action": action, "model": spec.name, "revision": spec.revision,
+                  "dtype": spec.dtype, source: path, **values, "backend": backend, **slurm,
+                  **({"relations": relations} if relations and action == "parse" else {})}
+        try:
+            job_id = submit(config, start_worker=not os.environ.get("LAYERLENS_JOBS_NO_WORKER"), browser=True)
+        except SubmitError as exc:
+            st.error(f"Not queued: {exc}")
+            return None
+        st.success(f"Job {job_id} queued: its stage shows below; open it here when it has finished.")
+        return job_id
+    return None
+
+
+def heads_jobs(store=None) -> list:
+    """Every ``heads`` job, newest first (a damaged jobs.db: one line on the page, which stops)."""
+    return _jobs_of("heads", store)
+
+
+def heads_jobs_running(store=None) -> None:
+    """The queued and running ``heads`` jobs with their stage (``cancelling…`` after a Cancel), refreshed every
+    3 s; the page reruns when one finishes, so that it is offered."""
+    import streamlit as st
+
+    from jobs import kinds
+
+    @st.fragment(run_every=3)
+    def live() -> None:
+        active = [j for j in heads_jobs(store) if j.status in ("queued", "running")]
+        ids = tuple(j.id for j in active)
+        if st.session_state.setdefault("heads_active", ids) != ids:
+            st.session_state["heads_active"] = ids
+            st.rerun(scope="app")
+        for j in active:
+            st.caption(f"#{j.id} {j.name}: **{kinds.stage(j) or 'starting'}**" if j.status == "running" else
+                       f"#{j.id} {j.name}: **queued**")
+
+    live()
+
+
+def heads_job_result(job):
+    """A finished heads job's result read back from its files: an
+    :class:`analysis.heads.run.HeadsResult` (stats, parse) or an
+    :class:`analysis.heads.importance.ImportanceResult`; an :class:`analysis.core.inputs.InputError` when its
+    files are gone."""
+    import json
+
+    from analysis.core.inputs import InputError
+    from analysis.heads.importance import ImportanceResult
+    from analysis.heads.run import HeadsResult
+
+    folder = job.artifacts
+    try:
+        info = json.loads((folder / "run.json").read_text())
+    except (OSError, ValueError):
+        raise InputError(f"job #{job.id}'s files are gone from {folder} (deleted, or never written)") from None
+
+    def table(name: str):
+        return pd.read_csv(folder / name, keep_default_na=False, na_values=[""]) if (folder / name).is_file() \
+            else None
+    if info.get("action") == "importance":
+        layers = (table("importance.csv").groupby("layer")["layer_prunable_share"].first().reset_index()
+                  .rename(columns={"layer_prunable_share": "prunable_share"}))
+        return ImportanceResult(table("importance.csv"), table("pruning.csv"), layers, info)
+    return HeadsResult(heads=table("heads.csv"), clusters=table("clusters.csv"), relations=table("relations.csv"),
+                       accuracies=table("head_accuracies.csv"), uuas=table("uuas.csv"), info=info)

@@ -146,3 +146,59 @@ def test_a_model_against_itself_and_against_one_of_another_depth(tiny_dirs):
     assert len(errors) == 1 and "tokenise the sentence differently" in errors[0], errors
     assert "difference" not in at.radio(key="heads_shown").options
     assert any("cannot be paired one to one" in c.value for c in at.caption)
+
+
+def test_a_heads_job_is_submitted_from_the_page_and_opened_when_finished(tiny_dirs, tmp_path, monkeypatch):
+    """Issue 43 item 3: the page's job form queues a heads parse job on a treebank under the data roots; the job,
+    run as the worker runs it, is then opened on the page under 'A finished job' and shows the job's own tables
+    (relations.csv, read back from its files)."""
+    from jobs import run as job_run
+    from jobs.store import JobStore
+
+    shutil.copy(FIXTURES / "ud_tiny_train.conllu", tmp_path / "tiny.conllu")
+    monkeypatch.setenv("LAYERLENS_DATA_DIRS", str(tmp_path))
+    monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("LAYERLENS_JOBS_NO_WORKER", "1")
+    model = str(tiny_dirs["bert"])
+    at = run_page(PAGE, model=model)
+    at.radio(key="heads_job_action").set_value("parse").run()
+    at.selectbox(key="heads_job_file_parse").set_value((tmp_path / "tiny.conllu").resolve()).run()
+    at.number_input(key="heads_job_parse_min_count").set_value(2).run()
+    at.button(key="heads_job_submit").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    store = JobStore(tmp_path / "home" / "jobs")
+    (job,) = store.list()
+    assert job.config["kind"] == "heads" and job.config["action"] == "parse" and job.config["min_count"] == 2
+    assert job.config["treebank"] == str((tmp_path / "tiny.conllu").resolve())
+    store.claim(job.device, 1)
+    job.artifacts.mkdir(parents=True, exist_ok=True)
+    metrics = job_run.run_job(store, store.get(job.id), job.artifacts)
+    store.finish(job.id, "succeeded", metrics=metrics)
+    at = run_page(PAGE, model=model)
+    at.radio(key="heads_corpus").set_value("A finished job").run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    relations = pd.read_csv(store.get(job.id).artifacts / "relations.csv", keep_default_na=False, na_values=[""])
+    shown = at.dataframe[0].value.reset_index(drop=True)
+    rows = relations[relations.direction == "dependent_to_head"].reset_index(drop=True)
+    assert len(rows) and list(shown["relation"]) == list(rows["relation"])
+    assert any("held-out UUAS" in c.value for c in at.caption)
+
+
+def test_the_server_reads_at_most_its_cap_and_offers_a_job(tiny_dirs, monkeypatch):
+    """Issue 43 items 4 and 13: with LAYERLENS_MAX_SERVER_TEXTS=2 the page reads the first 2 texts and says so;
+    head importance shows its passes and time before the click, and over the cap offers a job instead of a
+    button."""
+    monkeypatch.setenv("LAYERLENS_MAX_SERVER_TEXTS", "2")
+    at = run_page(PAGE, model=str(tiny_dirs["bert"]))
+    at.text_area(key="heads_text").set_value(TEXTS).run()
+    assert any("at most 2" in w.value for w in at.warning)
+    at.button(key="heads_run").click().run()
+    assert not at.exception and not at.error
+    assert any("2 sentences" in c.value for c in at.caption)
+    estimate = next(c.value for c in at.caption if "passes over" in c.value)
+    assert "min at the rate of the pass above" in estimate
+    assert any("run it as a job" in i.value for i in at.info)  # 2 texts x ~40 passes > 2 x 10
+    assert not [b for b in at.button if b.key == "heads_importance_run"]
+    monkeypatch.setenv("LAYERLENS_MAX_SERVER_TEXTS", "100")
+    at.button(key="heads_run").click().run()  # all three texts now: read again
+    assert not at.exception and [b for b in at.button if b.key == "heads_importance_run"]
