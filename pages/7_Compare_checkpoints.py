@@ -33,6 +33,7 @@ from ui.results import (
     md_plain,
     result_key,
     shared_result,
+    stop_button,
     table,
     wait_for_run,
 )
@@ -293,7 +294,10 @@ def show(result, texts: dict, epochs: bool = False) -> None:
                    "move the layer slider too. Lines join the examples that moved most from A to B.")
 
 
-def run_and_show(key, label: str, compute, texts: dict, epochs: bool = False) -> None:
+def run_and_show(key, label: str, compute, texts: dict, request_key: str, epochs: bool = False) -> None:
+    """The comparison under ``key`` (computed under a progress bar with a Stop that forgets ``request_key``), then
+    shown."""
+    stop = stop_button("The comparison", request_key)
     try:
         result = shared_result(key, label, compute)
     except (InputError, ModelLoadError, ValueError) as exc:  # different tokenizers, a bad checkpoint: a message
@@ -302,6 +306,8 @@ def run_and_show(key, label: str, compute, texts: dict, epochs: bool = False) ->
     except Exception as exc:  # never a traceback in the UI
         st.error(f"The comparison failed: {type(exc).__name__}: {exc}")
         st.stop()
+    finally:
+        stop.empty()
     show(result, texts, epochs)
 
 
@@ -367,7 +373,7 @@ if what == "pair":
 
     key = result_key("pair", loaded.spec.resolved().to_dict(), spec_b.resolved().to_dict(), label,
                      inputs.content_hash(), inputs.ids, config.to_dict())
-    run_and_show(key, "Comparing", compute, dict(zip(inputs.ids, inputs.texts, strict=True)))
+    run_and_show(key, "Comparing", compute, dict(zip(inputs.ids, inputs.texts, strict=True)), "compare_request")
 
 elif what == "epochs":
     runs, refused = {}, {}
@@ -413,7 +419,8 @@ elif what == "epochs":
         st.error(str(exc))
         st.stop()
     key = result_key("epochs", job.id, job.finished, base_spec.resolved().to_dict(), config.to_dict())
-    run_and_show(key, "Comparing the epochs", compute, dict(zip(rows.ids, rows.texts, strict=True)), epochs=True)
+    run_and_show(key, "Comparing the epochs", compute, dict(zip(rows.ids, rows.texts, strict=True)),
+                 "compare_epochs_request", epochs=True)
 
 else:
     jobs = finished_jobs()
@@ -468,4 +475,5 @@ else:
 
     key = result_key("group", group, [j.id for j in members], base_spec.resolved().to_dict(), inputs.content_hash(),
                      inputs.ids, config.to_dict())
-    run_and_show(key, "Comparing the group", compute, dict(zip(inputs.ids, inputs.texts, strict=True)))
+    run_and_show(key, "Comparing the group", compute, dict(zip(inputs.ids, inputs.texts, strict=True)),
+                 "compare_group_request")

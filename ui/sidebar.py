@@ -192,7 +192,27 @@ def model_picker() -> ModelSpec | None:
         st.sidebar.error(str(exc))
         return None
     to_url(spec)
+    precision_note(spec)
     return spec
+
+
+def precision_note(spec: ModelSpec) -> None:
+    """Under the sidebar: bfloat16 or float16 chosen for a CPU where it cannot pay, said with this CPU's own measured
+    speed of a bfloat16 product against float32 (issue 43, item 15; on an AMD host without bf16 units the
+    approximate probe took 229 s where float32 took 26 s)."""
+    from analysis.core.precision import bf16_units, cpu_bf16_speedup
+
+    try:
+        device = spec.resolved().device
+    except ModelLoadError:
+        return
+    if device != "cpu" or spec.dtype not in ("bfloat16", "float16") or bf16_units("cpu"):
+        return
+    speed = cpu_bf16_speedup()
+    st.sidebar.warning(f"This CPU has no bfloat16 units (AMX or AVX512-BF16): {spec.dtype} runs slower here, not "
+                       f"faster. A bfloat16 product measured just now ran at {speed:.2f}x the speed of float32 "
+                       "(an approximate probe took 229 s where float32 took 26 s on such a host). Choose float32 "
+                       "(or auto) for this device.")
 
 
 def cache_panel(cache: ModelCache) -> None:

@@ -59,7 +59,7 @@ def bf16_units(device: str = "cpu") -> bool:
 
 
 @functools.cache
-def _cpu_bf16_speedup() -> float:
+def cpu_bf16_speedup() -> float:
     """How much faster a bfloat16 product is than a float32 one on this CPU: one timed GEMM of a layer's shape
     (1,024 x 768 by 768 x 768, best of 3 after a warm-up), measured once per process (~40 ms)."""
     import time
@@ -91,7 +91,7 @@ def bf16_pays(device: str = "cpu") -> bool:
         return False
     if device.startswith("cuda") or os.environ.get(FORCE_ENV) == "1":
         return True
-    return _cpu_bf16_speedup() >= BF16_PAYS
+    return cpu_bf16_speedup() >= BF16_PAYS
 
 
 def head_product(precision: str, device: str, needs_distributions: bool = False) -> str:

@@ -6,7 +6,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from models.loading import ModelSpec, load_model
-from ui.sidebar import KEY_MODEL, KEY_OTHER, OTHER
+from ui.sidebar import KEY_DTYPE, KEY_MODEL, KEY_OTHER, OTHER
 
 TIMEOUT = 120
 ROOT = Path(__file__).resolve().parents[2]
@@ -196,3 +196,17 @@ def test_the_server_watches_no_files_unless_a_developer_asks(monkeypatch):
     assert dev_argv[1:4] == ["-m", "streamlit", "run"] and dev_argv[4] == str(ROOT / "app.py")
     assert "--server.fileWatcherType=auto" in dev_argv and "--server.fileWatcherType=none" not in dev_argv
     assert "--server.fileWatcherType=none" in plain_argv and "--server.fileWatcherType=auto" not in plain_argv
+
+
+def test_the_sidebar_says_bfloat16_is_slower_on_a_cpu_without_bf16_units(tiny_dirs, monkeypatch):
+    """Issue 43 item 15: bfloat16 chosen for the CPU where it has no bf16 units is said to be slower there, with
+    this CPU's measured speed; with bf16 units (forced) nothing is said."""
+    monkeypatch.setenv("LAYERLENS_BF16_UNITS", "0")
+    at = run_page("pages/0_Model_anatomy.py", model=str(tiny_dirs["bert"]))
+    at.sidebar.selectbox(key=KEY_DTYPE).set_value("bfloat16").run()
+    assert not at.exception
+    notes = [w.value for w in at.sidebar.warning if "no bfloat16 units" in w.value]
+    assert len(notes) == 1 and "x the speed of float32" in notes[0]
+    monkeypatch.setenv("LAYERLENS_BF16_UNITS", "1")
+    at.run()
+    assert not [w for w in at.sidebar.warning if "no bfloat16 units" in w.value]
