@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from analysis.core.inputs import InputError
 from analysis.core.parallel import is_main_process
+from analysis.core.staging import is_no_space, no_space
 from cli.atlas import add_atlas_arguments, cmd_atlas
 from cli.cache import add_cache_arguments, cmd_cache
 from cli.common import (
@@ -116,6 +117,12 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # the CLI never ends in a traceback unless asked to
         if os.environ.get("LAYERLENS_DEBUG"):
             raise
+        if is_no_space(exc):  # a full disk no writer named: its file's folder, or --out
+            from pathlib import Path
+
+            where = Path(exc.filename).parent if getattr(exc, "filename", None) else getattr(args, "out", None)
+            print(f"error: {no_space(Path(where or '.'))}", file=sys.stderr)
+            return 2
         print(f"error: unexpected {type(exc).__name__}: {exc} (set LAYERLENS_DEBUG=1 for details)", file=sys.stderr)
         return 1
     finally:

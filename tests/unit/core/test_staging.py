@@ -160,3 +160,21 @@ def test_a_one_class_training_set_leaves_no_output_folder(tmp_path, tiny_dirs, c
     assert main(["finetune", "--model", str(tiny_dirs["bert"]), "--train", str(data), "--out", str(out)]) == 2
     assert "single class" in capsys.readouterr().err
     assert not out.exists() and leftovers(tmp_path) == []
+
+
+def test_a_full_disk_anywhere_in_a_command_is_one_line_naming_the_folder(tmp_path, monkeypatch, capsys):
+    """Issue 43 (low): an ENOSPC that no writer turned into NoSpace said 'unexpected OSError: [Errno 28]' without
+    the folder. The CLI's one handler now names the file's folder, or --out."""
+    import errno
+
+    import cli.main as cli_main
+
+    out = tmp_path / "out"
+
+    def full(args):
+        raise OSError(errno.ENOSPC, "No space left on device", str(out / "probe.csv"))
+    monkeypatch.setitem(cli_main.COMMANDS, "info", (full, "info", lambda p: None))
+    assert cli_main.main(["info", "--model", "demo", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: no space left on device under {out}"), err
+    assert "unexpected" not in err[0]
