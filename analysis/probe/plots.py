@@ -36,13 +36,26 @@ def accuracy_curve(runs: dict[str, pd.DataFrame], layer_names: dict[str, list[st
     placed = {label for label in runs if (positions or {}).get(label)}
     axis_names = {tuple(run_layer_names(layer_names, label, layers["layer"])) for label, layers in runs.items()
                   if label not in placed}
-    for i, (label, layers) in enumerate(runs.items()):
+    for i, (label, every) in enumerate(runs.items()):
         colour = COLOURS[i % len(COLOURS)]
-        names = run_layer_names(layer_names, label, layers["layer"])
+        halves = (every["x"] % 1 != 0).to_numpy()  # attention halves (issue 36): own markers and legend entry
+        layers = every[~halves]
+        every_name = np.asarray(run_layer_names(layer_names, label, every["layer"]), dtype=object)  # one per row
+        names = list(every_name[~halves])
         if label in placed:  # on the axis of the run that is not placed
             x = depth(positions[label], len(next(iter(axis_names), names)), relative)
         else:
-            x = depth(layers["x"], int(layers["layer"].max()) + 1, relative)
+            x = depth(layers["x"], int(every["layer"].max()) + 1, relative)
+        if halves.any():
+            half = every[halves]
+            fig.add_trace(go.Scatter(
+                x=depth(half["x"], int(every["layer"].max()) + 1, relative), y=half["accuracy"], mode="markers",
+                marker={"color": colour, "symbol": "diamond-open", "size": 10, "line": {"width": 2}},
+                name=f"{plain(label)}: attention half (token accuracy)", legendgroup=label,
+                customdata=np.c_[[n if "half" in n else f"{n} attention half" for n in every_name[halves]],
+                                 half["correct"], half["tokens"]],
+                hovertemplate="%{customdata[0]}: %{y:.3f} (%{customdata[1]} of %{customdata[2]} tokens)"
+                              "<extra></extra>"))
         fig.add_trace(go.Scatter(
             x=x + x[::-1], y=layers["ci_high"].tolist() + layers["ci_low"].tolist()[::-1], fill="toself", mode="lines",
             fillcolor=rgba(colour, 0.15), line={"width": 0}, hoverinfo="skip", showlegend=False,

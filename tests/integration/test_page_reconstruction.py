@@ -1,5 +1,6 @@
 """AppTest of the reconstruction page: the numbers it shows are the engine's, bad input is a message."""
 
+import numpy as np
 import pandas as pd
 
 from analysis.core.inputs import TextInputs
@@ -42,8 +43,13 @@ def test_the_attention_halves_are_two_points_per_layer(tiny_dirs):
     import json
 
     traces = json.loads(curve.spec)["data"]
-    accuracy = next(t for t in traces if t.get("name", "").endswith("token accuracy"))
-    assert accuracy["x"] == [0, 0.5, 1, 1.5, 2]
+    accuracy = next(t for t in traces if t.get("name", "").endswith(": token accuracy"))
+    assert accuracy["x"] == [0, 1, 2]  # the layers' outputs, joined by the line
+    halves = next(t for t in traces if "attention half" in t.get("name", ""))  # their own markers and legend entry
+    assert halves["x"] == [0.5, 1.5] and halves["mode"] == "markers" and halves["marker"]["symbol"] == "diamond-open"
+    from tests.integration.test_page_heads import array
+
+    np.testing.assert_allclose(array(halves["y"]), expected[expected.half == "attention"]["accuracy"])
     assert json.loads(heatmap.spec)["data"][0]["y"][1].endswith("attention half")
 
 
