@@ -343,10 +343,10 @@ def load_checkpoint_model(spec):
 if what == "pair":
     inputs = labelled_inputs("compare", max_rows())
     c1, c2 = st.columns([3, 2])
-    other = c1.text_input("Compare with (B)", key="compare_model",
+    other = c1.text_input("Compare with (B)", key="compare_model", persist_state="session",  # kept across models
                           placeholder="hub id, local directory, job:N or random",
                           help=f"The checkpoint to set against the sidebar's model: {COMPARE_HELP}.").strip()
-    head_from = c2.text_input("Read B's layers with the MLM head of", key="compare_head_from",
+    head_from = c2.text_input("Read B's layers with the MLM head of", key="compare_head_from", persist_state="session",
                               placeholder="B's own (a job:N: its base's)",
                               help="For the reconstruction columns, when B has no MLM head of its own (a fine-tuned "
                               "classifier): a masked LM of the same family, hidden size and vocabulary, usually the "

@@ -286,6 +286,9 @@ with tab_corpus:
             diff = main.heads[["layer", "head"]].assign(**{statistic: other[statistic] - main.heads[statistic]})
             chart(plots.statistic_heatmap(diff, statistic, f"{plots.TITLES[statistic]}: {plain(second)} − "
                                           f"{plain(shown_name)}", diverging=True), "heads_statistic_difference")
+            if (diff[statistic].fillna(0) == 0).all():
+                st.caption(f"**Identical on every head**: {statistic} is the same for both models on every head "
+                           "(a model compared with itself, or weights the statistic cannot tell apart).")
         else:
             chart(plots.statistic_heatmap(results[shown].heads, statistic), f"heads_{statistic}")
         baseline = info.get("uniform_attention", {}).get(statistic)

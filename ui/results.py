@@ -180,15 +180,18 @@ def for_each_model(what: str, request_key: str, loaded: LoadedModel, compare: st
 
 
 def table(frame, headers: dict[str, tuple[str, str]], container=None, **kwargs) -> None:
-    """A dataframe whose columns carry the analysis' own header names and help (``headers``: column ->
-    (header, help)), numbers to 4 decimals (text columns as text). Text cells are shown formula-neutralised
-    (:func:`analysis.core.csvout.safe`), so the download in Streamlit's table toolbar is as safe as our own CSV
-    files."""
+    """A dataframe whose columns carry the analysis' own header names and help (``headers``: column -> (header, help)),
+    numbers to 4 decimals, layer indices as whole numbers (text columns as text). Text cells are shown formula-
+    neutralised (:func:`analysis.core.csvout.safe`), so the download in Streamlit's table toolbar is as safe as
+    our own CSV files."""
     from pandas.api.types import is_numeric_dtype
 
-    config = {col: st.column_config.NumberColumn(name, help=text, format="%.4f") if is_numeric_dtype(frame[col])
-              else st.column_config.TextColumn(name, help=text) for col, (name, text) in headers.items()
-              if col in frame.columns}
+    def layer_like(col: str) -> bool:  # a layer index, even where a missing pair made the column float
+        return col == "layer" or col.startswith("layer_") or col.endswith("_layer")
+
+    config = {col: st.column_config.NumberColumn(name, help=text, format="%d" if layer_like(col) else "%.4f")
+              if is_numeric_dtype(frame[col]) else st.column_config.TextColumn(name, help=text)
+              for col, (name, text) in headers.items() if col in frame.columns}
     (container or st).dataframe(safe(frame), hide_index=True, width="stretch", column_config=config, **kwargs)
 
 

@@ -258,3 +258,4 @@ def test_a_jobs_recorded_base_outside_the_model_roots_is_refused(home, bert4, tm
     compare_with(at, f"job:{job.id}")
     assert not at.exception and at.error and "not a model folder under" in at.error[0].value
     assert not at.dataframe
+

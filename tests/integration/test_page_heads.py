@@ -138,6 +138,7 @@ def test_a_model_against_itself_and_against_one_of_another_depth(tiny_dirs):
     spec = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
                 if " − " in json.loads(c.proto.spec)["layout"]["title"]["text"])
     assert (array(spec["data"][0]["z"]) == 0).all()
+    assert any("Identical on every head" in c.value for c in at.caption)  # said, not only a white map
     assert (spec["data"][0]["zmin"], spec["data"][0]["zmax"]) == (-1.0, 1.0)
     at.text_input(key="heads_compare").set_value("demo").run()  # 4 layers x 4 heads: not the tiny model's shape
     at.button(key="heads_run").click().run()
