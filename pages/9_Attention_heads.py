@@ -340,8 +340,10 @@ with tab_corpus:
                    f"one was job #{job.id}'s {job.config.get('action')}.")
         st.stop()
     if loaded.mlm_head is None:
-        st.info("Head importance here uses the MLM loss, and this model has no MLM head: use `layerlens heads "
-                "importance --data` with a classifier and a labelled set.")
+        st.info("Head importance here uses the MLM loss, and this model has no MLM head of its own: lend one in the "
+                "sidebar (*Revision, device, precision, MLM head* → *Read layers with the MLM head of*, e.g. the "
+                "masked LM it was distilled or fine-tuned from), or score a classifier on a labelled set with "
+                "`layerlens heads importance --data`.")
         st.stop()
     texts = inputs if inputs is not None else TextInputs(tuple(" ".join(s.words) for s in corpus().sentences))
     i1, i2, i3 = st.columns(3)

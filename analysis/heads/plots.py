@@ -38,10 +38,11 @@ def _hover(tokens: list[str]) -> np.ndarray:
 
 
 def attention_heatmap(weights: np.ndarray, tokens: list[str], title: str, diverging: bool = False) -> go.Figure:
-    """One ``(n, n)`` map: row = attending token (from), column = attended token (to)."""
+    """One ``(n, n)`` map: row = attending token (from), column = attended token (to). Weights on the fixed 0..1
+    scale of :func:`layer_heads`' small multiples, so a head reads the same in both views."""
     n = len(tokens)
     scale = {"colorscale": "RdBu", "zmid": 0, "reversescale": True} if diverging else \
-        {"colorscale": "Blues", "zmin": 0, "zmax": float(max(weights.max(), 1e-9))}
+        {"colorscale": "Blues", "zmin": 0, "zmax": 1}
     fig = go.Figure(go.Heatmap(z=weights, x=list(range(n)), y=list(range(n)), customdata=_hover(tokens), **scale,
                                hovertemplate="%{customdata[0]} → %{customdata[1]}: %{z:.3f}<extra></extra>"))
     size = min(760, max(360, 22 * n + 160))

@@ -154,3 +154,11 @@ def test_importance_and_the_pruning_curve(tiny_dirs):
     mine = got.pruning[got.pruning.order == "importance"]
     np.testing.assert_allclose(ordered.x, mine.fraction)
     np.testing.assert_allclose(ordered.y, mine.accuracy)
+
+
+def test_one_head_and_the_small_multiples_share_one_colour_scale(bert):
+    """Issue 43 (low): the single-head map scaled to its own maximum while the small multiples used 0..1."""
+    view = head_view(bert, "the film is good .")
+    one = plots.head_heatmap(view, 1, 0).data[0]
+    many = plots.layer_heads(view, 1).layout.coloraxis
+    assert (one.zmin, one.zmax) == (many.cmin, many.cmax) == (0, 1) and one.colorscale == many.colorscale
