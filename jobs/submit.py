@@ -15,14 +15,13 @@ it is given.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from analysis.core.inputs import InputError
 from jobs import kinds
 from jobs.backends import check_available, launch
 from jobs.store import JobStore
 from jobs.worker import ensure_worker
 from models.loading import ModelLoadError, config_and_family
+from models.spec import short_name
 
 
 class SubmitError(ValueError):
@@ -65,31 +64,12 @@ def validate(config: dict, browser: bool = False) -> tuple[dict, str]:
     return options, device
 
 
-GENERIC_FOLDERS = {"model", "models", "checkpoint", "checkpoints", "encoder", "final", "best", "output", "outputs",
-                   "out", "export", "exports", "artifacts", "hf", "weights"}
-
-
-def model_label(model: str) -> str:
-    """How a job's name shows its model: a hub id whole (``org/name``); a local folder by its name, with its
-    parent when the name alone says nothing (``sst2-seed3/model``, ``job7/encoder``)."""
-    path = Path(str(model)).expanduser()
-    if not path.exists():
-        return str(model)
-    name = path.resolve().name
-    if name.lower() in GENERIC_FOLDERS or len(name) < 3:
-        parent = path.resolve().parent.name
-        if parent.lower() in GENERIC_FOLDERS:  # jobs/<id>/artifacts/checkpoint/encoder
-            parent = f"{path.resolve().parent.parent.name}/{parent}"
-        return f"{parent}/{name}"
-    return name
-
-
 def job_name(options: dict) -> str:
     """``attention · demo · demo set · epochs 1, lr 0.003``: what the job does (its kind's label: a fine-tuning
     job's head), its model, then what its kind says of it (:mod:`jobs.kinds`: for fine-tuning the data, the preset
     and the training options that differ from what the model and the preset give by default)."""
     kind = kinds.of(options)
-    return " · ".join([kind.label(options), model_label(options.get("model", "demo")), *kind.describe(options)])
+    return " · ".join([kind.label(options), short_name(options.get("model", "demo")), *kind.describe(options)])
 
 
 def submit(config: dict, store: JobStore | None = None, name: str = "", start_worker: bool = True,

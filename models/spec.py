@@ -96,3 +96,25 @@ def resolve_dtype(dtype: str, device: str) -> str:
     next to the MLM head, and bfloat16 weights changed 0.16% of a GPU probe's predictions with nothing saying so).
     bfloat16 and float16 are the approximate mode, asked for by name (:func:`analysis.core.precision.mode`)."""
     return "float32" if dtype == "auto" else dtype
+
+
+GENERIC_FOLDERS = {"model", "models", "checkpoint", "checkpoints", "encoder", "final", "best", "output", "outputs",
+                   "out", "export", "exports", "artifacts", "hf", "weights"}
+
+
+def short_name(model: str) -> str:
+    """How pages, legends and job names show a model: a hub id whole (``org/name``); a local folder by its name,
+    with its parent when the name alone says nothing (``sst2-seed3/model``, ``job7/encoder``), never the server's
+    absolute path."""
+    path = Path(str(model)).expanduser()
+    if not path.is_absolute() and not path.exists():
+        return str(model)
+    if not path.exists():
+        return path.name or str(model)
+    name = path.resolve().name
+    if name.lower() in GENERIC_FOLDERS or len(name) < 3:
+        parent = path.resolve().parent.name
+        if parent.lower() in GENERIC_FOLDERS:  # jobs/<id>/artifacts/checkpoint/encoder
+            parent = f"{path.resolve().parent.parent.name}/{parent}"
+        return f"{parent}/{name}"
+    return name

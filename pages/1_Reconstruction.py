@@ -88,12 +88,13 @@ wait_for_run("probe_request", inputs is not None and st.button("Run the probe", 
              (inputs, config, compare, lens_dir), "Set the texts and options, then run the probe. Results are shared "
              "and cached per model, texts and options.")
 results = for_each_model("The probe", "probe_request", loaded, compare, run)
-main = results[loaded.spec.name]
+main = next(iter(results.values()))  # the sidebar's model comes first
 if lens_dir is not None:
-    tuned_label = f"{loaded.spec.name} · tuned lens ({lens.label(lens_dir)})"
+    first = next(iter(results))  # the sidebar's model, by its short name
+    tuned_label = f"{first} · tuned lens ({lens.label(lens_dir)})"
     try:
-        results = {loaded.spec.name: main, tuned_label: run(loaded.spec, tuned_label, lens_dir),
-                   **{k: v for k, v in results.items() if k != loaded.spec.name}}
+        results = {first: main, tuned_label: run(loaded.spec, tuned_label, lens_dir),
+                   **{k: v for k, v in results.items() if k != first}}
     except InputError as exc:
         st.error(str(exc))
 st.caption(precision_line(main.precision))

@@ -15,6 +15,7 @@ from analysis.core.precision import precision_line
 from analysis.core.projection import METHOD_NAMES, METHODS
 from analysis.core.separability import SEPARABILITY_HEADERS
 from models.loading import ModelSpec
+from models.spec import short_name
 from ui.inputs import labelled_inputs
 from ui.navigation import compare_link
 from ui.results import (
@@ -56,7 +57,7 @@ compare_link(c5, "atlas", compare, {"compare_source": source, **({"compare_job":
 colour_by = "label"
 if loaded.task == "SequenceClassification":
     colour_by = st.radio("Colour points by", COLOR_BY, horizontal=True, key="atlas_colour", format_func={
-        "label": "the data's label", "prediction": f"{loaded.spec.name}'s own prediction",
+        "label": "the data's label", "prediction": f"{short_name(loaded.spec.name)}'s own prediction",
         "correct": "whether its prediction is right"}.get, help="This checkpoint is a classifier: its own head "
         "can colour the points, to see at which layer its errors separate.")
 try:
@@ -84,13 +85,13 @@ wait_for_run("atlas_request", inputs is not None and st.button(f"Draw the atlas 
              "disk per model and data, so changing the projection or the layers is quick.")
 results = for_each_model("The atlas", "atlas_request", loaded, compare, run)
 
-main = results[loaded.spec.name]
+main = next(iter(results.values()))  # the sidebar's model comes first
 info = main.info
 classes = ", ".join(f"{md_plain(k)} ({v})" for k, v in info["classes"].items())
 if "classifier_correct" in info:
     st.caption("Only the colours follow the classifier: the separability curves below still measure how well "
                "the layers separate the data's labels.")
-    st.caption(f"{loaded.spec.name}'s own head is right on {info['classifier_correct']:,} of "
+    st.caption(f"{short_name(loaded.spec.name)}'s own head is right on {info['classifier_correct']:,} of "
                f"{info['classifier_rows']:,} rows ({info['classifier_correct'] / info['classifier_rows']:.3f}; the "
                f"majority class alone: {max(info['classes'].values()) / info['rows']:.3f}).")
 st.caption(f"{info['rows']:,} rows · classes: {classes} · "

@@ -22,6 +22,7 @@ from analysis.heads.stats import STATISTICS
 from analysis.heads.view import compare_views, head_view
 from jobs import kinds
 from models.loading import ModelLoadError, ModelSpec
+from models.spec import short_name
 from ui.inputs import EXAMPLES, text_inputs
 from ui.jobs import heads_job_form, heads_job_result, heads_jobs, heads_jobs_running
 from ui.navigation import compare_link
@@ -196,7 +197,8 @@ with tab_corpus:
                         f"{opened.info['targets']:,} targets ({opened.info.get('loss', '')}).")
             show_importance(opened, what, headline, "heads_opened")
             st.stop()
-        results, shown_name = {job.config.get("model", "?"): opened}, job.config.get("model", "?")
+        shown_name = short_name(job.config.get("model", "?"))
+        results = {shown_name: opened}
     elif source_kind == SOURCES[1]:
         files = server_files(TREEBANK_SUFFIXES)
         if not files:
@@ -257,7 +259,7 @@ with tab_corpus:
             return shared_result(key, f"Reading the heads of {label}", compute)
 
         results = for_each_model("Reading the heads", "heads_request", loaded, compare, run)
-        shown_name = loaded.spec.name
+        shown_name = next(iter(results))  # the sidebar's model, by its short name
     main = results[shown_name]
     info = main.info
     st.caption(f"Model **{md_plain(shown_name)}** · {info['layers']} layers x {info['heads']} heads · "

@@ -157,15 +157,20 @@ def compared_model(compare: str, base: str) -> tuple[str, str | None, str]:
 def for_each_model(what: str, request_key: str, loaded: LoadedModel, compare: str,
                    compute: Callable[[ModelSpec, str], object]) -> dict:
     """``{label: compute(spec, label)}`` for the sidebar's model and, when ``compare`` names one, a second model
-    (same device and precision), with a Stop button meanwhile. Failures are messages; the page stops when the
-    sidebar's model has no result."""
+    (same device and precision), with a Stop button meanwhile; the sidebar's model first. Labels are short names
+    (:func:`models.spec.short_name`: never the server's absolute path). Failures are messages; the page stops when
+    the sidebar's model has no result."""
+    from models.spec import short_name
+
     stop_slot = stop_button(what, request_key)
     results = {}
+    first = short_name(loaded.spec.name)
     try:
-        results[loaded.spec.name] = compute(loaded.spec, loaded.spec.name)
+        results[first] = compute(loaded.spec, first)
         if compare:
             name, head_from, label = compared_model(compare, loaded.spec.name)
-            if label == loaded.spec.name:  # the model against itself: shown as a second model (every change 0)
+            label = short_name(label)
+            if label == first:  # the model against itself: shown as a second model (every change 0)
                 label = f"{label} (again)"
             results[label] = compute(dataclasses.replace(loaded.spec, name=name, revision=None, head_from=head_from),
                                      label)
@@ -174,7 +179,7 @@ def for_each_model(what: str, request_key: str, loaded: LoadedModel, compare: st
     except Exception as exc:  # never a traceback in the UI
         st.error(f"{what} failed: {type(exc).__name__}: {exc}")
     stop_slot.empty()
-    if loaded.spec.name not in results:
+    if first not in results:
         st.stop()
     return results
 

@@ -6,6 +6,7 @@ import pytest
 from analysis.atlas.atlas import AtlasConfig, atlas
 from analysis.core.inputs import read_file
 from models.loading import ModelSpec, load_model
+from models.spec import short_name
 from tests.integration.test_app import run_page
 from ui.inputs import DEMO_LABELLED
 
@@ -33,7 +34,7 @@ def test_pairs_mean_pooling_and_a_second_model(tiny_dirs):
     at.button(key="atlas_run").click().run()
     assert not at.exception and not at.error
     assert len(at.get("plotly_chart")) == 4  # two grids, one curve, one CKA
-    assert at.radio(key="atlas_cka").options == [str(tiny_dirs["bert"]), str(tiny_dirs["roberta"])]
+    assert at.radio(key="atlas_cka").options == ["bert", "roberta"]  # short names, never the server's path
     expected = atlas(load_model(ModelSpec(str(tiny_dirs["roberta"]), device="cpu")),
                      read_file(DEMO_LABELLED, pair_column="aspect", label_column="label"),
                      AtlasConfig(pooling="mean", layers="all"))
@@ -83,9 +84,10 @@ def test_a_second_model_of_another_depth_keeps_its_own_layers(tiny_dirs, tmp_pat
     """Issue 24.2: comparing with a deeper model (a duplication export) crashed; each grid is titled with its
     own model's layer names, each curve sits at its own indices, and relative depth puts layer i of L at i / L."""
     deeper = deeper_export(tiny_dirs, tmp_path_factory)
-    own = {str(tiny_dirs["bert"]): load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu")).anatomy.layer_names(),
-           str(deeper): load_model(ModelSpec(str(deeper), device="cpu")).anatomy.layer_names()}
-    assert own[str(deeper)][3] == "3 ← 2"
+    own = {short_name(str(tiny_dirs["bert"])): load_model(ModelSpec(str(tiny_dirs["bert"]),
+                                                                   device="cpu")).anatomy.layer_names(),
+           short_name(str(deeper)): load_model(ModelSpec(str(deeper), device="cpu")).anatomy.layer_names()}
+    assert own[short_name(str(deeper))][3] == "3 ← 2"
     at = run_page(PAGE, model=str(tiny_dirs["bert"]))
     at.text_input(key="atlas_layers").set_value("all").run()
     at.text_input(key="atlas_compare").set_value(str(deeper)).run()
@@ -99,8 +101,8 @@ def test_a_second_model_of_another_depth_keeps_its_own_layers(tiny_dirs, tmp_pat
         probe = [t for t in curve["data"] if t.get("legendgroup") == label and t.get("customdata")]
         assert probe and all(t["x"] == list(range(len(names))) for t in probe)
         assert all([c[0] for c in t["customdata"]] == names for t in probe)
-    at.radio(key="atlas_cka").set_value(str(deeper)).run()
-    assert figure(at.get("plotly_chart")[3])["data"][0]["y"] == own[str(deeper)]  # its CKA, its own names
+    at.radio(key="atlas_cka").set_value(short_name(str(deeper))).run()
+    assert figure(at.get("plotly_chart")[3])["data"][0]["y"] == own[short_name(str(deeper))]  # its CKA, its own names
     at.checkbox(key="atlas_relative").check().run()
     assert not at.exception
     curve = figure(at.get("plotly_chart")[2])

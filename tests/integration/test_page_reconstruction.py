@@ -6,6 +6,7 @@ import pandas as pd
 from analysis.core.inputs import TextInputs
 from analysis.probe.reconstruction import ProbeConfig, probe
 from models.loading import ModelSpec, load_model
+from models.spec import short_name
 from tests.integration.test_app import run_page
 
 PAGE = "pages/1_Reconstruction.py"
@@ -59,7 +60,7 @@ def test_compare_overlays_a_second_model(tiny_dirs):
     at.button(key="probe_run").click().run()
     assert not at.exception and not at.error
     assert len(at.dataframe) == 2  # one layers table per model
-    assert at.radio(key="probe_view").options == [str(tiny_dirs["bert"]), str(tiny_dirs["albert"])]
+    assert at.radio(key="probe_view").options == ["bert", "albert"]  # short names, never the server's path
 
 
 def test_bad_second_model_is_a_message(tiny_dirs, tmp_path):
@@ -131,8 +132,9 @@ def test_a_second_model_of_another_depth_is_drawn_at_its_own_layers(tiny_dirs, t
     from tests.integration.test_page_atlas import deeper_export
 
     deeper = deeper_export(tiny_dirs, tmp_path_factory)
-    own = {str(tiny_dirs["bert"]): load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu")).anatomy.layer_names(),
-           str(deeper): load_model(ModelSpec(str(deeper), device="cpu")).anatomy.layer_names()}
+    own = {short_name(str(tiny_dirs["bert"])): load_model(ModelSpec(str(tiny_dirs["bert"]),
+                                                                   device="cpu")).anatomy.layer_names(),
+           short_name(str(deeper)): load_model(ModelSpec(str(deeper), device="cpu")).anatomy.layer_names()}
     at = run_page(PAGE, model=str(tiny_dirs["bert"]))
     at.text_input(key="probe_compare").set_value(str(deeper)).run()
     at.button(key="probe_run").click().run()

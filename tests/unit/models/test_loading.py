@@ -267,3 +267,15 @@ def test_a_cached_hub_model_loads_without_retries_when_the_hub_is_unreachable(tm
     assert said["message"] == "loaded bert"
     assert not [r for r in said["requests"] if "cached-bert" in r], said["requests"]
     assert [r.rstrip("/") for r in said["requests"]].count(f"HEAD {endpoint}") <= 1
+
+
+def test_short_names_never_show_the_servers_path(tmp_path):
+    """Issue 43 (low): legends and captions showed the server's absolute paths."""
+    from models.spec import short_name
+
+    (tmp_path / "sst2-seed3" / "model").mkdir(parents=True)
+    (tmp_path / "my-bert").mkdir()
+    assert short_name(str(tmp_path / "my-bert")) == "my-bert"
+    assert short_name(str(tmp_path / "sst2-seed3" / "model")) == "sst2-seed3/model"  # a generic folder: its parent
+    assert short_name("bert-base-uncased") == "bert-base-uncased" and short_name("org/name") == "org/name"
+    assert short_name("random:demo") == "random:demo" and short_name("/gone/elsewhere") == "elsewhere"
