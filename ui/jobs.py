@@ -329,7 +329,7 @@ def heads_job_form(spec, key: str = "heads_job", relations: str | None = None) -
     st.caption(f"The job runs {LABELS[action]} of **{spec.name}** (the sidebar's model) over the whole file in a "
                "process of its own, and goes on when this page is closed. Its stage shows below and on the "
                "Fine-tuning jobs page (Cancel, log); a cancelled job goes on from where it stopped when the same "
-               "options are submitted again. When it has finished, open it under **Open a finished job**.")
+               "options are submitted again. When it has finished, open it with **A finished job** below.")
     if st.button("Submit as a job", key=f"{key}_submit", disabled=not path):
         source = "treebank" if action == "parse" else "input"
         config = {"kind": "heads", "action": action, "model": spec.name, "revision": spec.revision,
