@@ -116,6 +116,7 @@ def importance(spec, *, texts: Path | None = None, data: Path | None = None, col
     fingerprint, the rows read and every option that changes a number."""
     from analysis.core.activations import max_input_length
     from analysis.heads import importance as imp
+    from analysis.heads.batches import classifier_batches, classifier_labels
     from models.loading import load_as_saved, load_model
 
     if (texts is None) == (data is None):
@@ -145,9 +146,9 @@ def importance(spec, *, texts: Path | None = None, data: Path | None = None, col
     else:
         loaded = load_model(dataclasses.replace(spec, device="cpu"))  # the tokenizer, the limit, the spec's checks
         model, _ = load_as_saved(loaded.spec, loaded.spec.dtype)
-        labels = imp.classifier_labels(model, f"'{loaded.spec.name}'")
+        labels = classifier_labels(model, f"'{loaded.spec.name}'")
         labelled = read_file(path, column, pair_column, limit, label_column=label_column)
-        batches = imp.classifier_batches(loaded.tokenizer, labelled, labels, max_input_length(loaded), batch_size)
+        batches = classifier_batches(loaded.tokenizer, labelled, labels, max_input_length(loaded), batch_size)
         result = imp.head_importance(model, batches, **options, **checkpoint(loaded, labelled, "classifier"))
         loss = LOSSES["classifier"]
     return importance_output(result, loss, model_facts(loaded))

@@ -35,9 +35,10 @@ import pandas as pd
 import torch
 from torch import nn
 
-from analysis.core.activations import check_finite, encode, max_input_length
+from analysis.core.activations import check_finite
 from analysis.core.inputs import InputError, TextInputs
 from analysis.core.vectors import Progress
+from analysis.heads.batches import LossBatch, classifier_batches, mlm_batches
 from analysis.heads.model import head_gates, head_shape
 from analysis.heads.resume import ResumeFile, require
 from analysis.heads.run import Stopped
@@ -46,15 +47,6 @@ from models.loading import LoadedModel
 
 SEEDS = (0, 1, 2)
 log = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass
-class LossBatch:
-    """Model inputs ``(batch, seq)`` and targets: ``(batch, seq)`` token ids with -100 where not scored (MLM) or
-    ``(batch,)`` class ids."""
-
-    inputs: dict
-    labels: torch.Tensor
 
 
 @dataclasses.dataclass
@@ -67,86 +59,6 @@ class ImportanceResult:
     pruning: pd.DataFrame
     layers: pd.DataFrame
     info: dict
-
-
-def _pad(rows: list[list[int]], value: int) -> torch.Tensor:
-    out = torch.full((len(rows), max(map(len, rows))), value, dtype=torch.long)
-    for b, r in enumerate(rows):
-        out[b, :len(r)] = torch.tensor(r)
-    return out
-
-
-def _batched(ids: list[list[int]], types: list[list[int]] | None, pad: int, batch_size: int):
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
-        inputs = {"input_ids": _pad([ids[i] for i in idx], pad),
-                  "attention_mask": _pad([[1] * len(ids[i]) for i in idx], 0)}
-        if types is not None:
-            inputs["token_type_ids"] = _pad([types[i] for i in idx], 0)
-        yield idx, inputs
-
-
-def mlm_batches(loaded: LoadedModel, texts: TextInputs, batch_size: int = 16, mask_prob: float = 0.15,
-                seed: int = 0) -> list[LossBatch]:
-    """``texts`` tokenised (cut at the model's limit), ``mask_prob`` of each text's non-special tokens masked
-    (seeded; at least one per text)."""
-    tokenizer = loaded.tokenizer
-    if tokenizer.mask_token_id is None:
-        raise InputError(f"'{loaded.spec.name}' has no mask token: the MLM loss needs one")
-    if not len(texts):
-        raise InputError("the corpus is empty: no text to read")
-    encoded = encode(tokenizer, texts, max_input_length(loaded))
-    special = set(tokenizer.all_special_ids)
-    rng = np.random.default_rng(seed)
-    ids, labels, kept = [], [], []
-    for r, row in enumerate(encoded.input_ids):
-        candidates = [t for t, i in enumerate(row) if i not in special]
-        if not candidates:
-            continue
-        k = max(1, int(round(mask_prob * len(candidates))))
-        chosen = set(rng.choice(candidates, k, replace=False).tolist())
-        ids.append([tokenizer.mask_token_id if t in chosen else i for t, i in enumerate(row)])
-        labels.append([i if t in chosen else -100 for t, i in enumerate(row)])
-        kept.append(r)
-    if not ids:
-        raise InputError("the corpus is empty: no text has a token to mask")
-    types = encoded.token_type_ids
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    return [LossBatch(inputs, _pad([labels[i] for i in idx], -100))
-            for idx, inputs in _batched(ids, [types[r] for r in kept] if types else None, pad, batch_size)]
-
-
-def classifier_labels(model: nn.Module, name: str = "the classifier") -> dict[str, int]:
-    """A sequence classifier's classes (``config.label2id``); a checkpoint without a classification head or
-    labels is an :class:`InputError`."""
-    config = model.config
-    architectures = getattr(config, "architectures", None) or []
-    label2id = getattr(config, "label2id", None) or {}
-    if not any(a.endswith("ForSequenceClassification") for a in architectures) and not hasattr(model, "classifier"):
-        raise InputError(f"{name} has no sequence-classification head: its loss needs one (a fine-tuned "
-                         "classifier), or give texts for the MLM loss instead")
-    if not label2id:
-        raise InputError(f"{name} has no labels (config.label2id is empty): cannot score a labelled set")
-    return {str(k): int(v) for k, v in label2id.items()}
-
-
-def classifier_batches(tokenizer, data: TextInputs, label2id: dict[str, int], max_length: int,
-                       batch_size: int = 16, truncation: str = "head") -> list[LossBatch]:
-    """A labelled set tokenised (pairs kept, cut at ``max_length``) with its class ids; a label the classifier
-    does not have is an :class:`InputError`."""
-    if not len(data):
-        raise InputError("the labelled set is empty")
-    if data.labels is None:
-        raise InputError("the data has no labels: head importance for a classifier needs a labelled set")
-    unknown = sorted(set(data.labels) - set(label2id))
-    if unknown:
-        raise InputError(f"labels {', '.join(unknown[:5])} are not among the classifier's labels "
-                         f"({', '.join(label2id)})")
-    encoded = encode(tokenizer, data, max_length, truncation)  # as the classifier was trained
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    return [LossBatch(inputs, torch.tensor([label2id[data.labels[i]] for i in idx]))
-            for idx, inputs in _batched(encoded.input_ids, encoded.token_type_ids, pad, batch_size)]
 
 
 def _logits(model: nn.Module, batch: LossBatch) -> torch.Tensor:
@@ -240,24 +152,39 @@ def refuse_nonfinite(encoder: nn.Module, batch: LossBatch) -> None:
                      f"{str(next(encoder.parameters()).dtype).removeprefix('torch.')}): load the model in float32")
 
 
-def importance_intervals(per_example: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(importance, low, high)`` per head from ``(examples, layers, heads)`` gradients: Eq. 2's mean of the
-    absolute values and its 95% Student t interval over the examples (NaN bounds under two examples). The
-    examples are drawn independently and so are their masks (one seeded draw per text), so the interval covers
-    the variation of both the texts and the masking."""
-    values = np.abs(per_example)
-    return t_interval(values.sum(0), (values * values).sum(0), np.full(values.shape[1:], len(values)))
+@dataclasses.dataclass
+class GateSums:
+    """What Eq. 2 and its intervals need from the per-example gradients, of a size that does not grow with the
+    examples (a resume file rewritten after every pass stays small): per head the sum of ``|g|``, of ``g^2``, and of
+    ``|g|`` over the even and the odd examples, ``(4, layers, heads)``; the examples counted; and the first batch's
+    per-example gradients, recomputed to check a resume file (:class:`Scores`)."""
 
+    sums: np.ndarray
+    examples: int
+    first: np.ndarray
 
-def split_half_spearman(per_example: np.ndarray) -> float:
-    """The Spearman correlation between the head rankings (normalised importance) of the even and the odd
-    examples: how stable the ranking is on this many examples (NaN under four examples)."""
-    from scipy.stats import spearmanr
+    @classmethod
+    def of(cls, per_example: np.ndarray, first: int) -> GateSums:
+        """From ``(examples, layers, heads)`` gradients, the first ``first`` of them the first batch's."""
+        a = np.abs(per_example)
+        sums = np.stack([a.sum(0), (per_example * per_example).sum(0), a[0::2].sum(0), a[1::2].sum(0)])
+        return cls(sums, len(per_example), per_example[:first].copy())
 
-    if len(per_example) < 4:
-        return float("nan")
-    halves = [normalise(np.abs(per_example[start::2]).mean(0)).ravel() for start in (0, 1)]
-    return float(spearmanr(*halves).statistic)
+    def intervals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(importance, low, high)`` per head: Eq. 2's mean of the absolute values and its 95% Student t interval
+        over the examples (NaN bounds under two examples). The examples are drawn independently and so are their
+        masks (one seeded draw per text), so the interval covers the variation of both the texts and the
+        masking."""
+        return t_interval(self.sums[0], self.sums[1], np.full(self.sums.shape[1:], self.examples))
+
+    def split_half_spearman(self) -> float:
+        """The Spearman correlation between the head rankings (normalised importance) of the even and the odd
+        examples: how stable the ranking is on this many examples (NaN under four examples)."""
+        from scipy.stats import spearmanr
+
+        if self.examples < 4:
+            return float("nan")
+        return float(spearmanr(normalise(self.sums[2]).ravel(), normalise(self.sums[3]).ravel()).statistic)
 
 
 @torch.no_grad()
@@ -290,47 +217,59 @@ def normalise(importance: np.ndarray) -> np.ndarray:
 
 
 class Scores(ResumeFile):
-    """What an importance run has computed (the per-example gate gradients; each scored set of masked heads and its
-    accuracy), kept in a JSON file (``path``, None: in memory only) rewritten whole after each of them, so that the
-    same run started again after a stop or a cancel goes on from there. JSON writes a float's shortest repr, which
-    reads back as the same float: a resumed run gives the numbers of a run never stopped.
+    """What an importance run has computed (the gate gradients' sums, :class:`GateSums`; each scored set of masked
+    heads and its accuracy), kept in a JSON file (``path``, None: in memory only) rewritten whole after each of
+    them, so that the same run started again after a stop or a cancel goes on from there. JSON writes a float's
+    shortest repr, which reads back as the same float: a resumed run gives the numbers of a run never stopped.
 
-    :meth:`load` checks what it reads (:mod:`analysis.heads.resume`): the size before reading, the gradients'
-    shape, finiteness and the first batch's values recomputed, each set's heads and its accuracy a fraction of
-    the scored targets in [0, 1]."""
+    :meth:`load` checks what it reads (:mod:`analysis.heads.resume`): the size before reading; the sums' shape,
+    finiteness and signs, the examples counted, the first batch's gradients recomputed and equal, the sums
+    consistent with each other (Cauchy-Schwarz: ``(sum |g|)^2 <= n sum g^2``, the halves adding up); each set's
+    heads, and its accuracy a count of the scored targets in [0, 1]."""
 
     def __init__(self, path: Path | None):
         super().__init__(path)
-        self.gradient, self.measured, self.resumed = None, {}, 0
+        self.gradient: GateSums | None = None
+        self.measured, self.resumed = {}, 0
 
-    def load(self, shape: tuple[int, int, int], targets: int, sets: int,
+    def load(self, shape: tuple[int, int, int], first_examples: int, targets: int, sets: int,
              first: Callable[[], np.ndarray]) -> None:
-        """Read the file of a run of ``shape`` (examples, layers, heads) gradients, ``targets`` scored targets and
-        at most ``sets`` sets of masked heads; ``first()``: the first batch's gradients, computed afresh."""
-        n_heads = shape[1] * shape[2]
-        max_bytes = (1 << 16) + 32 * int(np.prod(shape)) + sets * (8 * n_heads + 40)
+        """Read the file of a run of ``shape`` (examples, layers, heads), ``first_examples`` in its first batch,
+        ``targets`` scored targets and at most ``sets`` sets of masked heads; ``first()``: the first batch's
+        gradients, computed afresh."""
+        examples, layers, heads = shape
+        n_heads = layers * heads
+        max_bytes = (1 << 16) + 32 * (4 + first_examples) * n_heads + sets * (8 * n_heads + 40)
 
-        def parse(f) -> tuple[np.ndarray | None, dict]:
+        def parse(f) -> tuple[GateSums | None, dict]:
             saved = json.loads(f.read())
             require(isinstance(saved, dict) and set(saved) == {"gradient", "measured"}, "not a scores file")
             gradient = None
             if saved["gradient"] is not None:
-                gradient = np.array(saved["gradient"], dtype=np.float64)
-                require(gradient.shape == shape, f"gradients of shape {gradient.shape}, the run's are {shape}")
-                require(bool(np.isfinite(gradient).all()), "gradients not finite")
-                fresh = first()
-                require(np.allclose(gradient[:len(fresh)], fresh, rtol=1e-5, atol=1e-9),
+                g = saved["gradient"]
+                require(isinstance(g, dict) and set(g) == {"sums", "examples", "first"}, "not gradient sums")
+                sums, stored = np.array(g["sums"], dtype=np.float64), np.array(g["first"], dtype=np.float64)
+                require(sums.shape == (4, layers, heads) and stored.shape == (first_examples, layers, heads),
+                        f"sums of shape {sums.shape}, first batch {stored.shape}: not the run's")
+                require(g["examples"] == examples, f"{g['examples']} examples, the run has {examples}")
+                require(bool(np.isfinite(sums).all() and np.isfinite(stored).all() and (sums >= 0).all()),
+                        "sums not finite or negative")
+                require(bool((sums[0] ** 2 <= examples * sums[1] * (1 + 1e-9) + 1e-300).all())
+                        and np.allclose(sums[2] + sums[3], sums[0], rtol=1e-9, atol=1e-300),
+                        "sums inconsistent with each other")
+                require(np.allclose(stored, first(), rtol=1e-5, atol=1e-9),
                         "gradients differ from the first batch's recomputed")
+                gradient = GateSums(sums, examples, stored)
             measured = {}
             require(isinstance(saved["measured"], list) and len(saved["measured"]) <= sets, "too many sets")
-            for heads, accuracy in saved["measured"]:
-                require(all(isinstance(h, int) and 0 <= h < n_heads for h in heads) and len(set(heads)) == len(heads),
-                        "heads out of range")
+            for chosen, accuracy in saved["measured"]:
+                require(all(isinstance(h, int) and 0 <= h < n_heads for h in chosen)
+                        and len(set(chosen)) == len(chosen), "heads out of range")
                 accuracy = float(accuracy)
                 correct = accuracy * targets
                 require(0 <= accuracy <= 1 and abs(correct - round(correct)) < 1e-6,
                         f"accuracy {accuracy} is not a count of {targets} targets")
-                measured[frozenset(heads)] = accuracy
+                measured[frozenset(chosen)] = accuracy
             return gradient, measured
 
         read = self.read(parse, max_bytes)
@@ -341,7 +280,9 @@ class Scores(ResumeFile):
     def save(self) -> None:
         if self.path is None:  # in memory only: nothing to serialise
             return
-        state = {"gradient": None if self.gradient is None else self.gradient.tolist(),
+        g = self.gradient
+        state = {"gradient": None if g is None else {"sums": g.sums.tolist(), "examples": g.examples,
+                                                     "first": g.first.tolist()},
                  "measured": [[sorted(k), v] for k, v in self.measured.items()]}
         self.write(lambda tmp: tmp.write_text(json.dumps(state)))
 
@@ -363,17 +304,18 @@ def head_importance(model: nn.Module, batches: Sequence[LossBatch], *, encoder: 
     scores = Scores(checkpoint)
     targets = int(sum(int((b.labels != -100).sum()) for b in batches))
     examples = sum(int(example_losses_scored(b).sum()) for b in batches)
-    scores.load((examples, layers, heads), targets, (1 + len(seeds)) * len(counts) + n_heads,
-                lambda: example_gradients(model, batches[:1], encoder))
+    scores.load((examples, layers, heads), int(example_losses_scored(batches[0]).sum()), targets,
+                (1 + len(seeds)) * len(counts) + n_heads, lambda: example_gradients(model, batches[:1], encoder))
 
     def check():
         if should_stop is not None and should_stop():
             raise Stopped("stopped")
 
     if scores.gradient is None:
-        scores.gradient = example_gradients(model, batches, encoder, progress)
+        scores.gradient = GateSums.of(example_gradients(model, batches, encoder, progress),
+                                      int(example_losses_scored(batches[0]).sum()))
         scores.save()
-    raw, low, high = importance_intervals(scores.gradient)
+    raw, low, high = scores.gradient.intervals()
     normed = normalise(raw)
     order = np.argsort(normed.ravel(), kind="stable")  # least important first
     orders = [("importance", None, order)] + [("random", s, np.random.default_rng(s).permutation(n_heads))
@@ -428,7 +370,7 @@ def head_importance(model: nn.Module, batches: Sequence[LossBatch], *, encoder: 
     info = {"layers": layers, "heads": heads, "targets": targets,
             **({"resumed_after": scores.resumed} if scores.resumed else {}),
             "base_accuracy": base, "drop": drop, "seeds": list(seeds), "steps": steps,
-            "examples": int(len(scores.gradient)), "split_half_spearman": split_half_spearman(scores.gradient),
+            "examples": scores.gradient.examples, "split_half_spearman": scores.gradient.split_half_spearman(),
             "importance": "Michel et al. 2019 Eq. 2: I_h = E_x |dL(x)/dxi_h|, the absolute value per example x (a "
                           "text; L(x) its mean loss over its masked tokens, or its classification loss), "
                           "normalised per layer by the l2 norm (§4.1); importance_low/high: 95% Student t "

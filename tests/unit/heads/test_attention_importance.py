@@ -12,15 +12,13 @@ import torch
 from transformers import AutoModelForMaskedLM, BertConfig, BertForSequenceClassification
 
 from analysis.core.inputs import InputError, TextInputs
+from analysis.heads.batches import classifier_batches, classifier_labels, mlm_batches
 from analysis.heads.importance import (
     ScoredLogits,
-    classifier_batches,
-    classifier_labels,
     example_gradients,
     example_losses,
     head_importance,
     mean_loss,
-    mlm_batches,
     mlm_importance,
 )
 from analysis.heads.model import check_head, head_gates, head_shape

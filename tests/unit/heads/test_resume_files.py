@@ -141,20 +141,30 @@ def test_damaged_importance_scores_are_removed_and_the_run_starts_afresh(tiny_di
     with pytest.raises(KeyboardInterrupt):
         mlm_importance(loaded, TEXTS, steps=4, progress=cancel, checkpoint=path)
     good = json.loads(path.read_text())
-    gradient = np.array(good["gradient"])
+    sums, first = np.array(good["gradient"]["sums"]), np.array(good["gradient"]["first"])
 
     def with_(**change):
         return json.dumps({**good, **change})
 
+    def gradient(**change):
+        return with_(gradient={**good["gradient"], **change})
+
+    nan = sums.copy()
+    nan[0, 0, 0] = np.nan
+    one_sum = sums.copy()
+    one_sum[0] *= 1e6
     cases = {
-        "NaN gradient": with_(gradient=np.full_like(gradient, 0).tolist()).replace("0.0", "NaN", 1),
+        "NaN gradient": gradient(sums=nan.tolist()).replace("NaN", "NaN"),
         "accuracy 7.0": with_(measured=[[k, 7.0] for k, _ in good["measured"]]),
         "accuracy between counts": with_(measured=[[k, v + 1e-3] for k, v in good["measured"]]),
-        "gradient x 1e6": with_(gradient=(gradient * 1e6).tolist()),
-        "gradient transposed": with_(gradient=np.swapaxes(gradient, 1, 2).tolist()),
+        "gradient x 1e6": gradient(sums=(sums * 1e6).tolist(), first=(first * 1e6).tolist()),
+        "one sum x 1e6": gradient(sums=one_sum.tolist()),
+        "gradient transposed": gradient(sums=np.swapaxes(sums, 1, 2).tolist()),
+        "examples claimed": gradient(examples=good["gradient"]["examples"] + 1),
+        "negative sums": gradient(sums=(-sums).tolist()),
         "heads out of range": with_(measured=[[[10_000], 0.5]]),
         "not an object": "[1, 2, 3]",
-        "cut": path.read_text()[:40] if path.exists() else "{",
+        "cut": path.read_text()[:40],
         "oversized": json.dumps({**good, "padding": "x" * 5_000_000}),
     }
     for name, text in cases.items():
