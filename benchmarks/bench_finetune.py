@@ -28,7 +28,17 @@ from models.loading import ModelSpec, load_encoder
 DATA = Path(os.environ.get("LAYERLENS_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 
-def trainer_seconds(source: str, inputs, labels, args, device: str, group_by_length: bool = False) -> float:
+def fresh_accelerate() -> None:
+    """Forget accelerate's process-wide state between runs: the Trainer initialises it with its own mixed
+    precision, and the engine's Accelerator then refused another ("AcceleratorState has already been initialized",
+    issue 44: the benchmark crashed on CUDA)."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+
+
+def trainer_seconds(spec: ModelSpec, inputs, labels, args, device: str, group_by_length: bool = False) -> float:
     from transformers import (
         AutoModelForSequenceClassification,
         AutoTokenizer,
@@ -37,8 +47,18 @@ def trainer_seconds(source: str, inputs, labels, args, device: str, group_by_len
         TrainingArguments,
     )
 
+    fresh_accelerate()
+    source = spec.source
     tok = AutoTokenizer.from_pretrained(source)
-    model = AutoModelForSequenceClassification.from_pretrained(source, num_labels=len(labels))
+    if spec.random_init:  # random:NAME: NAME's architecture with seeded random weights, as the engine reads it
+        from transformers import AutoConfig
+
+        from models.loading import random_model
+
+        config = AutoConfig.from_pretrained(source, num_labels=len(labels))
+        model = random_model(AutoModelForSequenceClassification, config, torch.float32)
+    else:
+        model = AutoModelForSequenceClassification.from_pretrained(source, num_labels=len(labels))
     enc = tok(list(inputs.texts), truncation=True, max_length=args.max_length)
     rows = [{"input_ids": ids, "attention_mask": m, "labels": labels[y]}
             for ids, m, y in zip(enc["input_ids"], enc["attention_mask"], inputs.labels, strict=True)]
@@ -55,8 +75,9 @@ def trainer_seconds(source: str, inputs, labels, args, device: str, group_by_len
         return time.perf_counter() - start
 
 
-def engine_seconds(source: str, inputs, labels, args, device: str) -> float:
-    encoder, tok = load_encoder(ModelSpec(source, device=device))
+def engine_seconds(spec: ModelSpec, inputs, labels, args, device: str) -> float:
+    fresh_accelerate()
+    encoder, tok = load_encoder(spec)  # the spec itself: random:NAME keeps its random weights
     data = prepare(tok, inputs, labels, args.max_length, "head")
     tiny_val = data.subset(range(8))
     model = Classifier(encoder, "cls", len(labels)).to(device)
@@ -83,9 +104,9 @@ def main() -> None:
           f"max length {args.max_length}, 1 epoch")
     runs = {"engine": [], "trainer": [], "trainer group_by_length": []}
     for _ in range(args.repeats):  # alternate, so drifts in machine speed hit all three
-        runs["engine"].append(engine_seconds(spec.source, inputs, labels, args, spec.device))
-        runs["trainer"].append(trainer_seconds(spec.source, inputs, labels, args, spec.device))
-        runs["trainer group_by_length"].append(trainer_seconds(spec.source, inputs, labels, args, spec.device, True))
+        runs["engine"].append(engine_seconds(spec, inputs, labels, args, spec.device))
+        runs["trainer"].append(trainer_seconds(spec, inputs, labels, args, spec.device))
+        runs["trainer group_by_length"].append(trainer_seconds(spec, inputs, labels, args, spec.device, True))
     median = {k: float(np.median(v)) for k, v in runs.items()}
     print("runs (s): " + "; ".join(f"{k} {', '.join(f'{t:.2f}' for t in v)}" for k, v in runs.items()))
     n = len(inputs)
