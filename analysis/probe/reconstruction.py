@@ -142,21 +142,22 @@ def score_rows(head: Callable, stacked: torch.Tensor, targets: torch.Tensor, top
 
 
 def mask_groups(counted: torch.Tensor, text_ids: list[int], fraction: float, seed: int) -> torch.Tensor:
-    """``(batch, seq)`` long: the masking group of each counted position (-1 elsewhere).
+    """``(batch, seq)`` long, on the host: the masking group of each counted position (-1 elsewhere).
 
     A text with n counted positions gets ``ceil(n / m)`` groups of ``m = max(1, round(fraction * n))``
     positions, drawn by a permutation seeded with ``(seed, text_id)``, so results do not depend on batching.
     """
+    counted = counted.cpu()  # one copy from the device; the groups are drawn on the host
     groups = torch.full(counted.shape, -1, dtype=torch.long)
     for row, text_id in enumerate(text_ids):
-        positions = counted[row].nonzero()[:, 0].cpu()
+        positions = counted[row].nonzero()[:, 0]
         n = len(positions)
         if n == 0:
             continue
         m = max(1, round(fraction * n))
         order = torch.from_numpy(np.random.default_rng([seed, text_id]).permutation(n))
         groups[row, positions[order]] = torch.arange(n) // m
-    return groups.to(counted.device)
+    return groups
 
 
 # --- the probe --------------------------------------------------------------------------------------------
@@ -219,29 +220,32 @@ def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig | None = 
     def run(idx: list[int]) -> dict:
         batch = make_batch(encoded, idx, tokenizer.pad_token_id, loaded.spec.device)
         counted = counted_mask(batch, special_ids, config.include_special)
+        # each pass's scored positions, (n, 2) row and position in row-major order, found on the host with one copy
+        # from the device per batch; the states and targets are then gathered by these indices (a boolean mask
+        # per hidden state was a host sync each, issue 44)
         if config.mode == "unmasked":
-            passes = [(None, counted)]
+            passes = [(None, counted.nonzero().cpu())]
         else:
             groups = mask_groups(counted, batch.indices, config.mask_fraction, config.seed)
-            passes = []
-            for g in range(int(groups.max().item()) + 1):
-                selected = groups == g
-                ids = batch.input_ids.masked_fill(selected, tokenizer.mask_token_id)
-                passes.append((ids, selected))
+            passes = [(True, (groups == g).nonzero()) for g in range(int(groups.max()) + 1)]
         per_pass = []
-        for ids, selected in passes:
-            with torch.inference_mode():
-                states = hidden_states(loaded, batch, ids, config.half)
-            where = selected.nonzero()  # (n, 2): row, position, in row-major order
+        for masked, where in passes:
             if len(where) == 0:
                 continue
-            stacked = torch.stack([s[selected] for s in states])  # (L + 1, n, hidden)
+            rows_at, positions_at = (w.to(batch.input_ids.device, non_blocking=True) for w in where.unbind(1))
+            ids = None
+            if masked:
+                ids = batch.input_ids.index_put((rows_at, positions_at), torch.tensor(tokenizer.mask_token_id,
+                                                                                     device=rows_at.device))
+            with torch.inference_mode():
+                states = hidden_states(loaded, batch, ids, config.half)
+            stacked = torch.stack([s[rows_at, positions_at] for s in states])  # (L + 1, n, hidden)
             if lens is not None:
                 stacked = lens.translate(stacked, labels)
-            targets = batch.input_ids[selected]
+            targets = batch.input_ids[rows_at, positions_at]
             scores, apart = score_rows(anatomy.head, stacked, targets, config.top_k, rows_per_chunk, divergence,
                                        certified)
-            per_pass.append((where.cpu(), targets.cpu(), scores, apart))
+            per_pass.append((where, targets.cpu(), scores, apart))
         return summarise(batch.indices, per_pass, n_states)
 
     def record(part: dict) -> None:
