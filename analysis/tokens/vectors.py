@@ -240,13 +240,6 @@ def _finish(tv: TokenVectors) -> TokenVectors:
     return tv
 
 
-def _not_finite(layers: list[int], bad: list[int], texts: int) -> InputError:
-    counts = "; ".join(f"hidden state {layer}: {n:,}" for layer, n in zip(layers, bad, strict=True) if n)
-    return InputError(f"the model's hidden states are not finite ({counts} NaN or infinite values in the first "
-                      f"batch where they appear, {texts} text(s)); nothing is extracted from a model whose own "
-                      "output is not finite: check its weights, or load it in float32")
-
-
 def extract(loaded, corpus: TokenCorpus, layers: list[int] | None = None, batch_size: int = 32,
             shard_rows: int | None = None, progress: Progress | None = None, store: ArrayStore | None = None,
             ranks: Ranks = ONE, after_shard: Callable[[int], None] | None = None,
@@ -254,7 +247,8 @@ def extract(loaded, corpus: TokenCorpus, layers: list[int] | None = None, batch_
     """Every counted token's vector of ``corpus`` at hidden states ``layers`` (default all), written to (or found
     in) the cache; the shards already there (and whole) are kept. Returns the extraction (None in a helper
     process). A shard where a hidden state exceeds float16's range is computed again and stored in float32; NaN
-    or infinite values in the model's output are an :class:`InputError` naming the hidden states and counts.
+    or infinite values in the model's output are an :class:`InputError` naming the first hidden state that holds
+    them and their count (the core's one check, :func:`analysis.core.activations.check_finite`).
 
     Hooks (main process; none changes a number): ``progress("token vectors", tokens done, tokens)`` after every
     batch, ``before_shard(shard, the shards this run computes, all shards)`` before a shard is computed and
@@ -298,27 +292,25 @@ def extract(loaded, corpus: TokenCorpus, layers: list[int] | None = None, batch_
 
     @torch.inference_mode()
     def run(idx: list[int]):
-        """``(texts, counted tokens per text, (layers, counted, hidden) vectors or None, non-finite counts per
-        layer)``: float16, each layer's counted rows taken and halved before they are stacked (stacking the float32
-        (layers, batch, seq, hidden) first held ~0.3 GB more at bert-base, batch 64); float32 when a value would
-        overflow float16; None when a value is NaN or infinite already."""
+        """``(texts, counted tokens per text, (layers, counted, hidden) vectors)``: float16, each layer's counted
+        rows taken and halved before they are stacked (stacking the float32 (layers, batch, seq, hidden) first held
+        ~0.3 GB more at bert-base, batch 64); float32 when a value would overflow float16. States that are not
+        finite never reach here: the core's one check (:func:`analysis.core.activations.check_finite`) refuses
+        them in ``hidden_states``, naming the state and the count."""
         batch = act.make_batch(corpus.encoded, idx, pad, loaded.spec.device)
         states = act.hidden_states(loaded, batch)
         mask = act.counted_mask(batch, special, include_special=False)
-        halves, bad, wide = [], [], False
+        halves, wide = [], False
         for i in pick.tolist():
             x = states[i][mask]
             halves.append(x.to(torch.float16))
             lo, hi = torch.aminmax(x) if x.numel() else (torch.zeros(()), torch.zeros(()))
-            peak = float(torch.maximum(-lo, hi))  # one pass finds NaN (it propagates), inf and overflow
-            bad.append(0 if np.isfinite(peak) else int((~torch.isfinite(x)).sum()))
+            peak = float(torch.maximum(-lo, hi))
             wide = wide or (peak > FLOAT16_MAX and bool(torch.isinf(halves[-1]).any()))
         counts = mask.sum(1).cpu().numpy()
-        if any(bad):
-            return idx, counts, None, bad
         if wide:
             halves = [states[i][mask].float() for i in pick.tolist()]
-        return idx, counts, torch.stack(halves).cpu().numpy(), bad
+        return idx, counts, torch.stack(halves).cpu().numpy()
 
     done_rows = sum(int(corpus.counts[a:b].sum()) for i, (a, b) in enumerate(plan) if i not in todo)
     for i in todo:
@@ -347,9 +339,7 @@ def extract(loaded, corpus: TokenCorpus, layers: list[int] | None = None, batch_
             out = open_npy(tmp, dtype, shape)
             wider = False
             for step in run_plan(batches, run, ranks):
-                for part, counts, vectors, bad in step:
-                    if vectors is None:
-                        raise _not_finite(layers, bad, len(part))
+                for part, counts, vectors in step:
                     if vectors.dtype.itemsize > out.dtype.itemsize:
                         if ranks.count == 1:
                             raise _Wider
