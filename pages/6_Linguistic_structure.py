@@ -18,7 +18,7 @@ from analysis.structure.plots import sentence_trees, task_curves, upos_across_la
 from analysis.structure.run import run_structure
 from models.loading import ModelLoadError
 from ui.inputs import labelled_inputs, uploads_panel
-from ui.jobs import finished_structure_jobs, structure_job_form, structure_jobs_running, unfinished_structure_jobs
+from ui.jobs import finished_structure_jobs, jobs_running, structure_job_form, unfinished_structure_jobs
 from ui.navigation import prefill
 from ui.results import chart, compared_model, md_plain, result_key, shared_result, stop_button, wait_for_run
 from ui.sidebar import model_cache, start_page
@@ -92,7 +92,7 @@ def show(result, about: str, key: str = "structure", sample_note: bool = False, 
 
 MODES = ["Run the probes", "Open a finished job"]
 if st.radio("Results", MODES, horizontal=True, key="structure_mode", label_visibility="collapsed") == MODES[1]:
-    running = structure_jobs_running()
+    running = jobs_running("structure")
     ended = unfinished_structure_jobs()
     if ended:
         with st.expander(f"Jobs that did not finish ({len(ended)})"):

@@ -24,7 +24,7 @@ from jobs import kinds
 from models.loading import ModelLoadError, ModelSpec
 from models.spec import short_name
 from ui.inputs import EXAMPLES, text_inputs
-from ui.jobs import heads_job_form, heads_job_result, heads_jobs, heads_jobs_running
+from ui.jobs import heads_job_form, heads_job_result, heads_jobs, jobs_running
 from ui.navigation import compare_link
 from ui.results import (
     COMPARE_HELP,
@@ -174,7 +174,7 @@ with tab_corpus:
     with st.expander(f"Run as a job: a whole file, in a process of its own (over {cap:,} sentences, or head "
                      "importance on many)", expanded=False):
         heads_job_form(loaded.spec)
-    heads_jobs_running()
+    jobs_running("heads")
     source_kind = st.radio("Corpus", SOURCES, horizontal=True, key="heads_corpus", label_visibility="collapsed")
     treebank_path, limit, inputs, job = None, None, None, None
     parse_options = (None, "clark", "sum", MIN_COUNT)

@@ -125,6 +125,24 @@ def lens_job_form(model: str) -> None:
             st.error(f"Not queued: {exc}")
 
 
+SLURM_FIELDS = ("slurm_partition", "slurm_time", "slurm_gpus")
+
+
+def placement_inputs(backend_column, slurm_columns, key: str) -> dict:
+    """Where a job from a page runs: the backend, and for Slurm its partition, time and GPUs (in
+    ``slurm_columns``: three containers, or a callable that makes them only when Slurm is chosen), as the
+    fine-tuning schema defines them. Returns the job options they give."""
+    from analysis.training.options import FinetuneOptions
+    from ui.options import option_input
+
+    backend = option_input(backend_column, "backend", key, options_schema=FinetuneOptions)
+    if backend != "slurm":
+        return {"backend": backend}
+    columns = slurm_columns() if callable(slurm_columns) else slurm_columns
+    return {"backend": backend, **{name: option_input(col, name, key, options_schema=FinetuneOptions)
+                                   for col, name in zip(columns, SLURM_FIELDS, strict=True)}}
+
+
 def structure_job_form(spec, train, test, options, label_data=None) -> None:
     """Queue the Linguistic structure page's analysis (the chosen treebanks and ``options``, the sidebar's
     model and precision) as a ``structure`` job: where it runs (this machine's worker or Slurm), Submit. Its
@@ -135,22 +153,16 @@ def structure_job_form(spec, train, test, options, label_data=None) -> None:
     import streamlit as st
 
     from analysis.core.inputs import InputError
-    from analysis.training.options import FinetuneOptions
     from jobs.submit import SubmitError, submit
-    from ui.options import option_input
 
     c1, c2, c3, c4 = st.columns([1.2, 1, 1, 1])
-    backend = option_input(c1, "backend", "structure_job", options_schema=FinetuneOptions)
-    slurm = {}
-    if backend == "slurm":
-        slurm = {name: option_input(col, name, "structure_job", options_schema=FinetuneOptions)
-                 for col, name in zip((c2, c3, c4), ("slurm_partition", "slurm_time", "slurm_gpus"), strict=True)}
+    placement = placement_inputs(c1, (c2, c3, c4), "structure_job")
     st.caption(f"The job runs **{spec.name}** (the sidebar's model) with the treebanks and options above, in a "
                "process of its own: on the job machine's GPU when it has one (local), or as a Slurm job. It goes on "
                "when this page is closed; its word vectors are cached for later runs of the same model and files.")
     if st.button("Submit as a job", key="structure_submit"):
         config = {"kind": "structure", "model": spec.name, "revision": spec.revision, "dtype": spec.dtype,
-                  "train": str(train), "test": str(test), **options.to_dict(), "backend": backend, **slurm}
+                  "train": str(train), "test": str(test), **options.to_dict(), **placement}
         try:
             config.update(label_data() if label_data else {})
             job_id = submit(config, start_worker=not os.environ.get("LAYERLENS_JOBS_NO_WORKER"), browser=True)
@@ -199,26 +211,28 @@ def unfinished_structure_jobs() -> list:
     return [j for j in _structure_jobs() if j.status in ("failed", "cancelled")]
 
 
-def structure_jobs_running() -> bool:
-    """The queued and running ``structure`` jobs with their stage, refreshed every 3 s; the page reruns when
-    one of them finishes (so it is offered). Whether there are any."""
+def jobs_running(kind: str, store=None) -> bool:
+    """The queued and running jobs of ``kind`` with their stage (``cancelling…`` after a Cancel), refreshed every
+    3 s; the page reruns when one of them finishes (so that it is offered). Whether there are any."""
     import streamlit as st
 
     from jobs import kinds
 
+    state = f"{kind}_active"
+
     @st.fragment(run_every=3)
     def live() -> None:
-        active = [j for j in _structure_jobs() if j.status in ("queued", "running")]
+        active = [j for j in _jobs_of(kind, store) if j.status in ("queued", "running")]
         ids = tuple(j.id for j in active)
-        if st.session_state.setdefault("structure_active", ids) != ids:  # one finished (or started): redraw all
-            st.session_state["structure_active"] = ids
+        if st.session_state.setdefault(state, ids) != ids:  # one finished (or started): redraw all
+            st.session_state[state] = ids
             st.rerun(scope="app")
         for j in active:
-            st.caption(f"#{j.id} {j.name}: **{kinds.stage(j) if j.status == 'running' else 'queued'}** "
-                       "(Cancel and log on the Fine-tuning jobs page)")
+            st.caption(f"#{j.id} {j.name}: **{(kinds.stage(j) or 'starting') if j.status == 'running' else 'queued'}"
+                       "** (Cancel and log on the Fine-tuning jobs page)")
 
     live()
-    return bool(st.session_state.get("structure_active"))
+    return bool(st.session_state.get(state))
 
 
 def tokens_job_form(spec, corpus, text_column: str = "text", label_column: str | None = None,
@@ -233,18 +247,13 @@ def tokens_job_form(spec, corpus, text_column: str = "text", label_column: str |
     import streamlit as st
 
     from analysis.tokens.options import TokensJobOptions
-    from analysis.training.options import FinetuneOptions
     from jobs.submit import SubmitError, submit
     from ui.options import option_input
 
     c1, c2, c3 = st.columns(3)
     index = option_input(c1, "index", key, options_schema=TokensJobOptions)
     batch_size = option_input(c2, "batch_size", key, options_schema=TokensJobOptions)
-    backend = option_input(c3, "backend", key, options_schema=FinetuneOptions)
-    slurm = {}
-    if backend == "slurm":
-        slurm = {name: option_input(col, name, key, options_schema=FinetuneOptions)
-                 for col, name in zip(st.columns(3), ("slurm_partition", "slurm_time", "slurm_gpus"), strict=True)}
+    placement = placement_inputs(c3, lambda: st.columns(3), key)
     st.caption(f"The job extracts every token's vector of the corpus at hidden states **{layers}** with "
                f"**{spec.name}** (the sidebar's model) into the cache, shard by shard, then builds each layer's "
                "neighbour index (unless the index is none). It runs in a process of its own and goes on when this "
@@ -253,7 +262,7 @@ def tokens_job_form(spec, corpus, text_column: str = "text", label_column: str |
     if st.button("Extract as a job", key=f"{key}_submit", disabled=not corpus):
         config = {"kind": "tokens", "model": spec.name, "revision": spec.revision, "dtype": spec.dtype,
                   "corpus": str(corpus), "text_column": text_column, "label_column": label_column, "limit": limit,
-                  "layers": layers, "index": index, "batch_size": batch_size, "backend": backend, **slurm}
+                  "layers": layers, "index": index, "batch_size": batch_size, **placement}
         try:
             job_id = submit(config, start_worker=not os.environ.get("LAYERLENS_JOBS_NO_WORKER"), browser=True)
         except SubmitError as exc:
@@ -296,7 +305,7 @@ HEADS_FORM = {"stats": ["batch_size", "clusters", "cluster_tokens", "seed"],  # 
               "importance": ["batch_size", "steps", "random_orders", "mask_prob", "drop", "seed"]}
 
 
-def heads_job_form(spec, key: str = "heads_job", relations: str | None = None) -> int | None:
+def heads_job_form(spec, key: str = "heads_job") -> int | None:
     """Queue a ``heads`` job (the Attention heads page's expander): its action (statistics, heads as parsers or
     head importance), its input (a file on the server: texts or a CoNLL-U treebank; for importance, texts), its
     options from :class:`analysis.heads.options.HeadsJobOptions` (bounded for the browser), where it runs; the
@@ -308,7 +317,6 @@ def heads_job_form(spec, key: str = "heads_job", relations: str | None = None) -
     from analysis.core.dataroots import TEXT_SUFFIXES, TREEBANK_SUFFIXES
     from analysis.heads.job import LABELS
     from analysis.heads.options import HeadsJobOptions
-    from analysis.training.options import FinetuneOptions
     from jobs.submit import SubmitError, submit
     from ui.inputs import server_file
     from ui.options import option_input
@@ -321,11 +329,7 @@ def heads_job_form(spec, key: str = "heads_job", relations: str | None = None) -
     values = {name: option_input(col, name, f"{key}_{action}", options_schema=HeadsJobOptions)
               for col, name in zip(st.columns(len(names)), names, strict=True)}
     c1, c2, c3, c4 = st.columns(4)
-    backend = option_input(c1, "backend", key, options_schema=FinetuneOptions)
-    slurm = {}
-    if backend == "slurm":
-        slurm = {name: option_input(col, name, key, options_schema=FinetuneOptions)
-                 for col, name in zip((c2, c3, c4), ("slurm_partition", "slurm_time", "slurm_gpus"), strict=True)}
+    placement = placement_inputs(c1, (c2, c3, c4), key)
     st.caption(f"The job runs {LABELS[action]} of **{spec.name}** (the sidebar's model) over the whole file in a "
                "process of its own, and goes on when this page is closed. Its stage shows below and on the "
                "Fine-tuning jobs page (Cancel, log); a cancelled job goes on from where it stopped when the same "
@@ -333,8 +337,7 @@ def heads_job_form(spec, key: str = "heads_job", relations: str | None = None) -
     if st.button("Submit as a job", key=f"{key}_submit", disabled=not path):
         source = "treebank" if action == "parse" else "input"
         config = {"kind": "heads", "action": action, "model": spec.name, "revision": spec.revision,
-                  "dtype": spec.dtype, source: path, **values, "backend": backend, **slurm,
-                  **({"relations": relations} if relations and action == "parse" else {})}
+                  "dtype": spec.dtype, source: path, **values, **placement}
         try:
             job_id = submit(config, start_worker=not os.environ.get("LAYERLENS_JOBS_NO_WORKER"), browser=True)
         except SubmitError as exc:
@@ -348,27 +351,6 @@ def heads_job_form(spec, key: str = "heads_job", relations: str | None = None) -
 def heads_jobs(store=None) -> list:
     """Every ``heads`` job, newest first (a damaged jobs.db: one line on the page, which stops)."""
     return _jobs_of("heads", store)
-
-
-def heads_jobs_running(store=None) -> None:
-    """The queued and running ``heads`` jobs with their stage (``cancelling…`` after a Cancel), refreshed every
-    3 s; the page reruns when one finishes, so that it is offered."""
-    import streamlit as st
-
-    from jobs import kinds
-
-    @st.fragment(run_every=3)
-    def live() -> None:
-        active = [j for j in heads_jobs(store) if j.status in ("queued", "running")]
-        ids = tuple(j.id for j in active)
-        if st.session_state.setdefault("heads_active", ids) != ids:
-            st.session_state["heads_active"] = ids
-            st.rerun(scope="app")
-        for j in active:
-            st.caption(f"#{j.id} {j.name}: **{kinds.stage(j) or 'starting'}**" if j.status == "running" else
-                       f"#{j.id} {j.name}: **queued**")
-
-    live()
 
 
 def heads_job_result(job):

@@ -119,10 +119,8 @@ def run(config: dict, out: Path, control) -> dict:
             output = actions.parse(loaded, source, wanted, batch_size=options.batch_size, progress=progress,
                                    resume=resume, reading=options.reading, symmetry=options.tree,
                                    min_count=options.min_count)
-    if "resumed_after" in output.info:
-        done = ("passes (the gate gradient, scored sets of masked heads)" if options.action == "importance" else
-                "sentences summed")
-        control.log(f"resumed after {output.info['resumed_after']} {done} by an earlier job")
+    if said := note({"action": options.action, **output.info}):  # the words the jobs table shows, in the log too
+        control.log(said)
     output.write(out)
     info = {"action": options.action, **output.model, "options": options.to_dict(), name: path, **output.info,
             "versions": versions()}
@@ -152,5 +150,6 @@ def note(metrics: dict) -> str:
     done = (metrics or {}).get("resumed_after")
     if not done:
         return ""
-    unit = "passes" if metrics.get("action") == "importance" else "sentences"
+    unit = "passes (the gate gradients, then scored sets of masked heads)" if metrics.get("action") == "importance" \
+        else "sentences summed"
     return f"resumed after {done} {unit} of an earlier job"
