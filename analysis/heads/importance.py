@@ -199,13 +199,19 @@ def mean_loss(model: nn.Module, batches: Sequence[LossBatch], gates: torch.Tenso
     return loss / max(total, 1), correct / max(total, 1)
 
 
+def curve_points(n_heads: int, steps: int) -> list[int]:
+    """The pruning curve's numbers of masked heads: ``steps + 1`` evenly spaced shares of all heads, rounded,
+    each once (0% ... 100%)."""
+    return sorted({int(round(f * n_heads)) for f in np.linspace(0, 1, steps + 1)})
+
+
 def pruning_passes(layers: int, heads: int, steps: int = 10, orders: int = 3) -> tuple[int, int]:
     """(fewest, most) passes over the data :func:`head_importance` makes, each a forward pass (the importance
     pass's backward counted as two more): the gradient (3), each distinct set of masked heads of the curve (every
     order shares 0% and 100%), and each layer's prunable share, from one set per layer (its first head costs the
     point) to every head of every layer (counted once where the curve scored the same set)."""
     n_heads = layers * heads
-    counts = sorted({int(round(f * n_heads)) for f in np.linspace(0, 1, steps + 1)})
+    counts = curve_points(n_heads, steps)
     curve = (1 + orders) * len(counts) - orders * (0 in counts) - orders * (n_heads in counts and n_heads > 0)
     return 3 + curve + layers, 3 + curve + n_heads
 
@@ -300,20 +306,19 @@ def head_importance(model: nn.Module, batches: Sequence[LossBatch], *, encoder: 
     encoder = encoder or model
     layers, heads = head_shape(encoder)
     n_heads = layers * heads
-    counts = sorted({int(round(f * n_heads)) for f in np.linspace(0, 1, steps + 1)})
+    counts = curve_points(n_heads, steps)
     scores = Scores(checkpoint)
     targets = int(sum(int((b.labels != -100).sum()) for b in batches))
-    examples = sum(int(example_losses_scored(b).sum()) for b in batches)
-    scores.load((examples, layers, heads), int(example_losses_scored(batches[0]).sum()), targets,
-                (1 + len(seeds)) * len(counts) + n_heads, lambda: example_gradients(model, batches[:1], encoder))
+    per_batch = [int(example_losses_scored(b).sum()) for b in batches]  # the examples each batch scores
+    scores.load((sum(per_batch), layers, heads), per_batch[0], targets, (1 + len(seeds)) * len(counts) + n_heads,
+                lambda: example_gradients(model, batches[:1], encoder))
 
     def check():
         if should_stop is not None and should_stop():
             raise Stopped("stopped")
 
     if scores.gradient is None:
-        scores.gradient = GateSums.of(example_gradients(model, batches, encoder, progress),
-                                      int(example_losses_scored(batches[0]).sum()))
+        scores.gradient = GateSums.of(example_gradients(model, batches, encoder, progress), per_batch[0])
         scores.save()
     raw, low, high = scores.gradient.intervals()
     normed = normalise(raw)
