@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import logging
 import threading
 import weakref
 from collections.abc import Iterator
 
+import numpy as np
 import torch
 from tokenizers import Encoding, Tokenizer
 
 from analysis.core.inputs import InputError, TextInputs
 from analysis.core.options import HALVES, TRUNCATIONS
+from analysis.core.transfer import to_device
 from models.anatomy import FAMILIES
 from models.cache import free_bytes, is_out_of_memory
 from models.loading import LoadedModel
@@ -50,6 +53,8 @@ class Batch:
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     token_type_ids: torch.Tensor | None
+    host_ids: np.ndarray | None = None  # the ids and mask as built on the host, read there without a device copy
+    host_mask: np.ndarray | None = None
 
     def model_inputs(self, input_ids: torch.Tensor | None = None) -> dict:
         out = {"input_ids": self.input_ids if input_ids is None else input_ids, "attention_mask": self.attention_mask}
@@ -261,9 +266,12 @@ def bucket_indices(encoded: Encoded, batch_size: int, loaded: LoadedModel | None
     if loaded is not None and budget is None:
         budget = batch_budget(loaded)
     batch: list[int] = []
+    cost: dict[int, int] = {}  # width -> activation bytes of one text (the model's dtype is looked up once a width)
     for i in order:  # ascending length: the text being added is the batch's longest
-        full = len(batch) == batch_size or (
-            loaded is not None and (len(batch) + 1) * activation_bytes(loaded, len(encoded.input_ids[i])) > budget)
+        width = len(encoded.input_ids[i])
+        if loaded is not None and width not in cost:
+            cost[width] = activation_bytes(loaded, width)
+        full = len(batch) == batch_size or (loaded is not None and (len(batch) + 1) * cost[width] > budget)
         if batch and full:
             yield batch
             batch = []
@@ -273,17 +281,22 @@ def bucket_indices(encoded: Encoded, batch_size: int, loaded: LoadedModel | None
 
 
 def make_batch(encoded: Encoded, idx: list[int], pad_id: int, device: str = "cpu") -> Batch:
-    width = max(len(encoded.input_ids[i]) for i in idx)
-    ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(idx), width), dtype=torch.long)
-    types = torch.zeros((len(idx), width), dtype=torch.long) if encoded.token_type_ids is not None else None
-    for row, i in enumerate(idx):
-        n = len(encoded.input_ids[i])
-        ids[row, :n] = torch.tensor(encoded.input_ids[i])
-        mask[row, :n] = 1
-        if types is not None:
-            types[row, :n] = torch.tensor(encoded.token_type_ids[i])
-    return Batch(list(idx), ids.to(device), mask.to(device), types.to(device) if types is not None else None)
+    """The padded batch of texts ``idx``, built on the host in one copy per tensor (numpy fills by a length mask)
+    and moved to ``device``: from pinned memory without blocking on a GPU, so the copy overlaps the device's work."""
+    lengths = np.fromiter((len(encoded.input_ids[i]) for i in idx), np.int64, len(idx))
+    width = int(lengths.max())
+    mask = np.arange(width)[None, :] < lengths[:, None]
+
+    def padded(rows: list[list[int]], fill: int) -> np.ndarray:
+        out = np.full((len(idx), width), fill, np.int64)
+        out[mask] = np.fromiter(itertools.chain.from_iterable(rows[i] for i in idx), np.int64, int(lengths.sum()))
+        return out
+
+    ids = padded(encoded.input_ids, pad_id)
+    types = padded(encoded.token_type_ids, 0) if encoded.token_type_ids is not None else None
+    return Batch(list(idx), to_device(torch.from_numpy(ids), device),
+                 to_device(torch.from_numpy(mask.astype(np.int64)), device),
+                 to_device(torch.from_numpy(types), device) if types is not None else None, ids, mask)
 
 
 # --- which states: each layer's output, or also the attention half of each layer ------------------------------
@@ -351,19 +364,21 @@ def attention_halves(model) -> Iterator[list[torch.Tensor]]:
 
 
 def hidden_states(loaded: LoadedModel, batch: Batch, input_ids: torch.Tensor | None = None,
-                  half: str = "output") -> tuple[torch.Tensor, ...]:
+                  half: str = "output", check: bool = True) -> tuple[torch.Tensor, ...]:
     """Every layer's hidden states, ``L + 1`` tensors of ``(batch, seq, hidden)``; 0 is the embedding output.
     With ``half="attention"`` each layer's attention half (:func:`attention_halves`) comes just before its output:
     ``2L + 1`` tensors labelled by :func:`state_labels`.
 
     Runs the encoder only (``base_model``): the MLM head is applied by the caller where it is needed.
-    ``input_ids`` replaces the batch's ids (for masking) while keeping its attention mask.
+    ``input_ids`` replaces the batch's ids (for masking) while keeping its attention mask. ``check=False``: the
+    caller checks the states' finiteness itself, without a host sync (:func:`finite_flag`, then this call again
+    with ``check=True`` for the message when the flag is down).
     """
-    return encoder_states(loaded.model, loaded.num_layers, batch, input_ids, half)
+    return encoder_states(loaded.model, loaded.num_layers, batch, input_ids, half, check)
 
 
 def encoder_states(model: torch.nn.Module, num_layers: int, batch: Batch, input_ids: torch.Tensor | None = None,
-                   half: str = "output") -> tuple[torch.Tensor, ...]:
+                   half: str = "output", check: bool = True) -> tuple[torch.Tensor, ...]:
     """:func:`hidden_states` of any module whose ``base_model`` is the encoder (a model, its encoder itself, or a
     copy of it such as the tuned lens's bfloat16 shadow), ``num_layers`` layers deep."""
     state_labels(0, half)  # a known half
@@ -380,10 +395,17 @@ def encoder_states(model: torch.nn.Module, num_layers: int, batch: Batch, input_
         for attention, output in zip(halves, out.hidden_states[1:], strict=True):
             states += [attention, output]
         states = tuple(states)
-    names = [f"hidden state {layer}" if kind == "output" else f"the attention half of layer {layer}"
-             for layer, kind in state_labels(num_layers, half)]
-    check_finite(states, names, batch.attention_mask.bool()[..., None])
+    if check:
+        names = [f"hidden state {layer}" if kind == "output" else f"the attention half of layer {layer}"
+                 for layer, kind in state_labels(num_layers, half)]
+        check_finite(states, names, batch.attention_mask.bool()[..., None])
     return states
+
+
+def finite_flag(tensors) -> torch.Tensor:
+    """A 0-d bool tensor on the tensors' device: whether every value of ``tensors`` is finite (padding included;
+    :func:`check_finite` then looks at the real positions). Read it with the batch's other results: no sync."""
+    return torch.stack([torch.isfinite(t).all() for t in tensors]).all()
 
 
 def check_finite(tensors, names: list[str], real: torch.Tensor | None) -> None:
@@ -393,7 +415,7 @@ def check_finite(tensors, names: list[str], real: torch.Tensor | None) -> None:
     an infinity at a real position (``real``: a bool mask broadcastable to each tensor; None: every position),
     with the count and what to do. A float16 model whose activations pass float16's range (65,504) is the usual
     cause: the same weights in float32 are finite. One host sync per call when everything is finite."""
-    if not len(tensors) or bool(torch.stack([torch.isfinite(t).all() for t in tensors]).all()):
+    if not len(tensors) or bool(finite_flag(tensors)):
         return
     for tensor, name in zip(tensors, names, strict=True):
         bad = ~torch.isfinite(tensor)
@@ -409,6 +431,14 @@ def check_finite(tensors, names: list[str], real: torch.Tensor | None) -> None:
             raise InputError(f"the model's activations are not finite: {name}: {count:,} NaN or infinite values "
                              f"in a batch of {tensor.shape[0]} text(s), with the model in {dtype}; nothing is "
                              f"computed from them: {advice}")
+
+
+def counted_on_host(batch: Batch, special_ids: list[int], include_special: bool) -> np.ndarray:
+    """:func:`counted_mask` computed on the host from the batch's host copy: no device work, no sync."""
+    mask = batch.host_mask.copy()
+    if not include_special:
+        mask &= ~np.isin(batch.host_ids, special_ids)
+    return mask
 
 
 def counted_mask(batch: Batch, special_ids: list[int], include_special: bool) -> torch.Tensor:

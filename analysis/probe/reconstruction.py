@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import math
 import time
 from collections.abc import Callable
@@ -33,8 +34,9 @@ import pandas as pd
 import torch
 
 from analysis.core.activations import (
-    counted_mask,
+    counted_on_host,
     encode,
+    finite_flag,
     hidden_states,
     make_batch,
     max_input_length,
@@ -45,8 +47,10 @@ from analysis.core.memory import release_freed_memory
 from analysis.core.parallel import ONE, Ranks
 from analysis.core.precision import describe, dtype_of, head_product
 from analysis.core.scores import bootstrap_counts
+from analysis.core.transfer import to_device, to_host
 from analysis.core.vectors import batch_plan, run_plan
 from analysis.probe.certified import Certified, CertifiedHead
+from analysis.probe.decoding import decode_rows
 from analysis.probe.options import ProbeConfig
 from analysis.probe.rowstats import row_stats
 from analysis.probe.token_sink import TokenSink
@@ -131,8 +135,8 @@ def score_rows(head: Callable, stacked: torch.Tensor, targets: torch.Tensor, top
         if divergence:  # before row_stats, which may reuse the logits' memory
             logp = torch.log_softmax(logits.float(), dim=-1).unflatten(0, (layers, c))
             final = logp[-1]
-            kl.append((final.exp() * (final - logp)).sum(-1).clamp(min=0).cpu())
-            agree.append((logp.argmax(-1) == final.argmax(-1)).long().cpu())
+            kl.append((final.exp() * (final - logp)).sum(-1).clamp(min=0))
+            agree.append((logp.argmax(-1) == final.argmax(-1)).long())
             del logp, final
         parts.append(Scores(*row_stats(logits, targets[start:start + c].repeat(layers), top_k)))
     # each chunk's rows are layer by layer over its c positions: put them back as layer by layer over all n
@@ -141,22 +145,21 @@ def score_rows(head: Callable, stacked: torch.Tensor, targets: torch.Tensor, top
     return scores, ((torch.cat(kl, dim=1), torch.cat(agree, dim=1)) if divergence and parts else None)
 
 
-def mask_groups(counted: torch.Tensor, text_ids: list[int], fraction: float, seed: int) -> torch.Tensor:
-    """``(batch, seq)`` long, on the host: the masking group of each counted position (-1 elsewhere).
+def mask_groups(counted: np.ndarray, text_ids: list[int], fraction: float, seed: int) -> np.ndarray:
+    """``(batch, seq)`` int64, on the host: the masking group of each counted position (-1 elsewhere).
 
     A text with n counted positions gets ``ceil(n / m)`` groups of ``m = max(1, round(fraction * n))``
     positions, drawn by a permutation seeded with ``(seed, text_id)``, so results do not depend on batching.
     """
-    counted = counted.cpu()  # one copy from the device; the groups are drawn on the host
-    groups = torch.full(counted.shape, -1, dtype=torch.long)
+    groups = np.full(counted.shape, -1, dtype=np.int64)
     for row, text_id in enumerate(text_ids):
-        positions = counted[row].nonzero()[:, 0]
+        positions = np.flatnonzero(counted[row])
         n = len(positions)
         if n == 0:
             continue
         m = max(1, round(fraction * n))
-        order = torch.from_numpy(np.random.default_rng([seed, text_id]).permutation(n))
-        groups[row, positions[order]] = torch.arange(n) // m
+        order = np.random.default_rng([seed, text_id]).permutation(n)
+        groups[row, positions[order]] = np.arange(n) // m
     return groups
 
 
@@ -219,33 +222,48 @@ def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig | None = 
 
     def run(idx: list[int]) -> dict:
         batch = make_batch(encoded, idx, tokenizer.pad_token_id, loaded.spec.device)
-        counted = counted_mask(batch, special_ids, config.include_special)
-        # each pass's scored positions, (n, 2) row and position in row-major order, found on the host with one copy
-        # from the device per batch; the states and targets are then gathered by these indices (a boolean mask
-        # per hidden state was a host sync each, issue 44)
+        device = batch.input_ids.device
+        # Each pass's scored positions, (n, 2) row and position in row-major order, are found on the host from the
+        # batch's host copy, and the states and targets gathered by these indices on the device. Every result
+        # stays there until one copy of the whole batch's (issue 44: at most one host sync per batch of ours).
+        counted = counted_on_host(batch, special_ids, config.include_special)
         if config.mode == "unmasked":
-            passes = [(None, counted.nonzero().cpu())]
+            passes = [(False, np.argwhere(counted))]
         else:
             groups = mask_groups(counted, batch.indices, config.mask_fraction, config.seed)
-            passes = [(True, (groups == g).nonzero()) for g in range(int(groups.max()) + 1)]
-        per_pass = []
+            passes = [(True, np.argwhere(groups == g)) for g in range(int(groups.max()) + 1)]
+        passes = [(masked, where) for masked, where in passes if len(where)]
+        on_device, flags = [], []
         for masked, where in passes:
-            if len(where) == 0:
-                continue
-            rows_at, positions_at = (w.to(batch.input_ids.device, non_blocking=True) for w in where.unbind(1))
-            ids = None
-            if masked:
-                ids = batch.input_ids.index_put((rows_at, positions_at), torch.tensor(tokenizer.mask_token_id,
-                                                                                     device=rows_at.device))
+            rows_at, positions_at = to_device(torch.from_numpy(where.T.copy()), device).unbind(0)
+            ids = (batch.input_ids.index_put((rows_at, positions_at), torch.tensor(tokenizer.mask_token_id,
+                                                                                  device=device))
+                   if masked else None)
             with torch.inference_mode():
-                states = hidden_states(loaded, batch, ids, config.half)
-            stacked = torch.stack([s[rows_at, positions_at] for s in states])  # (L + 1, n, hidden)
+                states = hidden_states(loaded, batch, ids, config.half, check=False)
+                flags.append(finite_flag(states))
+                stacked = torch.stack([s[rows_at, positions_at] for s in states])  # (L + 1, n, hidden)
+            del states
             if lens is not None:
                 stacked = lens.translate(stacked, labels)
             targets = batch.input_ids[rows_at, positions_at]
             scores, apart = score_rows(anatomy.head, stacked, targets, config.top_k, rows_per_chunk, divergence,
                                        certified)
-            per_pass.append((where, targets.cpu(), scores, apart))
+            on_device.append([targets, *dataclasses.astuple(scores), *(apart or ())])
+        if not passes:
+            return summarise(batch.indices, [], n_states)
+        host = to_host([t for tensors in on_device for t in tensors] + [torch.stack(flags)])
+        for (masked, where), finite in zip(passes, host[-1], strict=True):
+            if not finite:  # the message names the state, or the non-finite values were at padding only
+                ids = batch.input_ids.clone()
+                ids[torch.from_numpy(where[:, 0]), torch.from_numpy(where[:, 1])] = tokenizer.mask_token_id
+                hidden_states(loaded, batch, ids if masked else None, config.half)
+        width = len(on_device[0])
+        per_pass = []
+        for number, (_, where) in enumerate(passes):
+            targets, *rest = (torch.from_numpy(a) for a in host[number * width:(number + 1) * width])
+            scores = Scores(*rest[:5])
+            per_pass.append((torch.from_numpy(where), targets, scores, tuple(rest[5:]) or None))
         return summarise(batch.indices, per_pass, n_states)
 
     def record(part: dict) -> None:
@@ -260,12 +278,17 @@ def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig | None = 
     def stop() -> Stopped | None:
         return Stopped(f"stopped after {done} of {n} texts") if should_stop is not None and should_stop() else None
 
-    for step in run_plan(batch_plan(loaded, encoded, config.batch_size, ranks), run, ranks, stop):
-        for part in step:
-            record(part)
-            done += len(part["text_ids"])
-        if progress is not None:
-            progress(done, n)
+    try:
+        for step in run_plan(batch_plan(loaded, encoded, config.batch_size, ranks), run, ranks, stop):
+            for part in step:
+                record(part)
+                done += len(part["text_ids"])
+            if progress is not None:
+                progress(done, n)
+    except BaseException:
+        if sink is not None:
+            sink.abort()
+        raise
     stats = ranks.gather(certified.stats if certified is not None else None)
     if not ranks.is_main:
         return None
@@ -343,14 +366,13 @@ def summarise(text_ids: list[int], per_pass: list, n_states: int) -> dict:
         kl, agree = (torch.cat([d[i] for _, _, _, d in per_pass], dim=1)[:, order].numpy() for i in (0, 1))
         part["kl"], part["agree"] = np.zeros((m, n_states)), np.zeros((m, n_states), np.int64)
     targets, rows = targets.numpy(), where[:, 0].numpy()
-    hit = pred == targets[None, :]
-    for row in range(m):
-        cols = rows == row
-        part["counted"][row] = cols.sum()
-        part["correct"][row] = hit[:, cols].sum(axis=1)
-        part["predicted"][row] = pred[:, cols]
-        if "kl" in part:
-            part["kl"][row], part["agree"][row] = kl[:, cols].sum(axis=1), agree[:, cols].sum(axis=1)
+    # the positions are sorted by row: each text's are one slice, summed per slice
+    bounds = np.searchsorted(rows, np.arange(m + 1))
+    part["counted"][:] = np.diff(bounds)
+    part["correct"][:] = segment_sums(pred == targets[None, :], bounds).T
+    part["predicted"] = [pred[:, a:b] for a, b in itertools.pairwise(bounds)]
+    if "kl" in part:
+        part["kl"][:], part["agree"][:] = segment_sums(kl, bounds).T, segment_sums(agree, bounds).T
     layer = np.repeat(np.arange(n_states), k)
     column = np.tile(np.arange(k), n_states)
     flat = np.lexsort((column, layer, rows[column]))  # text, then layer, then position
@@ -360,6 +382,17 @@ def summarise(text_ids: list[int], per_pass: list, n_states: int) -> dict:
                     "ranks": rank.reshape(-1)[flat], "top_ids": top_ids.reshape(n_states * k, -1)[flat],
                     "top_probs": top_probs.reshape(n_states * k, -1)[flat]}
     return part
+
+
+def segment_sums(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """``(rows, segments)``: the sums of ``values`` ``(rows, n)`` over the column slices ``bounds[i]:bounds[i + 1]``
+    (an empty slice sums to 0). Counts by one cumulative sum; floats slice by slice, summed as ``values[:, a:b]
+    .sum(1)`` sums them (a difference of running sums would not give the same last bits)."""
+    if values.dtype.kind == "f":
+        return np.stack([values[:, a:b].sum(axis=1) for a, b in itertools.pairwise(bounds)], axis=1)
+    cumulative = np.zeros((values.shape[0], values.shape[1] + 1), np.int64)
+    np.cumsum(values, axis=1, out=cumulative[:, 1:])
+    return cumulative[:, bounds[1:]] - cumulative[:, bounds[:-1]]
 
 
 # The layer table's headers as the pages show them (name, help); the CSV keeps the short column names.
@@ -447,18 +480,14 @@ def decoded_table(tokenizer, predicted: dict[int, np.ndarray], n_states: int,
     """The predicted text of every layer, word pieces joined (Kao et al., Table 1); with ``labels`` (attention
     halves read) a ``half`` column after ``layer``.
 
-    Every (text, state) row is decoded in one batched call of a fast tokenizer's backend (``decode_batch``: each
-    row's ids to tokens, then the tokenizer's own decoder, which is what ``convert_tokens_to_string`` runs), not
-    with two Python calls per row (issue 44: 260,000 of them took 10 s of a GPU run); the columns are built as
-    arrays. Equal to the per-row decoding on every row for WordPiece, SentencePiece and byte-level BPE
-    (``tests/unit/probe/test_decoded.py``)."""
+    Every (text, state) row is decoded at once (:func:`analysis.probe.decoding.decode_rows`: the vocabulary decoded
+    once, the rows joined from it), not with two Python calls per row (issue 44: 260,000 of them took 10 s of a GPU
+    run); the columns are built as arrays. Equal to the per-row decoding on every row for WordPiece, SentencePiece
+    and byte-level BPE (``tests/unit/probe/test_decoded.py``)."""
     text_ids = sorted(predicted)
-    rows = [predicted[t][state].tolist() for t in text_ids for state in range(n_states)]
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None:
-        texts = backend.decode_batch(rows, skip_special_tokens=False)
-    else:  # a slow tokenizer: its own Python decoding, row by row
-        texts = [tokenizer.convert_tokens_to_string(tokenizer.convert_ids_to_tokens(r)) for r in rows]
+    flat = np.concatenate([predicted[t].ravel() for t in text_ids]) if text_ids else np.zeros(0, np.int64)
+    lengths = np.repeat([predicted[t].shape[1] for t in text_ids], n_states).astype(np.int64)
+    texts = decode_rows(tokenizer, flat, lengths)
     states = np.tile(np.arange(n_states), len(text_ids))
     frame = pd.DataFrame({"text_id": np.repeat(np.asarray(text_ids, dtype=np.int64), n_states)})
     if labels:

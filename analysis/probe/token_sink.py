@@ -1,11 +1,14 @@
 """Per-token probe rows, kept in memory or streamed to a Parquet file batch by batch.
 
 Token columns are dictionary-encoded against the tokenizer's vocabulary: ids are stored, strings are never
-built per row, and the file reads back as ordinary strings.
+built per row, and the file reads back as ordinary strings. A file is written by one background thread (issue 44
+item 4), so encoding and writing overlap the next batch's work.
 """
 
 from __future__ import annotations
 
+import queue
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +16,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+QUEUE_TABLES = 8  # batches' tables waiting for the writer thread at most
+ROW_GROUP_ROWS = 1 << 20  # rows per Parquet row group (a batch is ~40,000 rows at bert-base size)
 TOKEN_COLUMNS = ["text_id", "layer", "position", "input_token", "predicted_token", "correct", "prob", "rank",
                  "top_tokens", "top_probs"]
 
@@ -35,7 +40,9 @@ class TokenSink:
         self.top_k = top_k
         self.path = path
         self._tables: list[pa.Table] = []
-        self._writer: pq.ParquetWriter | None = None
+        self._queue: queue.Queue = queue.Queue(QUEUE_TABLES)
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
 
     def _tokens(self, ids: np.ndarray) -> pa.DictionaryArray:
         return pa.DictionaryArray.from_arrays(pa.array(ids.astype(np.int32)), self.vocab)
@@ -67,23 +74,68 @@ class TokenSink:
     def add(self, **columns) -> None:
         """One batch of rows: ``text_ids, layers, positions, targets, preds, probs, ranks`` are numpy arrays
         over rows; ``top_ids`` and ``top_probs`` are ``(rows, k)``; ``halves`` (when the attention halves are
-        read) each row's half, a ``half`` column after ``layer``."""
+        read) each row's half, a ``half`` column after ``layer``.
+
+        Streaming to a file, the table is handed to one writer thread through a bounded queue
+        (:data:`QUEUE_TABLES` tables: the caller waits only when the disk is that far behind) and written in row
+        groups of :data:`ROW_GROUP_ROWS`; pyarrow releases the GIL while it encodes and writes, so the file is
+        written while the next batch is computed. A write error (a full disk) is raised by the next ``add`` or by
+        ``close``."""
         table = self._table(**columns)
         if self.path is None:
             self._tables.append(table)
             return
-        if self._writer is None:
+        if self._thread is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._writer = pq.ParquetWriter(self.path, table.schema)
-        self._writer.write_table(table)
+            self._thread = threading.Thread(target=self._write, args=(table.schema,), daemon=True,
+                                            name="layerlens-token-writer")
+            self._thread.start()
+        self._raise()
+        self._queue.put(table)
+
+    def _write(self, schema: pa.Schema) -> None:
+        """The writer thread: tables from the queue, gathered into large row groups, until ``None``."""
+        pending: list[pa.Table] = []
+        finished = False
+        try:
+            with pq.ParquetWriter(self.path, schema) as writer:
+                while not (finished := (table := self._queue.get()) is None):
+                    if self._error is not None:
+                        continue  # drain: the caller raises the error at its next add
+                    pending.append(table)
+                    if sum(map(len, pending)) >= ROW_GROUP_ROWS:
+                        writer.write_table(pa.concat_tables(pending), row_group_size=ROW_GROUP_ROWS)
+                        pending = []
+                if pending and self._error is None:
+                    writer.write_table(pa.concat_tables(pending), row_group_size=ROW_GROUP_ROWS)
+        except BaseException as exc:  # handed to the caller's thread
+            self._error = exc
+            while not finished:  # drain until close: a caller blocked on put goes on
+                finished = self._queue.get() is None
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def abort(self) -> None:
+        """Stop the writer thread after a failure elsewhere (the run stopped): the file is left as it is (a
+        staged output folder removes it)."""
+        if self._thread is not None and self._thread.is_alive():
+            self._error = self._error or RuntimeError("the probe stopped")
+            self._queue.put(None)
+            self._thread.join()
 
     def close(self) -> pd.DataFrame | None:
         """Finish: the rows as a DataFrame sorted by text, layer and position (in memory), or None after
-        closing the Parquet file."""
+        closing the Parquet file (raising the writer's error, if it had one)."""
         if self.path is not None:
-            if self._writer is None:  # no rows: still write a valid, empty file
-                self._writer = pq.ParquetWriter(self.path, self._empty().schema)
-            self._writer.close()
+            if self._thread is None:  # no rows: still write a valid, empty file
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                pq.ParquetWriter(self.path, self._empty().schema).close()
+                return None
+            self._queue.put(None)
+            self._thread.join()
+            self._raise()
             return None
         table = pa.concat_tables(self._tables) if self._tables else self._empty()
         self._tables = []

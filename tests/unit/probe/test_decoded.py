@@ -66,3 +66,33 @@ def test_the_batched_table_equals_one_decode_per_row(make, halves):
     expected = per_row(tokenizer, predicted, n_states, labels)
     pd.testing.assert_frame_equal(got, expected)
     assert len(got) == 2000 * n_states
+
+
+@pytest.mark.parametrize("make", [tiny_tokenizer, byte_level, sentencepiece], ids=["wordpiece", "byte-level",
+                                                                                   "sentencepiece"])
+def test_the_vocabulary_tables_alone_give_every_row(make):
+    """The tables' join itself (no sample check, no fallback) equals one decode per row, empty rows included."""
+    from analysis.probe.decoding import _join, pieces
+
+    tokenizer = make()
+    found = pieces(tokenizer)
+    assert found is not None and found[0] in ("WordPiece", "Metaspace", "ByteLevel")
+    rng = np.random.default_rng(1)
+    rows = [rng.integers(0, len(tokenizer), int(rng.integers(0, 9))).tolist() for _ in range(3000)]
+    rows += [tokenizer(text, add_special_tokens=False)["input_ids"] for text in CORPUS[:8]]
+    flat = np.asarray([i for r in rows for i in r], dtype=np.int64)
+    got = _join(*found, flat, np.asarray([len(r) for r in rows]))
+    assert got == [tokenizer.convert_tokens_to_string(tokenizer.convert_ids_to_tokens(r)) for r in rows]
+
+
+def test_another_decoder_is_decoded_by_the_backend_row_by_row():
+    from tokenizers import decoders
+
+    from analysis.probe.decoding import decode_rows, pieces
+
+    tokenizer = byte_level()
+    tokenizer.backend_tokenizer.decoder = decoders.Sequence([decoders.ByteLevel()])
+    assert pieces(tokenizer) is None
+    rows = [[5, 6, 7], [], [8]]
+    assert decode_rows(tokenizer, np.asarray([5, 6, 7, 8]), np.asarray([3, 0, 1])) == [
+        tokenizer.convert_tokens_to_string(tokenizer.convert_ids_to_tokens(r)) for r in rows]
