@@ -96,12 +96,17 @@ def bf16_pays(device: str = "cpu") -> bool:
 
 def head_product(precision: str, device: str, needs_distributions: bool = False) -> str:
     """What the MLM head's vocabulary product runs in for a run of ``precision`` on ``device``:
-    ``"bfloat16, certified"`` or ``"float32"`` (a GPU or a CPU without bf16 units, a lens or the divergence
-    view, or ``precision="float32"``)."""
+    ``"bfloat16, certified"`` (a CPU with bf16 units, or a CUDA GPU with bf16) or ``"float32"`` (a CPU without
+    bf16 units, a lens or the divergence view, or ``precision="float32"``). ``certified`` is asked for, never the
+    default: where it pays on a GPU was not measured (no GPU was at hand, docs/benchmarks.md)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not '{precision}'")
-    if precision == "certified" and device == "cpu" and not needs_distributions and bf16_units(device):
+    if precision != "certified" or needs_distributions:
+        return "float32"
+    if device == "cpu" and bf16_units(device):
         return "bfloat16, certified"
+    if device.startswith("cuda") and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        return "bfloat16, certified"  # the head's torch path (analysis.probe.certified, issue 44 item 5)
     return "float32"
 
 
@@ -152,6 +157,9 @@ def precision_line(info: dict) -> str:
     if info.get("recomputed") is not None:
         line += (f" {info['recomputed']:,} of {info['rows']:,} rows recomputed in float32; probabilities within "
                  f"{info['max_log_prob_bound']:.1e} in log of float32's.")
+        shares = [x for x in info.get("certified_share_per_state") or [] if x is not None]
+        if shares:
+            line += f" Rows certified per layer: {min(shares):.1%} to {max(shares):.1%}."
     agreement = info.get("agreement")
     if agreement and "min_cka" in agreement:
         line += (f" Checked against float32 on the first {agreement['rows']} rows: every layer's linear CKA with "

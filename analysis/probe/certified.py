@@ -27,6 +27,7 @@ outside the recomputed tokens; each row's bound is kept and the largest is repor
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import weakref
@@ -51,16 +52,36 @@ class Certified:
     settled: int = 0  # rows whose rank was settled token by token (not recomputed)
     max_logit_bound: float = 0.0
     max_log_prob_bound: float = 0.0
+    rows_per_state: list[int] = dataclasses.field(default_factory=list)  # per hidden state read, in order
+    recomputed_per_state: list[int] = dataclasses.field(default_factory=list)
 
     def add(self, other: Certified) -> None:
         self.rows += other.rows
         self.recomputed += other.recomputed
         self.settled += other.settled
+        for mine, theirs in ((self.rows_per_state, other.rows_per_state),
+                             (self.recomputed_per_state, other.recomputed_per_state)):
+            mine.extend([0] * (len(theirs) - len(mine)))
+            for i, value in enumerate(theirs):
+                mine[i] += value
         self.max_logit_bound = max(self.max_logit_bound, other.max_logit_bound)
         self.max_log_prob_bound = max(self.max_log_prob_bound, other.max_log_prob_bound)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The counts, and per hidden state the share of rows certified (not recomputed in float32)."""
+        out = dataclasses.asdict(self)
+        out["certified_share_per_state"] = [round(1 - r / n, 6) if n else None for r, n in
+                                            zip(self.recomputed_per_state, self.rows_per_state, strict=True)]
+        return out
+
+    def count_states(self, sure: torch.Tensor, states: int) -> None:
+        """Add a block's rows, ``states`` hidden states one after another (``sure``: each row certified)."""
+        if states <= 0 or len(sure) % states:
+            return
+        per = sure.reshape(states, -1)
+        rows = [per.shape[1]] * states
+        redo = (~per).sum(1).tolist()
+        self.add(Certified(rows_per_state=rows, recomputed_per_state=redo))
 
 
 class CertifiedHead:
@@ -82,6 +103,7 @@ class CertifiedHead:
         self.c = 2 * u + u * u + gamma * ((1 + u) ** 2 + 1) + u * (1 + u) ** 2 * (1 + gamma) + 4 * U_F32
         self.c_f32 = 4 * (gamma + 2 * U_F32)  # two float32 logits of the same token: ours and the reference's
         self.stats = Certified()
+        self.on_device = False  # the torch path (a GPU's) even on the CPU: the tests run it there
 
     def bound(self, z: torch.Tensor) -> torch.Tensor:
         """``(n,)``: the most any logit of each row of ``z`` ``(n, hidden)`` can differ from the float32 head's."""
@@ -92,7 +114,7 @@ class CertifiedHead:
         return torch.einsum("nh,nmh->nm", z, self.weight[ids]) + self.bias[ids]
 
     @torch.inference_mode()
-    def score(self, states: torch.Tensor, targets: torch.Tensor, k: int):
+    def score(self, states: torch.Tensor, targets: torch.Tensor, k: int, n_states: int = 0):
         """``(pred, prob, rank, top_ids, top_probs)`` of ``states`` ``(n, hidden)`` against ``targets``, equal to
         :func:`analysis.probe.rowstats.row_stats` of the float32 head's logits (probabilities within the bound).
 
@@ -103,6 +125,8 @@ class CertifiedHead:
         when no bf16 logit lies within ``E_i`` of the target's float32 logit (so the rank is exact)."""
         from analysis.probe.rowstats import row_scan, row_stats
 
+        if self.on_device or states.device.type != "cpu":
+            return self._score_torch(states, targets, k, n_states)
         z = self.transform(states).float()
         n, vocab = len(z), self.weight.shape[0]
         k = max(1, min(k, vocab))
@@ -153,8 +177,77 @@ class CertifiedHead:
                          max_logit_bound=float(bound.max()) if n else 0.0,
                          max_log_prob_bound=float(log_bound.max()) if n else 0.0)
         self.stats.add(part)
+        self.stats.count_states(sure, n_states)
         return pred, prob, rank_t, top, top_probs
 
+
+    def _score_torch(self, states: torch.Tensor, targets: torch.Tensor, k: int, n_states: int = 0):
+        """:meth:`score` in torch operations only, for a GPU (issue 44 item 5): the same certificate and the same
+        results, with the rank's near tokens found by a ``topk`` over the tokens within the bound (at most
+        :data:`NEAR_MIN` a row, no host round trip) and the rows it cannot certify recomputed in float32 in one
+        compacted batch (the path's one host sync). On CUDA the bf16 product accumulates in float32 with
+        reduced-precision reductions off, as the bound assumes."""
+        from analysis.probe.rowstats import row_stats
+
+        z = self.transform(states).float()
+        n, vocab = len(z), self.weight.shape[0]
+        k = max(1, min(k, vocab))
+        m = min(k + CANDIDATES, vocab)
+        zn = z.norm(dim=1) * (1 + 1e-5)
+        bound = self.bound(z)
+        noise = self.c_f32 * zn * self.wmax + 8 * U_F32 * self.bmax + 1e-6
+        with _full_precision_reductions():
+            logits = (z.to(torch.bfloat16) @ self.weight16.T).float().add_(self.bias)
+        rows = torch.arange(n, device=z.device)
+        exact_target = self.exact_logits(z, targets[:, None])[:, 0]
+        logits[rows, targets] = exact_target
+        tol = (bound + noise)[:, None]
+        t = exact_target[:, None]
+        greater = (logits > t + tol).sum(1)
+        near_mask = (logits >= t - tol) & (logits <= t + tol)
+        near_mask[rows, targets] = False
+        near = near_mask.sum(1)
+        top_vals, top_ids = logits.topk(min(m + 1, vocab), dim=1)  # candidates (sorted: values only matter)
+        best = top_vals[:, :1]
+        total = (logits - best).exp().sum(1, keepdim=True)
+        cap = min(NEAR_MIN, vocab)
+        near_vals, near_ids = logits.masked_fill(~near_mask, -math.inf).topk(cap, dim=1)
+        valid = near_vals > -math.inf
+        gap = self.exact_logits(z, near_ids) - exact_target[:, None]
+        rank = greater + 1 + ((gap > noise[:, None]) & valid).sum(1)
+        rank_sure = (near <= cap) & ~((gap.abs() <= noise[:, None]) & valid).any(1)
+        ids = top_ids[:, :m]
+        outside = top_vals[:, m] if top_vals.shape[1] > m else torch.full((n,), -math.inf, device=z.device)
+        exact = self.exact_logits(z, ids)
+        ordered, order = exact.sort(dim=1, descending=True, stable=True)
+        top = ids.gather(1, order[:, :k])
+        set_sure = ordered[:, k - 1] - noise > outside + bound
+        gaps = ordered[:, :min(k + 1, m)]
+        order_sure = ((gaps[:, :-1] - gaps[:, 1:] > 2 * noise[:, None]).all(1) if gaps.shape[1] > 1 else
+                      torch.ones(n, dtype=torch.bool, device=z.device))
+        sure = set_sure & order_sure & rank_sure
+        in_candidates = (ids == targets[:, None]).any(1, keepdim=True)
+        target_term = torch.where(in_candidates, 0.0, (exact_target[:, None] - best).exp())
+        rest = (total - (top_vals[:, :m] - best).exp().sum(1, keepdim=True) - target_term).clamp(min=0)
+        normaliser = rest + (exact - best).exp().sum(1, keepdim=True) + target_term
+        lse = best + normaliser.log()
+        prob = (exact_target[:, None] - lse)[:, 0].exp()
+        top_probs = (ordered[:, :k] - lse).exp()
+        log_bound = torch.log1p((rest / normaliser)[:, 0] * torch.expm1(bound)) + 2 * noise
+        pred = top[:, 0].clone()
+        redo = (~sure).nonzero()[:, 0]  # the one sync: how many rows to recompute
+        if len(redo):
+            again = row_stats(self.decoder(z[redo]).float(), targets[redo], k)
+            pred[redo], prob[redo], rank[redo], top[redo], top_probs[redo] = again
+            log_bound[redo] = 0.0
+        recomputed, settled, max_bound, max_log = torch.stack([
+            (~sure).sum().double(), (sure & (near > 0)).sum().double(),
+            bound.max().double() if n else torch.zeros((), dtype=torch.float64, device=z.device),
+            log_bound.max().double() if n else torch.zeros((), dtype=torch.float64, device=z.device)]).tolist()
+        self.stats.add(Certified(rows=n, recomputed=int(recomputed), settled=int(settled),
+                                 max_logit_bound=max_bound, max_log_prob_bound=max_log))
+        self.stats.count_states(sure, n_states)
+        return pred, prob, rank, top, top_probs
 
     def _settle_ranks(self, z, exact_target, noise, rank, near, near_ids) -> torch.Tensor:
         """Settle the rank of each row whose bf16 scan left ``near[i]`` (at most ``near_ids.shape[1]``) tokens
@@ -183,6 +276,21 @@ class CertifiedHead:
         settled = torch.zeros(len(rows), dtype=torch.int64).index_add_(0, segment, unclear.long()) == 0
         sure[torch.from_numpy(rows)] = settled
         return sure
+
+
+@contextlib.contextmanager
+def _full_precision_reductions():
+    """CUDA's bf16 products accumulate in float32 throughout (the bound's assumption), whatever the process set."""
+    if not torch.cuda.is_available():
+        yield
+        return
+    matmul = torch.backends.cuda.matmul
+    before = matmul.allow_bf16_reduced_precision_reduction
+    matmul.allow_bf16_reduced_precision_reduction = False
+    try:
+        yield
+    finally:
+        matmul.allow_bf16_reduced_precision_reduction = before
 
 
 _BF16_COPIES: dict[int, tuple] = {}  # id(weight) -> (weakref to the weight, its version, the bfloat16 copy)

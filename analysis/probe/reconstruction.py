@@ -129,7 +129,7 @@ def score_rows(head: Callable, stacked: torch.Tensor, targets: torch.Tensor, top
         c = block.shape[1]
         if certified is not None and not divergence:
             parts.append(Scores(*certified.score(block.flatten(0, 1), targets[start:start + c].repeat(layers),
-                                                 top_k)))
+                                                 top_k, layers)))
             continue
         logits = head(block.flatten(0, 1))  # (L + 1) * c rows, layer by layer
         if divergence:  # before row_stats, which may reuse the logits' memory

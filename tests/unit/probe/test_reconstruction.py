@@ -331,3 +331,26 @@ def test_sentence_mean_intervals_of_random_tables_stay_in_0_1():
         finite = table.dropna(subset=["ci_low"])
         assert ((finite.ci_low >= 0) & (finite.ci_high <= 1) & (finite.ci_low <= finite.sentence_mean)
                 & (finite.sentence_mean <= finite.ci_high)).all()
+
+
+def test_a_full_disk_under_the_background_writer_is_one_line_and_leaves_no_output(tiny_dirs, tmp_path, monkeypatch,
+                                                                                  capsys):
+    """Issue 44 item 4: tokens.parquet is written by a thread; its error (a full disk) reaches the command, which
+    says so in one line and leaves no --out folder."""
+    import errno
+
+    import pyarrow.parquet as pq
+
+    from cli.main import main
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", full)
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS * 3) + "\n")
+    out = tmp_path / "out"
+    assert main(["probe", "--model", str(tiny_dirs["bert"]), "--input", str(texts), "--out", str(out),
+                 "--batch-size", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: no space left on device") and "Traceback" not in "\n".join(err), err
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["texts.txt"]
