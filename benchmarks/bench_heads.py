@@ -1,6 +1,6 @@
 """Attention heads at bert-base size (issue 36): every statistic, the head map and every relation in one pass.
 
-    python -m benchmarks.bench_heads [--model random:../shared/data/tokenizers/bert-base-uncased]
+    python -m benchmarks.bench_heads [--model random:../shared/data/tokenizers/bert-base-uncased] [--device cpu]
         [--sentences 1000] [--naive-sentences 40]
 
 1. **Ours**: ``analysis.heads.run.analyse`` on the first ``--sentences`` sentences of UD English-EWT dev (the
@@ -11,7 +11,8 @@
    time through the model, a list of numpy arrays), then each statistic, each word map, each relation's argmax
    and each head's Prim tree computed in Python loops. The ratio is per sentence (the naive loop on 1,000
    sentences would take hours).
-3. **Against the hardware**: the float32 matrix peak (a 2048^3 product) measured in the same run, and the forward
+3. **Against the hardware**: the float32 matrix peak of the device that runs the model (:mod:`benchmarks.peak`:
+   a 2048^3 product on a CPU, 8192^3 on a GPU) measured in the same run, and the forward
    pass's matrix FLOPs (``24 d^2`` per token per layer for the projections and feed-forward, ``4 n d`` for the
    attention products) over our wall time, as a fraction of that peak.
 
@@ -31,19 +32,14 @@ import numpy as np
 import torch
 
 from benchmarks import SHARED, data_file
+from benchmarks.peak import device_name, gemm_tflops
 
 TOKENIZER = SHARED / "tokenizers" / "bert-base-uncased"
 
 
-def gemm_gflops(n: int = 2048, repeats: int = 3) -> float:
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    a @ b
-    best = math.inf
-    for _ in range(repeats):
-        start = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - start)
-    return 2 * n**3 / best / 1e9
+def gemm_gflops(device: str = "cpu") -> float:
+    """The float32 matrix peak of the device that runs the model, this run (:mod:`benchmarks.peak`)."""
+    return gemm_tflops(device) * 1000
 
 
 def naive(loaded, sentences) -> float:
@@ -55,9 +51,9 @@ def naive(loaded, sentences) -> float:
     kept = []
     with torch.no_grad():
         for s in sentences:
-            enc = tok(list(s.words), is_split_into_words=True, return_tensors="pt")
+            enc = tok(list(s.words), is_split_into_words=True, return_tensors="pt").to(loaded.spec.device)
             maps = loaded.model.base_model(**enc, output_attentions=True).attentions
-            kept.append((enc.word_ids(), enc["input_ids"][0].tolist(), [a[0].numpy() for a in maps]))
+            kept.append((enc.word_ids(), enc["input_ids"][0].tolist(), [a[0].float().cpu().numpy() for a in maps]))
     punct = {i for i, t in enumerate(tok.convert_ids_to_tokens(list(range(len(tok))))) if t in {".", ",", "!", "?"}}
     correct = {}
     for s, (word_ids, ids, maps) in zip(sentences, kept, strict=True):
@@ -149,6 +145,7 @@ def importance_bench(rows: int) -> None:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--model", default=f"random:{TOKENIZER}")
+    p.add_argument("--device", default="cpu")
     p.add_argument("--sentences", type=int, default=1000)
     p.add_argument("--naive-sentences", type=int, default=40)
     p.add_argument("--importance", type=int, metavar="ROWS", help="the importance target instead (see above)")
@@ -163,12 +160,13 @@ def main() -> None:
     from models.spec import ModelSpec
 
     bank = read_conllu(data_file("ud_english_ewt/en_ewt-ud-dev.conllu.gz", "ud_tiny_train.conllu"), args.sentences)
-    loaded = load_eager(ModelSpec(args.model, device="cpu"))
+    loaded = load_eager(ModelSpec(args.model, device=args.device))
     config = loaded.model.config
     print(f"model {args.model} ({config.num_hidden_layers} layers x {config.num_attention_heads} heads, eager "
           f"attention); torch threads {torch.get_num_threads()}; {len(bank.sentences)} sentences from {bank.path}")
     rss_loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    peak = gemm_gflops()
+    peak = gemm_gflops(loaded.spec.device)
+    print(f"device {device_name(loaded.spec.device)}")
 
     cpu, wall = time.process_time(), time.perf_counter()
     result = analyse(loaded, bank)
@@ -181,7 +179,8 @@ def main() -> None:
     print(f"ours: {info['sentences']} sentences, {tokens:,} tokens, {len(result.relations) // 2} relations, "
           f"{info['cluster_tokens']} tokens in the head map: {wall:.1f} s wall, {cpu:.1f} s CPU after loading; "
           f"peak resident memory {rss:,.0f} MB (after loading: {rss_loaded:,.0f} MB)")
-    print(f"matrix peak {peak:.1f} GFLOP/s (2048^3 float32 product, this run); the forward pass's matrix work "
+    print(f"matrix peak {peak:.1f} GFLOP/s (float32 product on the model's device, this run); the forward pass's "
+          "matrix work "
           f"{flops / 1e12:.2f} TFLOP in {wall:.1f} s = {flops / wall / 1e9:.1f} GFLOP/s, "
           f"{flops / wall / 1e9 / peak:.0%} of the peak")
 

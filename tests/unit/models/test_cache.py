@@ -3,6 +3,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from models.cache import ModelCache, free_bytes
 from models.loading import ModelLoadError, ModelSpec
@@ -171,3 +172,24 @@ def test_out_of_memory_with_nothing_to_evict_and_other_errors_propagate():
     with pytest.raises(RuntimeError, match="other failure"):
         cache.get(spec("x"))
     assert len(cache) == 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (issue 44 item 7: run by "
+                    "benchmarks/gpu_check.py's test step where one exists; CI has none)")
+def test_on_a_gpu_the_budget_counts_gpu_memory_and_eviction_frees_it():
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_allocated()
+    first = ModelSpec("random:demo", device="cuda")
+    probe_cache = ModelCache(budget_bytes=10**12)
+    size = probe_cache.get(first).nbytes
+    probe_cache.clear()
+    cache = ModelCache(budget_bytes=int(size * 1.5))  # room for one model, not two
+    cache.get(first)
+    held = torch.cuda.memory_allocated() - before
+    assert held >= size * 0.9  # the model's weights are on the GPU and counted
+    cache.get(ModelSpec("random:demo", device="cuda", dtype="bfloat16"))
+    assert first not in cache and len(cache) == 1  # the least recently used one went
+    assert cache.used("cuda") <= cache.budget("cuda")
+    assert torch.cuda.memory_allocated() - before < held  # and its GPU memory was given back
+    cache.clear()
+    assert torch.cuda.memory_allocated() - before < size * 0.1
