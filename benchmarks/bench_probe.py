@@ -152,6 +152,16 @@ def main() -> None:
           f" (engine in {args.dtype}: largest accuracy difference "
           f"{max(abs(a - b) for a, b in zip(result.layers['correct'], ref_correct, strict=True)) / ref_counted:.4f})"))
     print(f"ratio: {t_naive / t_engine:.2f}x")
+    from benchmarks.gpu_check import encoder_flops, head_flops
+    from benchmarks.peak import device_peaks
+
+    peaks = device_peaks(device)
+    n_tokens = sum(len(ids) for ids in loaded.tokenizer(list(inputs.texts), truncation=True)["input_ids"])
+    work = encoder_flops(loaded, n_tokens, n_tokens / len(inputs)) + head_flops(loaded, tokens)
+    print(f"matrix work {work / 1e12:.2f} TFLOP: engine {work / t_engine / 1e12:.3f} TFLOP/s = "
+          f"{work / t_engine / 1e12 / peaks['float32']:.0%} of the float32 peak measured now "
+          f"({peaks['float32']:.2f} TFLOP/s on {device}); naive {work / t_naive / 1e12 / peaks['float32']:.0%} "
+          "(the naive loop's head runs on every position, padding included: more work than counted here)")
     if args.processes:
         whole_processes(args.model, args.processes)
     if args.memory:

@@ -235,6 +235,7 @@ def encode(tokenizer, inputs: TextInputs, max_length: int, strategy: str = "head
 
 
 MEMORY_FRACTION = 0.5  # of the memory free on the device when a run starts, for one batch's activations
+ACCELERATOR_TOKENS = 16_384  # padded tokens per batch on a GPU (at least batch_size texts): not measured on one yet
 
 
 def activation_bytes(loaded: LoadedModel, width: int, copies: int = 2) -> int:
@@ -258,6 +259,10 @@ def bucket_indices(encoded: Encoded, batch_size: int, loaded: LoadedModel | None
                    budget: int | None = None) -> Iterator[list[int]]:
     """Length buckets: lists of text indices covering every text once, shortest texts first.
 
+    On an accelerator (``loaded`` on a GPU) a batch holds up to :data:`ACCELERATOR_TOKENS` tokens (padded) when
+    that is more than ``batch_size`` texts: short texts make batches of hundreds, which keep a GPU busy (issue 44
+    item 1; the memory cap below still holds). On the CPU ``batch_size`` is the count, as measured best there.
+
     With ``loaded``, a batch also stops growing before its activations (:func:`activation_bytes` at its
     longest text) would pass ``budget`` (default :func:`batch_budget`), so long texts on a small machine get
     small batches instead of an out-of-memory failure. A single text always makes a batch.
@@ -265,13 +270,15 @@ def bucket_indices(encoded: Encoded, batch_size: int, loaded: LoadedModel | None
     order = sorted(range(len(encoded)), key=lambda i: len(encoded.input_ids[i]))
     if loaded is not None and budget is None:
         budget = batch_budget(loaded)
+    accelerator = loaded is not None and str(loaded.spec.device).split(":")[0] not in ("cpu", "meta")
     batch: list[int] = []
     cost: dict[int, int] = {}  # width -> activation bytes of one text (the model's dtype is looked up once a width)
     for i in order:  # ascending length: the text being added is the batch's longest
         width = len(encoded.input_ids[i])
         if loaded is not None and width not in cost:
             cost[width] = activation_bytes(loaded, width)
-        full = len(batch) == batch_size or (loaded is not None and (len(batch) + 1) * cost[width] > budget)
+        cap = max(batch_size, ACCELERATOR_TOKENS // width) if accelerator else batch_size
+        full = len(batch) >= cap or (loaded is not None and (len(batch) + 1) * cost[width] > budget)
         if batch and full:
             yield batch
             batch = []

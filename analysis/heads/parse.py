@@ -39,6 +39,7 @@ import torch
 
 from analysis.core.inputs import InputError
 from analysis.core.scores import wilson_interval
+from analysis.core.transfer import to_host
 from analysis.core.treebank import Sentence
 from analysis.core.trees import non_punct, prim_edges
 from analysis.heads.options import MIN_COUNT, READINGS, SYMMETRIES
@@ -150,9 +151,11 @@ class Parsing:
         """One layer of one batch: ``words`` ``(batch, heads, n, n)`` word-to-word attention (0-based
         ``layer``)."""
         w = words.float()
-        n = w.shape[-1]
-        pos = torch.arange(n)
-        blocked = (pos[None, :] >= batch.n_words[:, None])[:, None, None, :] | torch.eye(n, dtype=torch.bool)
+        n, device = w.shape[-1], w.device
+        pos = torch.arange(n, device=device)
+        blocked = ((pos[None, :] >= batch.n_words.to(device)[:, None])[:, None, None, :]
+                   | torch.eye(n, dtype=torch.bool, device=device))
+        row, word, head, relation = (t.to(device) for t in (batch.row, batch.word, batch.head, batch.relation))
 
         def most(x: torch.Tensor) -> torch.Tensor:  # per row: the other word of largest weight; -1 when none
             top, pred = x.masked_fill(blocked, -1.0).max(-1)
@@ -160,24 +163,26 @@ class Parsing:
 
         pred = most(w)  # (batch, heads, n): the word each word attends to most
         if len(batch.row):
-            d2h = pred[batch.row, :, batch.word] == batch.head[:, None]  # (words, heads)
+            d2h = pred[row, :, word] == head[:, None]  # (words, heads)
             if self.reading == "clark":  # the word attending most to the dependent is its head
-                h2d = most(w.transpose(-1, -2))[batch.row, :, batch.word] == batch.head[:, None]
+                h2d = most(w.transpose(-1, -2))[row, :, word] == head[:, None]
             else:  # the head word's own row points at the dependent
-                h2d = pred[batch.row, :, batch.head] == batch.word[:, None]
+                h2d = pred[row, :, head] == word[:, None]
             slots = 2 * len(self.relations)
-            for k, hits in enumerate((d2h, h2d)):
-                sums = torch.zeros((slots, self.heads)).index_add_(0, batch.relation, hits.float())
-                self.correct[:, :, k, layer] += sums.numpy().reshape(2, -1, self.heads)
+            sums = [torch.zeros((slots, self.heads), device=device).index_add_(0, relation, hits.float())
+                    for hits in (d2h, h2d)]
+            for k, counted in enumerate(to_host(sums)):  # relation counts, not maps, reach the host
+                self.correct[:, :, k, layer] += counted.reshape(2, -1, self.heads)
         self._trees(layer, w, batch)
 
     def _trees(self, layer: int, w: torch.Tensor, batch: BatchWords) -> None:
         keep = batch.keep
         b, m = keep.shape
         sizes = (keep >= 0).sum(1)
-        safe = torch.from_numpy(np.where(keep >= 0, keep, 0))
-        sub = w[torch.arange(b)[:, None, None], :, safe[:, :, None], safe[:, None, :]]  # (batch, m, m, heads)
-        sub = sub.permute(0, 3, 1, 2).double().numpy()
+        safe = torch.from_numpy(np.where(keep >= 0, keep, 0)).to(w.device)
+        sub = w[torch.arange(b, device=w.device)[:, None, None], :, safe[:, :, None], safe[:, None, :]]
+        # (batch, m, m, heads): the non-punctuation words' maps go to the host for Prim's algorithm (scipy)
+        sub = sub.permute(0, 3, 1, 2).double().cpu().numpy()
         both = np.swapaxes(sub, -1, -2)
         sym = sub + both if self.symmetry == "sum" else np.maximum(sub, both)
         parent = prim_parents(-sym.reshape(b * self.heads, m, m), np.repeat(sizes, self.heads))

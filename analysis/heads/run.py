@@ -174,8 +174,10 @@ def analyse(loaded: LoadedModel, source: TextInputs | Treebank, *, statistics: b
                                                width)
             if uniform is not None:
                 uniform.add(0, (mask.float() / n[:, None])[:, None, None, :].expand(-1, 1, width, -1), n, flags)
+            if parse:  # the word maps are made where the attention is (issue 44 item 6)
+                mean, total = mean.to(maps[0].device), total.to(maps[0].device)
             for layer, a in enumerate(maps):
-                a = a.float().cpu()
+                a = a.float()  # on the model's device: statistics and word maps are reduced there
                 if stats is not None:
                     stats.add(layer, a, n, flags)
                 if parse:
@@ -188,7 +190,8 @@ def analyse(loaded: LoadedModel, source: TextInputs | Treebank, *, statistics: b
                             by_length.setdefault(lengths[k], []).append((b, p))
                 for size, picked in by_length.items():  # rows cut to their sentence's length: no padding columns
                     bi, pi = (torch.tensor(v) for v in zip(*picked, strict=True))
-                    heads_map.add(torch.stack([a.float().cpu()[bi, :, pi, :size] for a in maps], 1).flatten(1, 2))
+                    heads_map.add(torch.stack([a[bi.to(a.device), :, pi.to(a.device), :size].float().cpu()
+                                               for a in maps], 1).flatten(1, 2))  # the sampled rows only
             done += len(idx)
             if progress is not None:
                 try:

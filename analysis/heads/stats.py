@@ -44,6 +44,8 @@ import pandas as pd
 import torch
 from scipy.stats import t as student_t
 
+from analysis.core.transfer import to_host
+
 STATISTICS = ("entropy", "uniform_entropy", "cls", "sep", "punct", "self", "previous", "next", "distance")
 LEVEL = 0.95
 
@@ -103,6 +105,7 @@ class TokenStatistics:
         ``(batch,)`` tokens per sentence, ``flags`` ``(batch, width, 3)`` float: is [CLS], is [SEP], is
         punctuation."""
         a = attn.float()
+        lengths, flags = lengths.to(a.device), flags.to(a.device)
         width = a.shape[-1]
         pos = torch.arange(width, device=a.device)
         valid = pos[None, :] < lengths[:, None]  # (batch, width): real tokens
@@ -124,12 +127,14 @@ class TokenStatistics:
         weight = rows.to(a.dtype)
         counts = weight.sum(1)  # (batch, statistics)
         sums = torch.einsum("bhns,bns->bhs", values, weight)
-        means = (sums / counts.clamp(min=1)[:, None, :]).double().cpu().numpy()  # (batch, heads, statistics)
-        has = (counts > 0).cpu().numpy()  # (batch, statistics)
-        means = np.where(has[:, None, :], means, 0.0)
-        self.total[layer] += means.sum(0)
-        self.squares[layer] += (means * means).sum(0)
-        self.count[layer] += has.sum(0)
+        means = (sums / counts.clamp(min=1)[:, None, :]).double()  # (batch, heads, statistics)
+        has = counts > 0  # (batch, statistics)
+        means = torch.where(has[:, None, :], means, 0.0)
+        # reduced over the batch where the maps are (the GPU): three small arrays reach the host, in one copy
+        total, squares, count = to_host([means.sum(0), (means * means).sum(0), has.sum(0)])
+        self.total[layer] += total
+        self.squares[layer] += squares
+        self.count[layer] += count
 
     def table(self) -> pd.DataFrame:
         """heads.csv: ``layer`` (1-based), ``head`` (0-based), ``sentences``, then per statistic its estimate,

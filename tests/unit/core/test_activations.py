@@ -121,3 +121,28 @@ def test_little_free_memory_changes_the_batches_not_the_results(tiny_dirs, monke
     pd.testing.assert_frame_equal(roomy.layers, tight.layers)
     pd.testing.assert_frame_equal(roomy.decoded, tight.decoded)
     np.testing.assert_allclose(extract(loaded, inputs, "mean", batch_size=16), roomy_vectors, rtol=1e-5, atol=1e-6)
+
+
+def test_on_an_accelerator_batches_hold_a_token_budget_of_texts(tiny_dirs, monkeypatch):
+    """Issue 44 item 1: on a GPU short texts make batches of ACCELERATOR_TOKENS padded tokens (more than
+    batch_size texts), the memory cap still holds; on the CPU batch_size stays the count."""
+    import dataclasses
+
+    from analysis.core import activations
+
+    loaded = load_model(ModelSpec(str(tiny_dirs["bert"]), device="cpu"))
+    texts = TextInputs(tuple(f"text {'word ' * (i % 9)}" for i in range(400)))
+    enc = encode(loaded.tokenizer, texts, 64)
+    monkeypatch.setattr(activations, "ACCELERATOR_TOKENS", 200)
+    cpu = list(bucket_indices(enc, 8, loaded, budget=10**12))
+    assert max(map(len, cpu)) == 8
+    on_gpu = dataclasses.replace(loaded, spec=dataclasses.replace(loaded.spec, device="cuda"))
+    gpu = list(bucket_indices(enc, 8, on_gpu, budget=10**12))
+    assert sorted(i for b in gpu for i in b) == list(range(len(texts)))
+    for b in gpu:
+        width = max(len(enc.input_ids[i]) for i in b)
+        assert len(b) <= max(8, 200 // width)
+    assert max(map(len, gpu)) > 8 and len(gpu) < len(cpu)
+    width = max(map(len, enc.input_ids))
+    capped = list(bucket_indices(enc, 8, on_gpu, budget=4 * activation_bytes(loaded, width)))
+    assert max(map(len, capped)) > 4 and all(len(b) <= 4 for b in capped[-3:])  # memory still caps long texts
