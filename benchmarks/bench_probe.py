@@ -152,8 +152,7 @@ def main() -> None:
           f" (engine in {args.dtype}: largest accuracy difference "
           f"{max(abs(a - b) for a, b in zip(result.layers['correct'], ref_correct, strict=True)) / ref_counted:.4f})"))
     print(f"ratio: {t_naive / t_engine:.2f}x")
-    from benchmarks.gpu_check import encoder_flops, head_flops
-    from benchmarks.peak import device_peaks
+    from benchmarks.peak import device_peaks, encoder_flops, head_flops
 
     peaks = device_peaks(device)
     n_tokens = sum(len(ids) for ids in loaded.tokenizer(list(inputs.texts), truncation=True)["input_ids"])

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from benchmarks import SHARED
-from benchmarks.peak import device_name, device_peaks
+from benchmarks.peak import device_name, device_peaks, encoder_flops, head_flops
 
 
 def sync(device: str) -> None:
@@ -44,18 +44,6 @@ def timed(device: str, fn):
     value = fn()
     sync(device)
     return value, time.perf_counter() - start
-
-
-def encoder_flops(loaded, tokens: int, mean_len: float) -> float:
-    """Forward matrix FLOPs of the encoder over ``tokens`` tokens: ``24 d^2 + 4 n d`` per token per layer."""
-    d = loaded.anatomy.hidden_size
-    return tokens * loaded.num_layers * (24 * d * d + 4 * mean_len * d)
-
-
-def head_flops(loaded, rows: int) -> float:
-    """The MLM head on ``rows`` rows: its transform and the vocabulary product."""
-    d, v = loaded.anatomy.hidden_size, loaded.anatomy.vocab_size
-    return rows * (2 * d * d + 2 * d * v)
 
 
 class Table:

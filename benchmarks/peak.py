@@ -1,5 +1,5 @@
 """The peak of the device that ran the model, measured in the same run (issue 44 item 8): every benchmark states its
-figures as a fraction of it.
+figures as a fraction of it; and the matrix work of an encoder and an MLM head, counted the same way everywhere.
 
 - a CUDA GPU: float32 (TF32 off), TF32 and bfloat16 matrix products, each the best of a few timed repeats after a
   warm-up, at ``n = 8192`` (the square shape where a GPU comes closest to its datasheet) and synchronised;
@@ -82,6 +82,13 @@ def device_name(device: str | torch.device) -> str:
             f"torch threads, load {os.getloadavg()[0]:.1f}")
 
 
-def peak_line(device: str | torch.device, peaks: dict[str, float]) -> str:
-    return f"device {device_name(device)}; measured peaks: " + ", ".join(
-        f"{name} {value:.2f} TFLOP/s" for name, value in peaks.items())
+def encoder_flops(loaded, tokens: int, mean_len: float) -> float:
+    """Forward matrix FLOPs of the encoder over ``tokens`` tokens: ``24 d^2 + 4 n d`` per token per layer."""
+    d = loaded.anatomy.hidden_size
+    return tokens * loaded.num_layers * (24 * d * d + 4 * mean_len * d)
+
+
+def head_flops(loaded, rows: int) -> float:
+    """The MLM head on ``rows`` rows: its transform and the vocabulary product."""
+    d, v = loaded.anatomy.hidden_size, loaded.anatomy.vocab_size
+    return rows * (2 * d * d + 2 * d * v)
