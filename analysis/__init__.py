@@ -1,14 +1,5 @@
 """LayerLens analyses: plain Python over torch + transformers, free of any UI code."""
 
-LAYERLENS_VERSION = "0.1.0"
+from analysis.core.versions import LAYERLENS_VERSION, versions
 
-
-def versions() -> dict:
-    """The versions a run records in its ``run.json``."""
-    import platform
-
-    import torch
-    import transformers
-
-    return {"python": platform.python_version(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "layerlens": LAYERLENS_VERSION}
+__all__ = ["LAYERLENS_VERSION", "versions"]

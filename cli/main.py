@@ -17,6 +17,7 @@ from collections.abc import Callable
 from analysis.core.inputs import InputError
 from analysis.core.parallel import is_main_process
 from analysis.core.staging import is_no_space, no_space
+from analysis.tasks import TASKS
 from cli.atlas import add_atlas_arguments, cmd_atlas
 from cli.cache import add_cache_arguments, cmd_cache
 from cli.common import (
@@ -33,8 +34,8 @@ from cli.heads import add_heads_arguments, cmd_heads
 from cli.info import cmd_info
 from cli.jobs import add_jobs_arguments, cmd_jobs
 from cli.lens import add_lens_arguments, cmd_lens
-from cli.probe import add_probe_arguments, cmd_probe
 from cli.structure import add_structure_arguments, cmd_structure
+from cli.tasks import add_task_arguments, run_task
 from cli.tokens import add_tokens_arguments, cmd_tokens
 from jobs.store import StoreError
 from models.spec import ModelLoadError
@@ -45,8 +46,7 @@ log = logging.getLogger("layerlens")
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str, Callable[[argparse.ArgumentParser], None]]] = {
     "info": (cmd_info, "describe a model: family, layers, hidden size, vocabulary, device, bytes (writes info.json)",
              lambda p: None),
-    "probe": (cmd_probe, "reconstruction probe: how well each layer, fed to the MLM head, reconstructs the input",
-              add_probe_arguments),
+    **{name: (run_task(task), task.help, add_task_arguments(task)) for name, task in TASKS.items()},
     "atlas": (cmd_atlas, "layer atlas: per-layer sentence vectors in 2-D by class, separability and CKA per layer",
               add_atlas_arguments),
     "finetune": (cmd_finetune, "fine-tune a layer-pooling classifier head and the encoder on labelled data",

@@ -27,10 +27,13 @@ from __future__ import annotations
 from analysis.heads import job as heads  # what every attention head does (analysis.heads)
 from analysis.probe import job as lens  # train a tuned lens (analysis.probe.lens)
 from analysis.structure import job as structure  # probe each layer for linguistic structure (analysis.structure)
+from analysis.tasks import TASKS  # the task layer: every task runs as a job too
+from analysis.tasks.kind import TaskKind
 from analysis.tokens import job as tokens  # extract a corpus's token vectors, index them (analysis.tokens)
 from analysis.training import job as finetune  # fine-tune a head (analysis.training)
 
 KINDS = {kind.NAME: kind for kind in (finetune, lens, structure, tokens, heads)}  # in the order the messages list them
+KINDS.update({name: TaskKind(task) for name, task in TASKS.items() if name not in KINDS})
 DEFAULT = finetune.NAME  # the kind of a job whose options name none
 
 

@@ -71,7 +71,7 @@ def probe_twice(tmp_path, tiny_dirs, monkeypatch, on_second_file) -> tuple[Path,
     assert main(probe_argv(tmp_path, tiny_dirs)) == 0
     before = snapshot(out)
     texts.write_text("a different text .\n")
-    import cli.probe
+    import analysis.tasks.probe
 
     calls = []
 
@@ -82,7 +82,7 @@ def probe_twice(tmp_path, tiny_dirs, monkeypatch, on_second_file) -> tuple[Path,
             on_second_file()
         return frame.to_csv(path, index=index)
 
-    monkeypatch.setattr(cli.probe, "to_csv", to_csv)
+    monkeypatch.setattr(analysis.tasks.probe, "to_csv", to_csv)
     return out, before, calls
 
 

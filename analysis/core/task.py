@@ -1,0 +1,135 @@
+"""The task contract (issue 45, "one task, three doors"): one thing a user can run, defined once, from which its
+CLI command, its job and its page form are derived.
+
+A task (:class:`Task`) has four parts:
+
+- ``Options``: one options schema (:class:`analysis.core.options.Options`) of everything a run needs, the model
+  block included. It is the run's only argument: the CLI's flags, a job's stored JSON and a page's form are its
+  fields;
+- ``run(options, ctx)``: the work, reporting through ``ctx`` (:class:`Context`: log, progress, stop, the output
+  folder), which the CLI implements with progress bars, a job with the job store, a page with its progress bar
+  and Stop button;
+- its ``Result``: it writes its files and its ``run.json`` once (:meth:`Result.write`, the one record type
+  :class:`RunRecord`) and says what to print (:meth:`Result.summary`);
+- ``requires``: checks of the loaded model against the options (an MLM head, labels, ...), run in one place
+  (:func:`check_requirements`), each with its one message.
+
+Tasks live in :mod:`analysis.tasks` (its registry); they may import any technique, techniques never import each
+other or a task. This module imports neither torch nor transformers: the CLI builds its parsers from the registry.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from analysis.core.options import Options
+
+
+class Context(Protocol):
+    """What a running task reports to, and asks: the door it was started from provides it."""
+
+    def output(self) -> Path:
+        """The folder the task writes its files into, made when the task first asks (after its inputs are read and
+        checked): a staging folder the door renames into place when the run succeeds."""
+
+    def log(self, message: str) -> None:
+        """A note for the user (the CLI's stderr, a job's log, a page's caption)."""
+
+    def progress(self, stage: str, done: int, total: int) -> None:
+        """Where the run is: ``done`` of ``total`` in ``stage``."""
+
+    def should_stop(self) -> bool:
+        """Whether the user asked the run to stop (a page's Stop, a job's Cancel)."""
+
+
+@dataclasses.dataclass
+class QuietContext:
+    """A context that reports nowhere: for a task run from code (and the tests)."""
+
+    out: Path | None = None
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    def output(self) -> Path:
+        if self.out is None:
+            raise ValueError("this run has no output folder")
+        self.out.mkdir(parents=True, exist_ok=True)
+        return self.out
+
+    def log(self, message: str) -> None:
+        self.notes.append(message)
+
+    def progress(self, stage: str, done: int, total: int) -> None:
+        pass
+
+    def should_stop(self) -> bool:
+        return False
+
+
+@dataclasses.dataclass
+class RunRecord:
+    """THE ``run.json``: the task's own facts at the top level (as every run.json had them), with the task's name and
+    the versions that ran it. :meth:`write` is the one writer of the file."""
+
+    task: str
+    facts: dict
+    versions: dict | None = None
+
+    def to_dict(self) -> dict:
+        from analysis.core.versions import versions
+
+        return {**self.facts, "task": self.task, "versions": self.versions or versions()}
+
+    def write(self, out: Path) -> Path:
+        path = Path(out) / "run.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=2, default=str) + "\n")
+        return path
+
+    @classmethod
+    def read(cls, out: Path) -> RunRecord:
+        facts = json.loads((Path(out) / "run.json").read_text())
+        return cls(task=facts.pop("task", ""), versions=facts.pop("versions", None), facts=facts)
+
+
+class Result(abc.ABC):
+    """What a task's run produced."""
+
+    @abc.abstractmethod
+    def write(self, out: Path) -> list[str]:
+        """Write the files and the ``run.json`` into ``out``; the files' names, in the order written."""
+
+    def summary(self) -> str:
+        """What the CLI prints on stdout when the run is done (nothing by default)."""
+        return ""
+
+
+Requirement = Callable[[Any, Options], None]  # (the loaded model, the options): raises InputError with its message
+
+
+class Task(abc.ABC):
+    """One runnable analysis (module docstring)."""
+
+    name: ClassVar[str]  # the CLI sub-command and the job kind
+    help: ClassVar[str]  # one line: the CLI's help, the job list's description
+    writes: ClassVar[str] = ""  # what its output folder holds, in words ("the probe writes layers.csv, ...")
+    Options: ClassVar[type[Options]]
+    requires: ClassVar[tuple[Requirement, ...]] = ()
+    flags: ClassVar[dict[str, str]] = {}  # option -> its flag where the flag is not --option-name (kept for users)
+    shared: ClassVar[tuple[str, ...]] = ()  # options whose flags the CLI's shared model parser already adds
+    hidden: ClassVar[tuple[str, ...]] = ()  # options with no flag (set by a job or a page only)
+    unit: ClassVar[str] = "it"  # what the progress counts (the CLI's bars)
+
+    @abc.abstractmethod
+    def run(self, options: Options, ctx: Context) -> Result | None:
+        """The work. None in the helper processes of a launcher (only the main process has the result)."""
+
+
+def check_requirements(task: Task, loaded, options: Options) -> None:
+    """Every requirement of ``task`` on ``loaded``: the first unmet one raises its own message."""
+    for requirement in task.requires:
+        requirement(loaded, options)

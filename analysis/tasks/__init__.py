@@ -1,0 +1,14 @@
+"""The tasks: each module here is one thing a user can run (:class:`analysis.core.task.Task`), and :data:`TASKS` is
+their registry, from which the CLI's sub-commands (:mod:`cli.tasks`) are derived. A task may import any technique;
+no technique imports a task. Importing this package imports no torch."""
+
+from __future__ import annotations
+
+from analysis.core.task import Task
+from analysis.tasks.probe import Probe
+
+TASKS: dict[str, Task] = {task.name: task for task in (Probe(),)}
+
+
+def get(name: str) -> Task | None:
+    return TASKS.get(name)

@@ -1,0 +1,71 @@
+"""Every task as a job kind (:mod:`jobs.kinds`): a task's job JSON is its options (with ``kind``, the task's name),
+validated at submit by the same schema the CLI's flags come from, and run by :meth:`analysis.core.task.Task.run`
+with a context that reports to the job (its log, its progress, Cancel). The job's artifacts are the files the CLI
+writes into ``--out``, the same names and contents."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from analysis.core.task import Task
+
+
+class JobContext:
+    """A task's reports into its job: the job's log, its progress line, Cancel as the stop request."""
+
+    def __init__(self, out: Path, control):
+        self.out, self.control = out, control
+        self.report = control.reporter()
+
+    def output(self) -> Path:
+        self.out.mkdir(parents=True, exist_ok=True)
+        return self.out
+
+    def log(self, message: str) -> None:
+        self.control.log(message)
+
+    def progress(self, stage: str, done: int, total: int) -> None:
+        self.report(f"{stage}: {done:,} of {total:,}", {"stage": stage, "done": done, "total": total},
+                    force=done == total)
+
+    def should_stop(self) -> bool:
+        return self.control.stopped()
+
+
+class TaskKind:
+    """The job kind of one task (the attributes :mod:`jobs.kinds` lists for a kind)."""
+
+    STAGED = True  # its files appear whole, when the run is complete
+
+    def __init__(self, task: Task):
+        self.task, self.NAME, self.OPTIONS = task, task.name, task.Options
+        self.__name__ = f"analysis.tasks.{task.name}"
+
+    def options(self, config: dict):
+        return self.task.Options(**{k: v for k, v in config.items() if k != "kind"})
+
+    def label(self, config: dict) -> str:
+        return self.task.help.split(":")[0]
+
+    def describe(self, config: dict) -> list[str]:
+        source = config.get("input") or config.get("corpus") or config.get("data")
+        return [Path(str(source)).name] if source else []
+
+    def validate(self, config: dict, browser, model_config) -> tuple[dict, str]:
+        """(the options to store, with ``kind``, the device); the schema's error, a missing file or model, else."""
+        options = self.options(config)
+        if browser:
+            options = browser(options)
+        spec = options.spec().resolved()
+        model_config(spec)
+        return {"kind": self.NAME, **options.model_dump(mode="json")}, spec.device
+
+    def run(self, config: dict, out: Path, control) -> dict:
+        """The task's run with its files in ``out``; the job's metrics: the files written."""
+        control.listen()
+        result = self.task.run(self.options(config), JobContext(out, control))
+        if result is None:
+            raise SystemExit(1)
+        files = result.write(out)
+        control.log(f"wrote {', '.join(files)}")
+        return {"kind": self.NAME, "files": files}

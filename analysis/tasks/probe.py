@@ -1,0 +1,136 @@
+"""``probe``: the reconstruction probe per layer (Kao et al. 2020), raw or through a tuned lens: layers.csv,
+decoded.csv, tokens.parquet (tokens_tuned.parquet with a lens) and run.json."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+
+from analysis.core.csvout import to_csv
+from analysis.core.inputs import PROBE_ROW_LIMIT, InputError
+from analysis.core.options import ModelOptions, pair_column
+from analysis.core.task import Context, Result, RunRecord, Task
+from analysis.probe.options import ProbeConfig
+
+
+class ProbeOptions(ProbeConfig, ModelOptions):
+    """Everything a probe run needs: the model block, the texts, the probe's own knobs
+    (:class:`analysis.probe.options.ProbeConfig`) and a tuned lens to read the layers through."""
+
+    head_from: str | None = Field(None, title="MLM head from", description="read the layers with the pre-trained "
+                                  "MLM head of this masked LM (same family, hidden size and vocabulary)")
+    input: Path = Field(title="texts", description="texts: .txt (one per line), .csv, .tsv or .jsonl")
+    column: str = Field("text", min_length=1, title="text column", description="column holding the texts "
+                        "(csv/tsv/jsonl; default: text)")
+    pair_column: str | None = pair_column()
+    max_rows: int = Field(PROBE_ROW_LIMIT, ge=1, title="row limit", description="refuse inputs with more texts "
+                          f"than this (default {PROBE_ROW_LIMIT:,}, the pages' limit)")
+    lens: Path | None = Field(None, title="tuned lens", description="also read the layers through this tuned lens "
+                              "(`lens train`): layers.csv and decoded.csv gain a lens column (raw/tuned) and every "
+                              "row kl_to_final and agreement; the tuned per-token rows go to tokens_tuned.parquet")
+
+    def config(self) -> ProbeConfig:
+        return ProbeConfig(**{name: getattr(self, name) for name in ProbeConfig.model_fields})
+
+    def spec(self, device: str | None = None):
+        from models.spec import ModelSpec
+
+        return ModelSpec(self.model, revision=self.revision, device=device or self.device, dtype=self.dtype,
+                         allow_pickle=self.allow_pickle, head_from=self.head_from)
+
+
+class ProbeRun(Result):
+    def __init__(self, results: dict, options: ProbeOptions, facts: dict):
+        self.results, self.options, self.facts = results, options, facts
+
+    def tables(self):
+        import pandas as pd
+
+        raw = self.results["raw"]
+        if len(self.results) == 1:
+            return raw.layers, raw.decoded
+        return tuple(pd.concat([getattr(r, table).assign(lens=name)[["lens", *getattr(r, table).columns]]
+                                for name, r in self.results.items()], ignore_index=True)
+                     for table in ("layers", "decoded"))
+
+    def write(self, out: Path) -> list[str]:
+        layers, decoded = self.tables()
+        to_csv(layers, out / "layers.csv")
+        to_csv(decoded, out / "decoded.csv")
+        RunRecord("probe", self.facts).write(out)
+        return ["layers.csv", "decoded.csv", "tokens.parquet"] + (["tokens_tuned.parquet"] if self.options.lens
+                                                                   else []) + ["run.json"]
+
+    def summary(self) -> str:
+        return self.tables()[0].to_string(index=False, float_format=lambda x: f"{x:.4f}")
+
+
+def needs_mlm_head(loaded, options) -> None:
+    from analysis.probe.reconstruction import require_mlm_head
+
+    require_mlm_head(loaded)
+
+
+class Probe(Task):
+    name = "probe"
+    help = "reconstruction probe: how well each layer, fed to the MLM head, reconstructs the input"
+    writes = "the probe writes layers.csv, decoded.csv, tokens.parquet, run.json"
+    Options = ProbeOptions
+    requires = (needs_mlm_head,)
+    shared = ("model", "revision", "device", "dtype", "allow_pickle", "head_from", "batch_size")
+    hidden = ("mask_fraction", "logits_budget_bytes")
+    unit = "text"
+
+    def run(self, options: ProbeOptions, ctx: Context) -> ProbeRun | None:
+        from analysis.core.inputs import check_row_limit, read_file
+        from analysis.core.parallel import ranks_for
+        from analysis.core.task import check_requirements
+        from analysis.probe.reconstruction import probe
+        from analysis.probe.token_sink import TokenSink
+        from models.loading import load_model
+
+        if options.half != "output" and options.lens is not None:
+            from analysis.probe.lens import halves
+
+            if halves(options.lens) != options.half:
+                raise InputError(f"--half attention with --lens: the lens in {options.lens} was trained on the layer "
+                                 "outputs only; train one with `layerlens lens train --half attention`, or leave out "
+                                 "--lens")
+        ranks = ranks_for(options.device)
+        spec = options.spec(ranks.device_for(options.device))
+        inputs = check_row_limit(read_file(options.input, options.column, options.pair_column), options.max_rows,
+                                 "probe's")
+        for note in inputs.notes() if ranks.is_main else ():
+            ctx.log(f"note: {note}")
+        config = options.config()
+        loaded = load_model(spec)
+        check_requirements(self, loaded, options)
+        readings = [("raw", None)]
+        if options.lens is not None:
+            from analysis.probe import lens
+
+            readings.append(("tuned", lens.load(options.lens, loaded)))
+        divergence = len(readings) > 1
+        if not ranks.is_main:  # a helper process: its share of the batches, merged and written by the main one
+            for _, reading in readings:
+                probe(loaded, inputs, config, ranks=ranks, lens=reading, divergence=divergence)
+            return None
+        out = ctx.output()
+        note = f" ({ranks.count} processes)" if ranks.count > 1 else ""
+        results = {}
+        for name, reading in readings:
+            tokens = "tokens.parquet" if reading is None else f"tokens_{name}.parquet"
+            stage = ("probing" if reading is None else "probing through the tuned lens") + note
+            results[name] = probe(loaded, inputs, config, sink=TokenSink(loaded.tokenizer, config.top_k, out / tokens,
+                                                                  halves=config.half != "output"),
+                                  progress=lambda done, total, stage=stage: ctx.progress(stage, done, total),
+                                  should_stop=ctx.should_stop, ranks=ranks, lens=reading, divergence=divergence)
+        result = results["raw"]
+        if result.truncated:
+            ctx.log(f"note: {result.truncated} text(s) longer than {result.max_length} tokens were cut")
+        facts = {**result.run_info(), "input": str(options.input), "column": options.column,
+                 "pair_column": options.pair_column, "model_spec": loaded.spec.to_dict(),
+                 "lens": str(options.lens) if options.lens else None, "processes": ranks.count,
+                 "load_seconds": round(loaded.load_seconds, 3)}
+        return ProbeRun(results, options, facts)

@@ -1,0 +1,101 @@
+"""The CLI's door to the tasks (:mod:`analysis.tasks`): one sub-command per registered task, its flags derived from
+the task's options schema (default, choices, help; a field without a default is a required flag), run through a
+:class:`CliContext` (progress bars on stderr, notes on stderr, the output folder staged), the result's files written
+and its summary printed."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from analysis.core import options as schema_fields
+from analysis.core.inputs import InputError
+from analysis.core.task import Task
+from cli.common import UserError, add_option_flag, prepare_out
+
+
+def add_task_arguments(task: Task):
+    """The ``add_arguments`` of ``task``'s sub-command: a flag per option not shared with the model parser."""
+    def add(p: argparse.ArgumentParser) -> None:
+        g = p.add_argument_group(task.name)
+        for name, field in task.Options.model_fields.items():
+            if name in task.shared or name in task.hidden:
+                continue
+            flag = task.flags.get(name)
+            if field.is_required():
+                g.add_argument(flag or f"--{name.replace('_', '-')}", dest=name, required=True,
+                               type=_type(name, task), metavar=name.upper(),
+                               help=schema_fields.help_text(name, task.Options).replace("%", "%%"))
+            else:
+                add_option_flag(g, name, schema=task.Options, flag=flag)
+    return add
+
+
+def _type(name: str, task: Task):
+    return Path if task.Options.model_fields[name].annotation in (Path, "Path") else str
+
+
+class CliContext:
+    """The task's reports on a terminal: a tqdm bar per stage, notes on stderr, ``--out`` staged."""
+
+    def __init__(self, out: Path | None, unit: str, what: str):
+        self.out, self.unit, self.what = out, unit, what
+        self.bar, self.stage, self.staged = None, None, None
+
+    def output(self) -> Path:
+        if self.out is None:
+            raise UserError(f"--out DIR is required: {self.what}")
+        if self.staged is None:
+            self.staged = prepare_out(self.out)
+        return self.staged
+
+    def log(self, message: str) -> None:
+        print(message, file=sys.stderr)
+
+    def progress(self, stage: str, done: int, total: int) -> None:
+        from tqdm.auto import tqdm
+
+        if stage != self.stage:
+            self.close()
+            self.stage, self.bar = stage, tqdm(total=total, desc=stage, unit=self.unit, file=sys.stderr)
+        self.bar.update(done - self.bar.n)
+
+    def should_stop(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def options_from_args(task: Task, args: argparse.Namespace):
+    """The task's options from the parsed flags (the schema checks them: one readable error)."""
+    values = {name: getattr(args, name) for name in task.Options.model_fields if hasattr(args, name)}
+    try:
+        return task.Options(**values)
+    except (InputError, ValueError) as exc:
+        raise UserError(str(exc)) from None
+
+
+def run_task(task: Task):
+    """The sub-command's function: options from the flags, the run, the files, the summary."""
+    def command(args: argparse.Namespace) -> int:
+        if getattr(args, "out", None) is None and "out" in vars(args):
+            raise UserError(f"--out DIR is required: {task.writes}")
+        options = options_from_args(task, args)
+        ctx = CliContext(args.out, task.unit, task.writes)
+        try:
+            result = task.run(options, ctx)
+        finally:
+            ctx.close()
+        if result is None:  # a helper process of a launcher
+            return 0
+        written = result.write(ctx.output())
+        summary = result.summary()
+        if summary:
+            print(summary)
+        print(f"wrote {args.out}/" + ", ".join(written), file=sys.stderr)
+        return 0
+    return command

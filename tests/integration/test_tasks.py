@@ -1,0 +1,79 @@
+"""The task contract (issue 45), one test per door, parametrised over every registered task (:mod:`analysis.tasks`):
+
+- its CLI flags are derived from its options schema (every option that is not shared or hidden has its flag, with
+  the schema's default; a required option is a required flag), and ``--help`` imports no torch;
+- a job of the task (its JSON is its options) writes the same files as the CLI, with the same tables."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis.tasks import TASKS
+from cli.main import build_parser
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = ROOT / "analysis" / "data" / "demo_sentiment.csv"
+ARGS = {"probe": {"input": str(DEMO)}}  # the required options of each task, for the demo model
+TIMES = {"seconds", "load_seconds", "versions", "input", "model_spec"}  # run.json facts of when and where
+
+
+def subparser(name: str):
+    return build_parser()._subparsers._group_actions[0].choices[name]
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_the_flags_are_the_options_schema(name):
+    task = TASKS[name]
+    actions = {a.dest: a for a in subparser(name)._actions}
+    for field, info in task.Options.model_fields.items():
+        if field in task.hidden:
+            assert field not in actions
+            continue
+        assert field in actions, f"--{field} missing"
+        if info.is_required():
+            assert actions[field].required
+        elif field not in task.shared:
+            assert actions[field].default == info.default, field
+    assert name in ARGS, "add the task's required options to ARGS"
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_help_imports_no_torch(name):
+    code = ("import sys\nfrom cli.main import build_parser\ntry:\n    build_parser().parse_args([%r, '--help'])\n"
+            "except SystemExit:\n    pass\nprint('torch' in sys.modules)" % name)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip().endswith("False")
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_a_job_writes_the_files_the_cli_writes(name, tmp_path, monkeypatch):
+    from cli.main import main
+    from jobs.store import JobStore
+    from jobs.submit import submit
+    from tests.integration.test_job_kinds import run_job_process
+
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in ARGS[name].items()]
+    assert main([name, "--model", "demo", "--device", "cpu", "--out", str(tmp_path / "cli"), *flags]) == 0
+    store = JobStore(tmp_path / "jobs")
+    job_id = submit({"kind": name, "model": "demo", "device": "cpu", **ARGS[name]}, store, start_worker=False)
+    assert run_job_process(store, job_id, monkeypatch) == 0
+    job = store.get(job_id)
+    assert job.status == "succeeded", job.error
+    cli_files = sorted(p.name for p in (tmp_path / "cli").iterdir())
+    assert sorted(p.name for p in job.artifacts.iterdir()) == cli_files == sorted(job.metrics["files"])
+    for file in cli_files:
+        a, b = tmp_path / "cli" / file, job.artifacts / file
+        if file.endswith(".csv"):
+            pd.testing.assert_frame_equal(pd.read_csv(a), pd.read_csv(b))
+        elif file.endswith(".parquet"):
+            pd.testing.assert_frame_equal(pd.read_parquet(a), pd.read_parquet(b))
+        elif file == "run.json":
+            x, y = json.loads(a.read_text()), json.loads(b.read_text())
+            assert x["task"] == y["task"] == name
+            assert {k: v for k, v in x.items() if k not in TIMES} == {k: v for k, v in y.items() if k not in TIMES}
