@@ -18,7 +18,6 @@ from analysis.core.inputs import InputError
 from analysis.core.parallel import is_main_process
 from analysis.core.staging import is_no_space, no_space
 from analysis.tasks import TASKS
-from cli.atlas import add_atlas_arguments, cmd_atlas
 from cli.cache import add_cache_arguments, cmd_cache
 from cli.common import (
     Parser,
@@ -47,8 +46,6 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str, Callable[[ar
     "info": (cmd_info, "describe a model: family, layers, hidden size, vocabulary, device, bytes (writes info.json)",
              lambda p: None),
     **{name: (run_task(task), task.help, add_task_arguments(task)) for name, task in TASKS.items()},
-    "atlas": (cmd_atlas, "layer atlas: per-layer sentence vectors in 2-D by class, separability and CKA per layer",
-              add_atlas_arguments),
     "finetune": (cmd_finetune, "fine-tune a layer-pooling classifier head and the encoder on labelled data",
                  add_finetune_arguments),
     "duplicate": (cmd_duplicate, "layer duplication: a deeper model from the pre-trained layers, without training",

@@ -19,11 +19,16 @@ def add_task_arguments(task: Task):
     """The ``add_arguments`` of ``task``'s sub-command: a flag per option not shared with the model parser."""
     def add(p: argparse.ArgumentParser) -> None:
         g = p.add_argument_group(task.name)
+        one_of = g.add_mutually_exclusive_group(required=True) if task.exclusive else None
         for name, field in task.Options.model_fields.items():
             if name in task.shared or name in task.hidden:
                 continue
             flag = task.flags.get(name)
-            if field.is_required():
+            if name in task.exclusive:
+                one_of.add_argument(flag or f"--{name.replace('_', '-')}", dest=name, type=_type(name, task),
+                                    metavar=name.upper(), help=schema_fields.help_text(name, task.Options)
+                                    .replace("%", "%%"))
+            elif field.is_required():
                 g.add_argument(flag or f"--{name.replace('_', '-')}", dest=name, required=True,
                                type=_type(name, task), metavar=name.upper(),
                                help=schema_fields.help_text(name, task.Options).replace("%", "%%"))
@@ -33,7 +38,8 @@ def add_task_arguments(task: Task):
 
 
 def _type(name: str, task: Task):
-    return Path if task.Options.model_fields[name].annotation in (Path, "Path") else str
+    annotation = task.Options.model_fields[name].annotation
+    return Path if annotation is Path or annotation == Path | None else str
 
 
 class CliContext:

@@ -27,7 +27,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from analysis.core.options import Options
+from pydantic import Field
+
+from analysis.core.options import ModelOptions, Options
+
+
+class ReadingOptions(ModelOptions):
+    """The model block of a task that reads a model's layers: :class:`ModelOptions` and an MLM head to borrow."""
+
+    head_from: str | None = Field(None, title="MLM head from", description="read the layers with the pre-trained "
+                                  "MLM head of this masked LM (same family, hidden size and vocabulary)")
+
+    def spec(self, device: str | None = None):
+        """The model these options name, on ``device`` (a launcher's process's own) when given."""
+        from models.spec import ModelSpec
+
+        return ModelSpec(self.model, revision=self.revision, device=device or self.device, dtype=self.dtype,
+                         allow_pickle=self.allow_pickle, head_from=self.head_from)
 
 
 class Context(Protocol):
@@ -122,6 +138,7 @@ class Task(abc.ABC):
     flags: ClassVar[dict[str, str]] = {}  # option -> its flag where the flag is not --option-name (kept for users)
     shared: ClassVar[tuple[str, ...]] = ()  # options whose flags the CLI's shared model parser already adds
     hidden: ClassVar[tuple[str, ...]] = ()  # options with no flag (set by a job or a page only)
+    exclusive: ClassVar[tuple[str, ...]] = ()  # options of which exactly one is given (the CLI: a required group)
     unit: ClassVar[str] = "it"  # what the progress counts (the CLI's bars)
 
     @abc.abstractmethod

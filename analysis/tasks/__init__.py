@@ -5,9 +5,10 @@ no technique imports a task. Importing this package imports no torch."""
 from __future__ import annotations
 
 from analysis.core.task import Task
+from analysis.tasks.atlas import Atlas
 from analysis.tasks.probe import Probe
 
-TASKS: dict[str, Task] = {task.name: task for task in (Probe(),)}
+TASKS: dict[str, Task] = {task.name: task for task in (Probe(), Atlas())}
 
 
 def get(name: str) -> Task | None:

@@ -9,17 +9,15 @@ from pydantic import Field
 
 from analysis.core.csvout import to_csv
 from analysis.core.inputs import PROBE_ROW_LIMIT, InputError
-from analysis.core.options import ModelOptions, pair_column
-from analysis.core.task import Context, Result, RunRecord, Task
+from analysis.core.options import pair_column
+from analysis.core.task import Context, ReadingOptions, Result, RunRecord, Task
 from analysis.probe.options import ProbeConfig
 
 
-class ProbeOptions(ProbeConfig, ModelOptions):
+class ProbeOptions(ProbeConfig, ReadingOptions):
     """Everything a probe run needs: the model block, the texts, the probe's own knobs
     (:class:`analysis.probe.options.ProbeConfig`) and a tuned lens to read the layers through."""
 
-    head_from: str | None = Field(None, title="MLM head from", description="read the layers with the pre-trained "
-                                  "MLM head of this masked LM (same family, hidden size and vocabulary)")
     input: Path = Field(title="texts", description="texts: .txt (one per line), .csv, .tsv or .jsonl")
     column: str = Field("text", min_length=1, title="text column", description="column holding the texts "
                         "(csv/tsv/jsonl; default: text)")
@@ -32,12 +30,6 @@ class ProbeOptions(ProbeConfig, ModelOptions):
 
     def config(self) -> ProbeConfig:
         return ProbeConfig(**{name: getattr(self, name) for name in ProbeConfig.model_fields})
-
-    def spec(self, device: str | None = None):
-        from models.spec import ModelSpec
-
-        return ModelSpec(self.model, revision=self.revision, device=device or self.device, dtype=self.dtype,
-                         allow_pickle=self.allow_pickle, head_from=self.head_from)
 
 
 class ProbeRun(Result):

@@ -16,6 +16,7 @@ from pydantic import Field
 
 from analysis.core.inputs import InputError
 from analysis.core.options import ModelOptions, Options
+from analysis.tasks import TASKS
 from jobs import kinds
 from jobs import run as job_run
 from jobs.store import JobStore
@@ -23,13 +24,15 @@ from jobs.submit import SubmitError, browser_checked, job_name, submit, submit_s
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULES = {"finetune": "analysis.training.job", "lens": "analysis.probe.job", "structure": "analysis.structure.job",
-           "tokens": "analysis.tokens.job", "heads": "analysis.heads.job", "probe": "analysis.tasks.probe"}
+           "tokens": "analysis.tokens.job", "heads": "analysis.heads.job"}
 
 
 def test_the_registry_lists_each_kind_once_in_the_order_the_messages_name_them():
-    assert kinds.names() == ("finetune", "lens", "structure", "tokens", "heads", "probe")
+    tasks = tuple(name for name in TASKS if name not in MODULES)  # every task is a kind too, after the others
+    assert kinds.names() == ("finetune", "lens", "structure", "tokens", "heads", *tasks)
     assert kinds.DEFAULT == "finetune"
-    assert {name: kind.__name__ for name, kind in kinds.KINDS.items()} == MODULES
+    assert {name: kind.__name__ for name, kind in kinds.KINDS.items()} == MODULES | {
+        name: f"analysis.tasks.{name}" for name in tasks}
     for name, kind in kinds.KINDS.items():
         assert kind.NAME == name and issubclass(kind.OPTIONS, Options) and isinstance(kind.STAGED, bool)
         assert all(callable(getattr(kind, f)) for f in ("label", "describe", "validate", "run"))
@@ -41,7 +44,7 @@ def test_the_registry_lists_each_kind_once_in_the_order_the_messages_name_them()
         assert path.name == "kinds.py" or not named, (path.name, named)
     assert kinds.of({}) is kinds.of({"kind": "finetune"}) is kinds.of({"kind": "no such"}) is kinds.KINDS["finetune"]
     with pytest.raises(SubmitError, match=r"unknown job kind 'nope' \(choose from finetune, lens, structure, "
-                                          r"tokens, heads, probe\)"):
+                                          r"tokens, heads, " + ", ".join(tasks) + r"\)"):
         validate({"kind": "nope"})
 
 
@@ -120,7 +123,7 @@ def test_a_kind_registered_in_one_line_is_validated_and_run_through_the_same_pat
         submit({"kind": "fake", "size": 13}, store, start_worker=False)
     with pytest.raises(SubmitError, match="size"):
         submit({"kind": "fake", "size": 0}, store, start_worker=False)  # the schema's bounds, one line
-    with pytest.raises(SubmitError, match="choose from finetune, lens, structure, tokens, heads, probe, fake"):
+    with pytest.raises(SubmitError, match="choose from finetune, lens, structure, tokens, heads, .*fake"):
         submit({"kind": "fakes"}, store, start_worker=False)
     assert store.list() == []
 
