@@ -19,6 +19,7 @@ import torch
 from tokenizers import Encoding, Tokenizer
 
 from analysis.core.inputs import InputError, TextInputs
+from analysis.core.interventions import intervene
 from analysis.core.options import HALVES, TRUNCATIONS
 from analysis.core.transfer import to_device
 from models.anatomy import FAMILIES
@@ -356,18 +357,10 @@ def attention_blocks(model) -> list[torch.nn.Module]:
 def attention_halves(model) -> Iterator[list[torch.Tensor]]:
     """Within the block, every forward pass of ``model`` appends each layer's attention-half state ``(batch, seq,
     hidden)`` to the yielded list, in forward order (forward hooks on :func:`attention_blocks`, removed on
-    exit)."""
+    exit; :func:`analysis.core.interventions.intervene`)."""
     found: list[torch.Tensor] = []
-
-    def keep(module, args, output):
-        found.append(output[0] if isinstance(output, tuple) else output)
-
-    handles = [module.register_forward_hook(keep) for module in attention_blocks(model)]
-    try:
+    with intervene(model, attention_blocks(model), lambda layer, value: found.append(value)):
         yield found
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 def hidden_states(loaded: LoadedModel, batch: Batch, input_ids: torch.Tensor | None = None,

@@ -15,7 +15,8 @@ transformers' modeling code, ``models/anatomy.py`` for the encoder layers):
   its hook counts the calls of each forward pass to know which layer it serves);
 - DistilBERT: ``layer.attention.out_lin``.
 
-The hooks live in a context manager and are removed in ``finally``; the model's own code is never copied.
+The hooks are the core's one intervention mechanism (:func:`analysis.core.interventions.intervene`, which counts a
+shared module's calls per forward pass), removed on exit; the model's own code is never copied.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from torch import nn
 
 from analysis.core.activations import check_finite
 from analysis.core.inputs import InputError
+from analysis.core.interventions import intervene
 from models.anatomy import FAMILIES
 from models.loading import LoadedModel, ModelSpec, load_model
 
@@ -99,34 +101,14 @@ def head_gates(model: nn.Module, gates: torch.Tensor) -> Iterator[torch.Tensor]:
     if tuple(gates.shape[-2:]) != (layers, heads) or gates.dim() not in (2, 3):
         raise InputError(f"head gates of shape {tuple(gates.shape)} for a model with {layers} layers x {heads} "
                          "heads")
-    modules = output_projections(model)
-    served: dict[int, list[int]] = {}
-    for layer, module in enumerate(modules):
-        served.setdefault(id(module), []).append(layer)
-    calls = {key: 0 for key in served}
-
-    def reset(_module, _args):  # a new forward pass: each shared module starts again at its first layer
-        for key in calls:
-            calls[key] = 0
-
-    def gate(module, args):
-        mine = served[id(module)]
-        layer = mine[calls[id(module)] % len(mine)]
-        calls[id(module)] += 1
-        context = args[0]
+    def gate(layer, context):
         scale = gates[..., layer, :].to(context.dtype).repeat_interleave(context.shape[-1] // heads, dim=-1)
         if scale.dim() == 2:  # per example: (batch, hidden) -> (batch, 1, hidden)
             scale = scale[:, None, :]
-        return (context * scale, *args[1:])
+        return context * scale
 
-    handles = [model.base_model.register_forward_pre_hook(reset)]
-    try:
-        for module in {id(m): m for m in modules}.values():
-            handles.append(module.register_forward_pre_hook(gate))
+    with intervene(model, output_projections(model), gate, pre=True):
         yield gates
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 def check_head(model: nn.Module, layer: int, head: int) -> None:
