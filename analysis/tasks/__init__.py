@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from analysis.core.task import Task
 from analysis.tasks.atlas import Atlas
+from analysis.tasks.neurons import Neurons
 from analysis.tasks.probe import Probe
 
-TASKS: dict[str, Task] = {task.name: task for task in (Probe(), Atlas())}
+TASKS: dict[str, Task] = {task.name: task for task in (Probe(), Atlas(), Neurons())}
 
 
 def get(name: str) -> Task | None:

@@ -19,7 +19,8 @@ from cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "analysis" / "data" / "demo_sentiment.csv"
-ARGS = {"probe": {"input": str(DEMO)}, "atlas": {"data": str(DEMO)}}  # each task's required options (demo)
+ARGS = {"probe": {"input": str(DEMO)}, "atlas": {"data": str(DEMO)},  # each task's required options (demo)
+        "neurons": {"data": str(DEMO)}}
 WHEN = {"seconds", "versions", "model_spec", "cache_hit"}  # run.json facts of when and where (a job runs second)
 
 
