@@ -98,6 +98,9 @@ ANALYSES = [
          "What every attention head does over a corpus (entropy, [CLS]/[SEP], previous/next token, distance), heads "
          "clustered by behaviour, heads as parsers on UD, head importance and pruning, one sentence's head view.",
          "Clark et al. 2019; Michel et al. 2019; bertviz"),
+    Page("pages/10_Neurons.py", "Neurons", ":material/hub:",
+         "Each layer's units ranked by a linear probe's weights; the top k zeroed inside the model against the "
+         "bottom k and k random units.", "Dalvi et al. 2019"),
 ]
 
 

@@ -140,6 +140,8 @@ class Task(abc.ABC):
     hidden: ClassVar[tuple[str, ...]] = ()  # options with no flag (set by a job or a page only)
     exclusive: ClassVar[tuple[str, ...]] = ()  # options of which exactly one is given (the CLI: a required group)
     unit: ClassVar[str] = "it"  # what the progress counts (the CLI's bars)
+    page: ClassVar[str | None] = None  # the dashboard page that runs it (its form: the same schema)
+    example: ClassVar[dict] = {}  # its required options for a run on the bundled demo data (docs, contract tests)
 
     @abc.abstractmethod
     def run(self, options: Options, ctx: Context) -> Result | None:

@@ -61,6 +61,8 @@ class Atlas(Task):
     help = "layer atlas: per-layer sentence vectors in 2-D by class, separability and CKA per layer"
     writes = "the atlas writes coords.csv, separability.csv, cka.csv, run.json"
     Options = AtlasOptions
+    example = {"data": "analysis/data/demo_sentiment.csv"}
+    page = "pages/2_Layer_Atlas.py"
     shared = ("model", "revision", "device", "dtype", "allow_pickle", "head_from", "batch_size")
     exclusive = ("data", "hf_dataset")
 

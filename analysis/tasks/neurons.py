@@ -41,6 +41,8 @@ class Neurons(Task):
     help = "neurons: rank each layer's units by a linear probe's weights, ablate the top k against random and bottom k"
     writes = "neurons writes ranking.csv, ablation.csv, run.json"
     Options = NeuronsOptions
+    example = {"data": "analysis/data/demo_sentiment.csv"}
+    page = "pages/10_Neurons.py"
     shared = ("model", "revision", "device", "dtype", "allow_pickle", "head_from", "batch_size")
     unit = "text"
 

@@ -69,6 +69,8 @@ class Probe(Task):
     help = "reconstruction probe: how well each layer, fed to the MLM head, reconstructs the input"
     writes = "the probe writes layers.csv, decoded.csv, tokens.parquet, run.json"
     Options = ProbeOptions
+    example = {"input": "analysis/data/demo_sentiment.csv"}
+    page = "pages/1_Reconstruction.py"
     requires = (needs_mlm_head,)
     shared = ("model", "revision", "device", "dtype", "allow_pickle", "head_from", "batch_size")
     hidden = ("mask_fraction", "logits_budget_bytes")

@@ -2,7 +2,8 @@
 
 - its CLI flags are derived from its options schema (every option that is not shared or hidden has its flag, with
   the schema's default; a required option is a required flag), and ``--help`` imports no torch;
-- a job of the task (its JSON is its options) writes the same files as the CLI, with the same tables."""
+- a job of the task (its JSON is its options) writes the same files as the CLI, with the same tables;
+- its page opens on the demo model."""
 
 from __future__ import annotations
 
@@ -18,9 +19,7 @@ from analysis.tasks import TASKS
 from cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
-DEMO = ROOT / "analysis" / "data" / "demo_sentiment.csv"
-ARGS = {"probe": {"input": str(DEMO)}, "atlas": {"data": str(DEMO)},  # each task's required options (demo)
-        "neurons": {"data": str(DEMO)}}
+ARGS = {name: {k: str(ROOT / v) for k, v in task.example.items()} for name, task in TASKS.items()}
 WHEN = {"seconds", "versions", "model_spec", "cache_hit"}  # run.json facts of when and where (a job runs second)
 
 
@@ -41,7 +40,9 @@ def test_the_flags_are_the_options_schema(name):
             assert actions[field].required
         elif field not in task.shared:
             assert actions[field].default == info.default, field
-    assert name in ARGS, "add the task's required options to ARGS"
+    required = {field for field, info in task.Options.model_fields.items() if info.is_required()}
+    assert required <= set(task.example) and (set(task.exclusive) & set(task.example) or not task.exclusive), \
+        "the task's example names its required options"
 
 
 @pytest.mark.parametrize("name", sorted(TASKS))
@@ -79,3 +80,13 @@ def test_a_job_writes_the_files_the_cli_writes(name, tmp_path, monkeypatch):
             assert x["task"] == y["task"] == name
             kept = [k for k in x if k not in WHEN and not k.endswith("_seconds")]
             assert {k: x[k] for k in kept} == {k: y[k] for k in kept} and set(x) == set(y)
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_its_page_opens_on_the_demo_model(name):
+    from tests.integration.test_app import run_page
+
+    task = TASKS[name]
+    assert task.page and (ROOT / task.page).is_file()
+    at = run_page(task.page)
+    assert not at.exception and not at.error, [e.value for e in at.error]

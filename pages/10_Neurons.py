@@ -1,0 +1,65 @@
+"""Neurons (Dalvi et al. 2019): each layer's units ranked by a linear probe's weights, the top k ablated."""
+
+import streamlit as st
+
+from analysis.core.csvout import to_csv
+from analysis.core.inputs import InputError, max_rows
+from analysis.neurons.ablation import neurons
+from analysis.neurons.options import NeuronsConfig
+from analysis.neurons.plots import ablation_curves
+from ui.inputs import labelled_inputs
+from ui.results import chart, result_key, result_store, shared_result, stop_button, table
+from ui.sidebar import start_page
+from ui.tasks import task_form
+
+HEADERS = {
+    "accuracy": ("accuracy at this layer", "the layer's own probe on its held-out vectors, the units zeroed"),
+    "ci_low": ("95% CI low (Wilson)", "over the held-out rows"), "ci_high": ("95% CI high (Wilson)", ""),
+    "final_accuracy": ("accuracy at the last layer", "the last layer's probe after the units were zeroed at this "
+                       "layer: the ablation's effect downstream"),
+    "final_ci_low": ("last layer CI low", ""), "final_ci_high": ("last layer CI high", ""),
+    "majority": ("majority baseline", "always the training rows' most frequent class, on the held-out rows"),
+}
+
+loaded = start_page("Neurons", (
+    "Which **individual units** of each layer carry a property? A linear probe (logistic regression, elastic net) "
+    "is trained on each layer's sentence vectors; its largest class weight ranks the layer's units, and the top *k* "
+    "are then **zeroed inside the model** at that layer's output. The accuracy that remains is shown beside zeroing "
+    "the bottom *k* and *k* random units (Dalvi et al. 2019, AAAI). Accuracy at the layer itself is the paper's "
+    "measure; accuracy at the last layer shows what the ablation does downstream."))
+
+inputs = labelled_inputs("neurons", max_rows())
+config = task_form("neurons", NeuronsConfig, ["pooling", "layers", "k", "random_seeds", "test_fraction", "seed"])
+if inputs is None or config is None:
+    st.stop()
+key = result_key("neurons", loaded.spec.resolved().to_dict(), config.to_dict(), inputs.content_hash())
+if st.button("Rank and ablate", type="primary", key="neurons_run") and result_store().get(key) is None:
+    stop_slot = stop_button("Ranking and ablating")
+    try:
+        shared_result(key, "neurons", lambda report: neurons(loaded, inputs, config, progress=lambda stage, done, n:
+                                                                report(done / max(n, 1), f"{stage}: {done}/{n}")))
+    except InputError as exc:
+        st.error(str(exc))
+    except Exception as exc:  # never a traceback in the UI
+        st.error(f"The run failed: {type(exc).__name__}: {exc}")
+    stop_slot.empty()
+
+if (result := result_store().get(key)) is not None:
+    info = result.info
+    st.caption(f"{info['train_rows']} training rows, {info['test_rows']} held out (stratified, seed {config.seed}); "
+               f"k = {config.k}; {config.random_seeds} random draws; majority class '{info['majority_class']}'.")
+    if config.pooling == "cls" and 0 in info["layers"]:
+        st.info("At hidden state 0 the [CLS] vector is just its token and position embedding, the same for every "
+                "text: its probe can only guess, so state 0 sits at chance whatever is zeroed. Mean pooling reads "
+                "the embeddings of the words.")
+    left, right = st.columns(2)
+    chart(ablation_curves(result.ablation, "accuracy", "At the layer whose units are zeroed"), "neurons_layer",
+          left)
+    chart(ablation_curves(result.ablation, "final_accuracy", "At the last layer"), "neurons_final", right)
+    with st.expander("Ablation table"):
+        table(result.ablation, HEADERS)
+        st.download_button("ablation.csv", to_csv(result.ablation), "ablation.csv", "text/csv", key="neurons_dl_a")
+    with st.expander("The top units of each layer"):
+        top = result.ranking[result.ranking["rank"] <= config.k]
+        table(top, {"score": ("score", "largest absolute class weight of the standardised probe")})
+        st.download_button("ranking.csv", to_csv(result.ranking), "ranking.csv", "text/csv", key="neurons_dl_r")
