@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from analysis.compare.options import COMPARE_FLAGS, CompareConfig
+from analysis.core.task import RunRecord
 from cli.common import (
     StageBars,
     UserError,
@@ -14,7 +15,6 @@ from cli.common import (
     nonnegative_int,
     positive_int,
     prepare_out,
-    write_json,
 )
 
 
@@ -205,14 +205,13 @@ def group_models(args: argparse.Namespace):
 
 
 def write(result, out: Path, args: argparse.Namespace) -> int:
-    from analysis import versions
     from analysis.core.csvout import to_csv
 
     to_csv(result.cka_cross, out / "cka_cross.csv")
     to_csv(result.layer_summary, out / "layer_summary.csv")
     to_csv(result.movers, out / "movers.csv")
     to_csv(result.coords, out / "coords_aligned.csv")
-    write_json(out, "run.json", {**result.info, "versions": versions()})
+    RunRecord("compare", result.info).write(out)
     s = result.layer_summary
     shown = [c for c in ("layer", "layer_b", "cka", "cka_ci_low", "cka_ci_high", "mean_movement",
                          "neighbours_mostly_changed", "probe_accuracy_a", "probe_accuracy_b", "mcnemar_p",

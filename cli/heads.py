@@ -8,6 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from analysis.core.task import RunRecord
 from analysis.heads.options import MIN_COUNT, READINGS, SYMMETRIES
 from cli.common import (
     StageBars,
@@ -18,7 +19,6 @@ from cli.common import (
     prepare_out,
     spec_from_args,
     versions,
-    write_json,
 )
 
 OUTPUTS = {"stats": "heads.csv, clusters.csv, run.json",
@@ -124,7 +124,7 @@ def _finish(args, output, **extra) -> None:
     """Write the action's files and run.json (:class:`analysis.heads.actions.Output`), print its table."""
     out = prepare_out(args.out)
     output.write(out)
-    write_json(out, "run.json", _run_info(args, output.model, output.info, **extra))
+    RunRecord(f"heads {args.action}", _run_info(args, output.model, output.info, **extra)).write(out)
     _notes(output.info)
     print(output.shown.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
 
@@ -257,7 +257,7 @@ def _cmd_view(args: argparse.Namespace) -> int:
         to_csv(pd.DataFrame(head_rows(view, args.layer, args.head)), out / "attention.csv")
     from analysis.heads.actions import model_facts
 
-    write_json(out, "run.json", _run_info(args, model_facts(loaded), view.info(), **extra))
+    RunRecord("heads view", _run_info(args, model_facts(loaded), view.info(), **extra)).write(out)
     print(" ".join(view.tokens))
     print(f"{view.layers} layers x {view.heads} heads x {len(view.tokens)} x {len(view.tokens)} tokens; wrote "
           f"{args.out}: attention.npz" + (", attention.csv" if args.layer is not None else "") + ", run.json",

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from analysis.core.task import RunRecord
 from cli.common import (
     StageBars,
     UserError,
@@ -17,7 +18,6 @@ from cli.common import (
     positive_int,
     prepare_out,
     processes_note,
-    write_json,
 )
 
 ACTIONS = ("extract", "index", "neighbours", "geometry", "map")
@@ -139,7 +139,7 @@ def _cmd_extract(args: argparse.Namespace) -> int:
     info = tv.run_info(input=str(args.input), source=corpus.source, seconds=round(seconds, 3),
                      disk_bytes=tv.disk_bytes(), shards=len(tv.manifest["shards"]), processes=ranks.count)
     if args.out is not None:
-        write_json(prepare_out(args.out), "run.json", info)
+        RunRecord(f"tokens {args.action}", info).write(prepare_out(args.out))
     src = corpus.source
     if src.get("truncated"):
         print(f"note: {src['truncated']} text(s) cut to the model's {corpus.encoded.max_length} tokens",
@@ -181,7 +181,7 @@ def _cmd_index(args: argparse.Namespace) -> int:
     if args.out is not None:
         out = prepare_out(args.out)
         to_csv(table, out / "index.csv")
-        write_json(out, "run.json", tv.run_info(index=args.index))
+        RunRecord(f"tokens {args.action}", tv.run_info(index=args.index)).write(out)
     print(table.to_string(index=False))
     return 0
 
@@ -203,11 +203,11 @@ def _cmd_neighbours(args: argparse.Namespace) -> int:
         out = prepare_out(args.out)
         to_csv(found, out / "neighbours.csv")
         to_csv(table, out / "summary.csv")
-        write_json(out, "run.json", tv.run_info(query={k: (v.item() if hasattr(v, "item") else v)
+        RunRecord(f"tokens {args.action}", tv.run_info(query={k: (v.item() if hasattr(v, "item") else v)
                                                           for k, v in query.to_dict().items()},
                                               k=args.k, standardized=args.standardize,
                                               search="brute force" if args.exact or args.standardize
-                                              else args.index))
+                                              else args.index)).write(out)
     text = tv.texts().set_index("text_id").loc[int(query["text_id"]), "text"]
     s, e = int(query["start"]), int(query["end"])
     print(f"query: row {row}, text {int(query['text_id'])}, position {int(query['position'])}, token "
@@ -240,7 +240,8 @@ def _cmd_geometry(args: argparse.Namespace) -> int:
         out = prepare_out(args.out)
         to_csv(table, out / "geometry.csv")
         to_csv(rogue, out / "rogue_dims.csv")
-        write_json(out, "run.json", tv.run_info(blocks=args.blocks, boots=args.boots, seed=args.seed))
+        RunRecord(f"tokens {args.action}", tv.run_info(blocks=args.blocks, boots=args.boots,
+                                                       seed=args.seed)).write(out)
     cols = ["layer", "anisotropy", "self_similarity", "intra_similarity", "top1_variance", "effective_rank",
             "rogue_dims", "rogue_top3_share"]
     print(table[cols].to_string(index=False, float_format=lambda x: f"{x:.4f}"))
@@ -258,9 +259,9 @@ def _cmd_map(args: argparse.Namespace) -> int:
     coords, info = layer_map(tv, layer, args.method, force=args.rebuild, **kw)
     path = tv.directory / "maps" / info["file"]
     if args.out is not None:
-        write_json(prepare_out(args.out), "run.json", tv.run_info(
+        RunRecord(f"tokens {args.action}", tv.run_info(
             layer=layer, method=args.method, coordinates=str(path), description=str(path.with_suffix(".json")),
-            seconds=round(time.perf_counter() - start, 3), map=info))
+            seconds=round(time.perf_counter() - start, 3), map=info)).write(prepare_out(args.out))
     print(f"{coords.shape[0]} tokens x {coords.shape[1]} coordinates ({args.method}, hidden state {layer})",
           file=sys.stderr)
     print(path)

@@ -45,11 +45,13 @@ CREATE TABLE IF NOT EXISTS jobs (
     cancel_requested INTEGER NOT NULL DEFAULT 0,
     backend TEXT NOT NULL DEFAULT 'local',
     backend_id TEXT,
-    grp TEXT
+    grp TEXT,
+    label TEXT
 );
 """
 # columns added since the first release: (name, definition), added to an older database when it is opened
-ADDED_COLUMNS = (("backend", "TEXT NOT NULL DEFAULT 'local'"), ("backend_id", "TEXT"), ("grp", "TEXT"))
+ADDED_COLUMNS = (("backend", "TEXT NOT NULL DEFAULT 'local'"), ("backend_id", "TEXT"), ("grp", "TEXT"),
+                 ("label", "TEXT"))
 
 
 @dataclasses.dataclass
@@ -71,6 +73,7 @@ class Job:
     backend: str = "local"
     backend_id: str | None = None  # the Slurm job id (the process id with submitit's local executor)
     group: str | None = None  # the sweep the job belongs to
+    work: str | None = None  # what its kind called its work when it was submitted (``tuned lens``; a head's name)
 
     @property
     def where(self) -> str:
@@ -100,11 +103,12 @@ class Job:
 
     @property
     def label(self) -> str:
-        """How pages name the job (its kind's label, :mod:`jobs.kinds`, and its model): ``job #3 (attention, demo)``,
-        ``job #4 (tuned lens, demo)``."""
-        from jobs.kinds import label  # the techniques' job modules, only when a job is named
-
-        return f"job #{self.id} ({label(self.config)}, {self.config.get('model', 'demo')})"
+        """How pages name the job (the label its kind gave at submit, and its model): ``job #3 (attention, demo)``,
+        ``job #4 (tuned lens, demo)``. A job stored before labels were stored shows its kind's name (or its head's,
+        a fine-tuning job's): the store reads no technique."""
+        work = self.work or (self.config.get("kind") if self.config.get("kind", "finetune") != "finetune"
+                             else self.config.get("head", "finetune"))
+        return f"job #{self.id} ({work}, {self.config.get('model', 'demo')})"
 
     def to_dict(self) -> dict:
         out = dataclasses.asdict(self)
@@ -187,14 +191,17 @@ class JobStore:
                    row["started"], row["finished"], json.loads(row["progress"]),
                    json.loads(row["metrics"]) if row["metrics"] else None, row["error"], row["pid"],
                    bool(row["cancel_requested"]), self.directory(row["id"]), row["backend"], row["backend_id"],
-                   row["grp"])
+                   row["grp"], row["label"])
 
     # --- queue ---------------------------------------------------------------------------------------------
 
-    def submit(self, config: dict, device: str, name: str = "", group: str | None = None) -> int:
+    def submit(self, config: dict, device: str, name: str = "", group: str | None = None,
+               label: str | None = None) -> int:
+        """Queue a job; ``label``: what its kind calls its work (:func:`jobs.kinds.label`, given by the submitter)."""
         with self._connect() as db:
-            cur = db.execute("INSERT INTO jobs (name, config, device, created, backend, grp) VALUES (?, ?, ?, ?, ?, ?)",
-                             (name, json.dumps(config), device, time.time(), config.get("backend", "local"), group))
+            cur = db.execute("INSERT INTO jobs (name, config, device, created, backend, grp, label) "
+                             "VALUES (?, ?, ?, ?, ?, ?, ?)", (name, json.dumps(config), device, time.time(),
+                                                               config.get("backend", "local"), group, label))
             job_id = cur.lastrowid
         self.directory(job_id).mkdir(parents=True, exist_ok=True)
         return job_id

@@ -79,7 +79,7 @@ def submit(config: dict, store: JobStore | None = None, name: str = "", start_wo
     job id."""
     store = store or JobStore()
     config, device = validate(config, browser)
-    job_id = store.submit(config, device, name or job_name(config), group)
+    job_id = store.submit(config, device, name or job_name(config), group, kinds.label(config))
     if config.get("backend") == "slurm":
         try:
             launch(store, job_id)

@@ -13,11 +13,11 @@ never imports ``jobs``.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from analysis.core.home import cache_dir
 from analysis.core.inputs import InputError
+from analysis.core.task import RunRecord
 from analysis.heads.options import HeadsJobOptions
 
 NAME = "heads"
@@ -124,7 +124,7 @@ def run(config: dict, out: Path, control) -> dict:
     output.write(out)
     info = {"action": options.action, **output.model, "options": options.to_dict(), name: path, **output.info,
             "versions": versions()}
-    (out / "run.json").write_text(json.dumps(info, indent=2, default=str) + "\n")
+    RunRecord(f"heads {options.action}", info).write(out)
     control.log(f"wrote {', '.join(output.files)}, run.json")
     return {"kind": NAME, "action": options.action, "files": list(output.files),
             **{k: v for k, v in output.info.items() if k in ("base_accuracy", "best_tree", "layers", "heads",

@@ -32,6 +32,7 @@ def write_outputs(result, out: Path, info: dict) -> None:
     """The five files of ``result`` into the folder ``out`` (which exists), ``info`` as ``run.json``
     (:func:`run_info`). The CSVs go through :func:`analysis.core.csvout.to_csv` (no spreadsheet formulas)."""
     from analysis.core.csvout import to_csv
+    from analysis.core.task import RunRecord
 
     out = Path(out)
     to_csv(result.probes, out / "probes.csv")
@@ -40,7 +41,7 @@ def write_outputs(result, out: Path, info: dict) -> None:
     with open(out / "trees.jsonl", "w", encoding="utf-8") as f:
         for record in result.trees:
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
-    (out / "run.json").write_text(json.dumps(info, indent=2) + "\n")
+    RunRecord("structure", info).write(out)
 
 
 def read_outputs(folder: Path):

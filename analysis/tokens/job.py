@@ -9,11 +9,11 @@ the model-config reader, the log, the progress reporter and the stop request are
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 from analysis.core.inputs import InputError
+from analysis.core.task import RunRecord
 from analysis.tokens.options import TokensJobOptions
 
 NAME = "tokens"
@@ -154,7 +154,7 @@ def run(config: dict, out: Path, control) -> dict:
 
         to_csv(pd.DataFrame(rows), out / "index.csv")
     out.mkdir(parents=True, exist_ok=True)
-    (out / "run.json").write_text(json.dumps(info, indent=2) + "\n")  # as the CLI's write_json
+    RunRecord("tokens", info).write(out)
     return {"kind": NAME, "vectors": str(tv.directory), "rows": tv.rows, "layers": tv.layers,
             "hidden": tv.hidden, "shards": shards, "computed_shards": len(where["todo"]),
             "disk_bytes": tv.disk_bytes(), "seconds": round(seconds, 3), "index": control.json_safe(rows)}

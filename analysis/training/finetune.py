@@ -33,6 +33,7 @@ from analysis.core.csvout import to_csv
 from analysis.core.inputs import InputError, TextInputs, read_split
 from analysis.core.parallel import Ranks, ranks_for
 from analysis.core.scores import majority_class
+from analysis.core.task import RunRecord
 from analysis.training.taskdata import TaskData, label_ids, prepare
 from analysis.training.train import (
     Callback,
@@ -220,7 +221,6 @@ def run_options(options, out: Path, callbacks: list[Callback] = (),
     """One run from :class:`analysis.training.options.FinetuneOptions` (the ``finetune`` command and every job): read
     the splits (holding out ``val_fraction`` of the training rows when no validation set is given and no k-fold),
     run, and write ``run.json`` beside the other files. Returns ``metrics.json``'s dict."""
-    from analysis import versions
     from analysis.training.options import sources
 
     if not options.train:
@@ -239,7 +239,7 @@ def run_options(options, out: Path, callbacks: list[Callback] = (),
     ranks = ranks_for(options.spec().device)
     if not ranks.is_main:
         return metrics
-    (out / "run.json").write_text(json.dumps({
+    RunRecord("finetune", {
         "options": options.to_dict(), "values_from": origin, "config": config.to_dict(),
         # the batch size is the global batch: each of the processes takes its share of every batch (at most
         # per_process_batch rows), and every process takes the same number of steps
@@ -250,8 +250,7 @@ def run_options(options, out: Path, callbacks: list[Callback] = (),
         "replaced_task_head": task_architecture(options.spec()),
         "model_spec": options.spec().to_dict(),
         "train": options.train, "val": options.val, "test": options.test, "text_column": options.text_column,
-        "pair_column": options.pair_column, "label_column": options.label_column, "versions": versions()},
-        indent=2) + "\n")
+        "pair_column": options.pair_column, "label_column": options.label_column}).write(out)
     return metrics
 
 

@@ -57,15 +57,20 @@ def test_the_stores_labels_and_the_job_names_come_from_the_registry(tmp_path, mo
                "tokens": {"kind": "tokens", "model": "demo", "corpus": "/d/c.txt", "layers": "all", "index": "none"}}
     shown = {"finetune": "attention", "lens": "tuned lens", "structure": "linguistic structure",
              "tokens": "token vectors"}  # as the store showed them before the registry
-    for name, config in configs.items():
-        job = store.get(store.submit(config, "cpu"))
+    for name, config in configs.items():  # the label is the kind's, stored at submit (jobs.submit does this)
+        job = store.get(store.submit(config, "cpu", label=kinds.label(config)))
         assert job.label == f"job #{job.id} ({shown[name]}, demo)"
         assert job_name(config).startswith(f"{shown[name]} · demo · ")
     assert job_name(configs["structure"]) == "linguistic structure · demo · pos, dep · a.conllu → b.conllu"
     assert job_name(configs["tokens"]) == "token vectors · demo · c.txt · layers all · no index"
     assert job_name(configs["lens"]) == "tuned lens · demo · demo set · 5 steps"
     monkeypatch.setattr(kinds.KINDS["lens"], "label", lambda config: "a renamed lens")
-    assert store.get(2).label == "job #2 (a renamed lens, demo)" and job_name(configs["lens"]).startswith("a renamed")
+    assert store.get(2).label == "job #2 (tuned lens, demo)"  # stored: the store reads no technique
+    assert job_name(configs["lens"]).startswith("a renamed")
+    # a job stored before labels were (no label): its kind's name, or a fine-tuning job's head
+    old = store.get(store.submit(configs["structure"], "cpu"))
+    assert old.label == f"job #{old.id} (structure, demo)"
+    assert store.get(store.submit(configs["finetune"], "cpu")).label.endswith("(attention, demo)")
 
 
 class FakeOptions(ModelOptions):

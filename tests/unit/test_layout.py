@@ -181,3 +181,12 @@ def test_the_reader_of_imports_finds_what_it_should():
     assert "analysis/core/inputs.py" in found
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert circles(graph) == [{"a", "b", "c"}]
+
+
+def test_run_json_has_one_writer():
+    """Issue 45: every run.json is written by analysis.core.task.RunRecord (the task, the versions, the facts)."""
+    import re
+
+    writes = re.compile(r'"run\.json"\)?\.write_text|write_json\([^)]*"run\.json"')
+    found = [rel(p) for p in sources() if writes.search(p.read_text()) and rel(p) != "analysis/core/task.py"]
+    assert not found, found
