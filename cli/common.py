@@ -156,3 +156,29 @@ class StageBars:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+# --- the second model of a command: a name, random, job:N (analysis.compare.modelref) ----------------------
+
+def find_job(store, job_id: int):
+    """Job ``job_id`` of ``store``, or a one-line error."""
+    job = store.get(job_id)
+    if job is None:
+        raise UserError(f"no job {job_id} under {store.root} (layerlens jobs list)")
+    return job
+
+
+def model_spec(name: str, base: str, store, args: argparse.Namespace):
+    """``(spec, label)`` of ``--model name`` next to the first model ``base``: a model, ``random`` (``base``'s
+    architecture with random weights) or ``job:N`` (job N's fine-tuned encoder read by the MLM head it started
+    from, or ``--head-from``'s), resolved as the pages resolve it (:func:`analysis.compare.modelref.resolve`)."""
+    from analysis.compare.modelref import is_job, resolve
+    from models.spec import ModelSpec
+
+    if is_job(name) and store is None:
+        from jobs.store import JobStore
+
+        store = JobStore()
+    ref = resolve(name, base, lambda job_id: find_job(store, job_id), head_from=args.head_from)
+    return ModelSpec(ref.name, device=args.device, dtype=args.dtype, allow_pickle=args.allow_pickle,
+                     head_from=ref.head_from), ref.label

@@ -12,6 +12,8 @@ from cli.common import (
     StageBars,
     UserError,
     add_option_flag,
+    find_job,
+    model_spec,
     nonnegative_int,
     positive_int,
     prepare_out,
@@ -60,30 +62,6 @@ def read_rows(args: argparse.Namespace):
     for note in data.notes():
         print(f"note: {note}", file=sys.stderr)
     return data
-
-
-def find_job(store, job_id: int):
-    """Job ``job_id`` of ``store``, or a one-line error."""
-    job = store.get(job_id)
-    if job is None:
-        raise UserError(f"no job {job_id} under {store.root} (layerlens jobs list)")
-    return job
-
-
-def model_spec(name: str, base: str, store, args: argparse.Namespace):
-    """``(spec, label)`` of ``--model name`` next to the first model ``base``: a model, ``random`` (``base``'s
-    architecture with random weights) or ``job:N`` (job N's fine-tuned encoder read by the MLM head it started
-    from, or ``--head-from``'s), resolved as the pages resolve it (:func:`analysis.compare.modelref.resolve`)."""
-    from analysis.compare.modelref import is_job, resolve
-    from models.spec import ModelSpec
-
-    if is_job(name) and store is None:
-        from jobs.store import JobStore
-
-        store = JobStore()
-    ref = resolve(name, base, lambda job_id: find_job(store, job_id), head_from=args.head_from)
-    return ModelSpec(ref.name, device=args.device, dtype=args.dtype, allow_pickle=args.allow_pickle,
-                     head_from=ref.head_from), ref.label
 
 
 def load(spec, args: argparse.Namespace):
@@ -166,23 +144,19 @@ def compare_job(args: argparse.Namespace, config):
 def group_models(args: argparse.Namespace):
     """``--group G``: ``(specs, names, rows, info)``: the model the group's jobs started from, then each finished
     job's fine-tuned model; the rows of ``--data``, else the first job's held-out rows."""
+    from analysis.compare.modelref import resolve_group
+    from analysis.core.inputs import InputError
     from analysis.training.finetune import held_out_rows
     from analysis.training.options import resolve
-    from analysis.training.runs import fine_tuned
     from jobs.store import JobStore
     from models.spec import ModelSpec
 
     store = JobStore()
-    members = sorted((j for j in store.list(limit=1_000_000) if j.group == args.group), key=lambda j: j.id)
-    if not members:
-        raise UserError(f"no group '{args.group}' under {store.root} (layerlens jobs list shows each job's group)")
-    done = [j for j in members if j.status == "succeeded" and fine_tuned(j.artifacts, j.metrics)[0] is not None]
-    if not done:
-        raise UserError(f"group '{args.group}': none of its {len(members)} jobs has finished with a checkpoint")
-    bases = {j.config.get("model") for j in done}
-    if len(bases) > 1:
-        raise UserError(f"group '{args.group}' fine-tuned different models ({', '.join(sorted(map(str, bases)))}): "
-                        "compare them with --model")
+    try:
+        found = resolve_group(store.list(limit=1_000_000), args.group, str(store.root))
+    except InputError as exc:
+        raise UserError(str(exc)) from None
+    done = list(found.members)
     base = resolve(done[0].config).spec()
     specs = [ModelSpec(base.name, revision=base.revision, device=args.device, dtype=args.dtype,
                        allow_pickle=args.allow_pickle)]
@@ -197,10 +171,9 @@ def group_models(args: argparse.Namespace):
         rows, where = held_out_rows(resolve(done[0].config), done[0].artifacts)
         print(f"note: rows: {where} (job #{done[0].id}); jobs whose held-out rows differ may have trained on some "
               "of them: give --data to choose", file=sys.stderr)
-    skipped = [j.id for j in members if j not in done]
-    if skipped:
-        print(f"note: group '{args.group}': jobs {', '.join(map(str, skipped))} not compared (not finished, or no "
-              "checkpoint)", file=sys.stderr)
+    if found.skipped:
+        print(f"note: group '{args.group}': jobs {', '.join(map(str, found.skipped))} not compared (not finished, or "
+              "no checkpoint)", file=sys.stderr)
     return specs, names, rows, {"group": args.group, "jobs": [j.id for j in done], "rows_are": where}
 
 

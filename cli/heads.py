@@ -14,6 +14,7 @@ from cli.common import (
     StageBars,
     UserError,
     model_options,
+    model_spec,
     nonnegative_int,
     positive_int,
     prepare_out,
@@ -196,8 +197,6 @@ def _job_importance(args: argparse.Namespace, bars):
     action's :class:`analysis.heads.actions.Output` and the job's label."""
     from analysis.core.inputs import read_file
     from analysis.heads import actions
-    from analysis.heads import importance as imp
-    from cli.compare import model_spec
 
     spec, label = model_spec(args.model, args.model, None, args)
     options = {"steps": args.steps, "drop": args.drop, "progress": bars}
@@ -206,16 +205,11 @@ def _job_importance(args: argparse.Namespace, bars):
                                   batch_size=args.batch_size, mask_prob=args.mask_prob, seed=args.seed,
                                   random_orders=args.random_orders, **options), label
     options["seeds"] = tuple(range(args.random_orders))
-    from analysis.training.finetune import load_checkpoint
+    from analysis.tasks.recipes import job_classifier_importance
 
     checkpoint = Path(spec.name).parent
-    if not (checkpoint / "head.json").is_file():
-        raise UserError(f"{args.model} ({label}) kept no classifier (head.json) beside its encoder")
-    model, tokenizer, meta = load_checkpoint(checkpoint, "cpu")
     data = read_file(args.data, args.column, args.pair_column, args.limit, label_column=args.label_column)
-    result = imp.classifier_importance(model, tokenizer, meta["labels"], data, encoder=model.encoder,
-                                       max_length=int(meta.get("max_length") or 512),
-                                       truncation=meta.get("truncation") or "head", batch_size=args.batch_size,
+    result = job_classifier_importance(checkpoint, data, f"{args.model} ({label})", batch_size=args.batch_size,
                                        **options)
     return actions.importance_output(result, actions.LOSSES["job"], {
         "model": label, "model_spec": {"job": args.model, "checkpoint": str(checkpoint)}, "load_seconds": None}), label
@@ -240,7 +234,6 @@ def _cmd_view(args: argparse.Namespace) -> int:
     arrays, extra = {}, {}
     if args.compare:
         from analysis.heads.model import load_eager
-        from cli.compare import model_spec
 
         spec, label = model_spec(args.compare, loaded.spec.name, None, args)
         other = load_eager(dataclasses.replace(spec, head_from=None))  # attention needs no MLM head

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from analysis.core.inputs import InputError
 from cli.common import UserError
-from cli.finetune import read_config_file
+from cli.configfile import read_config_file
 
 
 def add_jobs_arguments(p: argparse.ArgumentParser) -> None:

@@ -34,7 +34,7 @@ def add_lens_arguments(p: argparse.ArgumentParser) -> None:
 
 def lens_options(args: argparse.Namespace):
     from analysis.probe.options import LensOptions
-    from cli.finetune import read_config_file
+    from cli.configfile import read_config_file
 
     given = read_config_file(args.config) if args.config else {}
     flags = {k: v for k, v in vars(args).items() if k in LensOptions.model_fields}

@@ -7,6 +7,7 @@ import numpy as np
 import streamlit as st
 
 from analysis.compare.epochs import compare_epochs, validation_rows
+from analysis.compare.modelref import resolve_group
 from analysis.compare.options import CompareConfig
 from analysis.compare.plots import (
     aligned_map,
@@ -430,13 +431,10 @@ else:
                 "field queues one job per combination in one group).")
         st.stop()
     group = st.selectbox("Sweep group", groups, key="compare_group")
-    members = sorted((j for j in jobs if j.group == group and fine_tuned(j.artifacts, j.metrics)[0] is not None),
-                     key=lambda j: j.id)
-    bases = {j.config.get("model") for j in members}
-    if not members or len(bases) > 1:
-        st.error(f"Group '{md_plain(group)}' " + ("has no finished run with a checkpoint (k-fold runs keep none)."
-                                               if not members else "fine-tuned different models: compare them as "
-                                               "two checkpoints."))
+    try:  # the one resolver of a group, as `layerlens compare --group` resolves it
+        members = list(resolve_group(jobs, group).members)
+    except InputError as exc:
+        st.error(md_plain(str(exc)))
         st.stop()
     base_name = members[0].config.get("model")
     st.caption(f"A = **{md_plain(base_name)}**, the model the group's {len(members)} finished runs started from (the "

@@ -124,8 +124,8 @@ with tab_view:
 
 # --- a fine-tuning job's classifier: its head importance on its held-out rows (before the corpus tab may stop) --
 with tab_job:
-    from analysis.heads.importance import classifier_importance
-    from analysis.training.finetune import held_out_rows, load_checkpoint
+    from analysis.tasks.recipes import job_classifier_importance
+    from analysis.training.finetune import held_out_rows
     from analysis.training.options import resolve
     from ui.jobs import finished_classifier_jobs
 
@@ -149,11 +149,9 @@ with tab_job:
             if st.button("Compute the classifier's head importance", key="heads_job_run"):
                 st.session_state["heads_job_request"] = job_id
             if st.session_state.get("heads_job_request") == job_id:
-                def compute(report):
-                    model, tokenizer, meta = load_checkpoint(job.artifacts / "checkpoint", "cpu")
-                    return classifier_importance(
-                        model, tokenizer, meta["labels"], rows, encoder=model.encoder,
-                        max_length=int(meta.get("max_length") or 512), truncation=meta.get("truncation") or "head",
+                def compute(report):  # the one recipe, as `layerlens heads importance --model job:N --data` runs it
+                    return job_classifier_importance(
+                        job.artifacts / "checkpoint", rows, job.label,
                         progress=lambda stage, done, n: report(done / max(n, 1), f"{stage} {done}/{n}"))
                 stop = stop_button("Head importance", "heads_job_request")
                 try:

@@ -7,8 +7,10 @@ A reference is one of
 - ``job:N``: job N's fine-tuned encoder (:func:`analysis.training.runs.fine_tuned`), read by the MLM head of the
   model it started from, labelled as the job store labels it (``job #3 (cls, demo)``).
 
-The job store is not imported here (the library never imports ``jobs``): the caller passes its lookup, and the
-check a path must pass (the browser's :func:`analysis.core.dataroots.browser_model`; the CLI trusts its user).
+A sweep group (:func:`resolve_group`) resolves to the model its jobs started from and its finished jobs, each then
+a ``job:N`` reference. The job store is not imported here (the library never imports ``jobs``): the caller passes
+its lookup (or its jobs), and the check a path must pass (the browser's
+:func:`analysis.core.dataroots.browser_model`; the CLI trusts its user).
 """
 
 from __future__ import annotations
@@ -62,3 +64,33 @@ def resolve(ref: str, base: str, find_job: Callable[[int], object | None],
         return ModelRef(allowed(str(encoder)), head and allowed(head), job.label)
     except InputError as exc:
         raise InputError(f"{ref} ({job.label}): {exc}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+    """A sweep group: the model its jobs started from (``base``), its finished jobs with a checkpoint (``members``,
+    by id) and the ids of the others (``skipped``)."""
+
+    name: str
+    base: str
+    members: tuple
+    skipped: tuple[int, ...]
+
+
+def resolve_group(jobs, group: str, where: str = "") -> Group:
+    """The :class:`Group` ``group`` of ``jobs`` (job records: ``id``, ``group``, ``status``, ``config``,
+    ``artifacts``, ``metrics``), or an :class:`InputError` naming why it cannot be compared (``where``: the store,
+    named in the message when the group is unknown)."""
+    members = sorted((j for j in jobs if j.group == group), key=lambda j: j.id)
+    if not members:
+        raise InputError(f"no group '{group}'" + (f" under {where}" if where else "") + " (layerlens jobs list shows "
+                         "each job's group)")
+    done = [j for j in members if j.status == "succeeded" and fine_tuned(j.artifacts, j.metrics)[0] is not None]
+    if not done:
+        raise InputError(f"group '{group}': none of its {len(members)} jobs has finished with a checkpoint (k-fold "
+                         "runs keep none)")
+    bases = {j.config.get("model") for j in done}
+    if len(bases) > 1:
+        raise InputError(f"group '{group}' fine-tuned different models ({', '.join(sorted(map(str, bases)))}): "
+                         "compare them as two checkpoints (--model)")
+    return Group(group, done[0].config.get("model"), tuple(done), tuple(j.id for j in members if j not in done))
