@@ -119,9 +119,14 @@ class Result(abc.ABC):
     def write(self, out: Path) -> list[str]:
         """Write the files and the ``run.json`` into ``out``; the files' names, in the order written."""
 
+    def shown(self):
+        """The table the CLI prints when the run is done (None: nothing)."""
+        return None
+
     def summary(self) -> str:
-        """What the CLI prints on stdout when the run is done (nothing by default)."""
-        return ""
+        """What the CLI prints on stdout: :meth:`shown`, numbers to 4 decimals."""
+        frame = self.shown()
+        return "" if frame is None else frame.to_string(index=False, float_format=lambda x: f"{x:.4f}")
 
 
 Requirement = Callable[[Any, Options], None]  # (the loaded model, the options): raises InputError with its message
@@ -136,7 +141,9 @@ class Task(abc.ABC):
     Options: ClassVar[type[Options]]
     requires: ClassVar[tuple[Requirement, ...]] = ()
     flags: ClassVar[dict[str, str]] = {}  # option -> its flag where the flag is not --option-name (kept for users)
-    shared: ClassVar[tuple[str, ...]] = ()  # options whose flags the CLI's shared model parser already adds
+    # options whose flags the CLI's shared model parser already adds (the model block, --head-from, --batch-size)
+    shared: ClassVar[tuple[str, ...]] = ("model", "revision", "device", "dtype", "allow_pickle", "head_from",
+                                         "batch_size")
     hidden: ClassVar[tuple[str, ...]] = ()  # options with no flag (set by a job or a page only)
     exclusive: ClassVar[tuple[str, ...]] = ()  # options of which exactly one is given (the CLI: a required group)
     unit: ClassVar[str] = "it"  # what the progress counts (the CLI's bars)

@@ -123,62 +123,20 @@ class CertifiedHead:
         be beaten by any other token (the k-th exceeds the largest other bf16 logit by more than ``E_i``), when
         they are apart from each other by more than float32's own noise (so their order is the reference's), and
         when no bf16 logit lies within ``E_i`` of the target's float32 logit (so the rank is exact)."""
-        from analysis.probe.rowstats import row_scan, row_stats
+        from analysis.probe.rowstats import row_scan
 
         if self.on_device or states.device.type != "cpu":
             return self._score_torch(states, targets, k, n_states)
-        z = self.transform(states).float()
-        n, vocab = len(z), self.weight.shape[0]
-        k = max(1, min(k, vocab))
-        m = min(k + CANDIDATES, vocab)
-        zn = z.norm(dim=1) * (1 + 1e-5)
-        bound = self.bound(z)
-        noise = self.c_f32 * zn * self.wmax + 8 * U_F32 * self.bmax + 1e-6  # two float32 logits of one token
-        logits = (z.to(torch.bfloat16) @ self.weight16.T).float().add_(self.bias)
-        rows = torch.arange(n)
-        exact_target = self.exact_logits(z, targets[:, None])[:, 0]
-        logits[rows, targets] = exact_target  # the scan ranks the others against the float32 target logit
+        z, k, m, bound, noise, logits, exact_target = self._product(states, targets, k)
+        vocab = logits.shape[1]
         near_cap = max(NEAR_MIN, vocab // NEAR_SHARE)
         _, rank, near, top_ids, top_vals, _, total, near_ids = row_scan(
             logits.numpy(), targets.numpy(), min(m + 1, vocab), (bound + noise).numpy(), near_cap)
         ids = torch.from_numpy(np.ascontiguousarray(top_ids[:, :m]))
-        vals = torch.from_numpy(top_vals)
-        outside = vals[:, m] if vals.shape[1] > m else torch.full((n,), -math.inf)  # largest logit not a candidate
-        exact = self.exact_logits(z, ids)  # (n, m) float32
-        ordered, order = exact.sort(dim=1, descending=True, stable=True)
-        top = ids.gather(1, order[:, :k])
-        set_sure = ordered[:, k - 1] - noise > outside + bound
-        gaps = ordered[:, :min(k + 1, m)]
-        order_sure = (gaps[:, :-1] - gaps[:, 1:] > 2 * noise[:, None]).all(1) if gaps.shape[1] > 1 else \
-            torch.ones(n, dtype=torch.bool)
         rank_t = torch.from_numpy(rank)
         rank_sure = self._settle_ranks(z, exact_target, noise, rank_t, near, near_ids)
-        sure = set_sure & order_sure & rank_sure
-        # probabilities: float32 logits for the target and the candidates, bf16 ones for every other token
-        best = vals[:, :1]
-        total_t = torch.from_numpy(total)[:, None]  # sum exp(l - best) over the scanned logits
-        in_candidates = (ids == targets[:, None]).any(1, keepdim=True)
-        target_term = torch.where(in_candidates, 0.0, (exact_target[:, None] - best).exp())
-        rest = (total_t - (vals[:, :m] - best).exp().sum(1, keepdim=True) - target_term).clamp(min=0)
-        normaliser = rest + (exact - best).exp().sum(1, keepdim=True) + target_term
-        lse = best + normaliser.log()
-        prob = (exact_target[:, None] - lse)[:, 0].exp()
-        top_probs = (ordered[:, :k] - lse).exp()
-        share = (rest / normaliser)[:, 0]
-        log_bound = torch.log1p(share * torch.expm1(bound)) + 2 * noise
-        pred = top[:, 0].clone()
-        if not sure.all():  # the rows the bound cannot certify: the float32 product, as the float32 mode
-            redo = torch.from_numpy(np.flatnonzero(~sure.numpy()))
-            again = row_stats(self.decoder(z[redo]).float(), targets[redo], k)
-            pred[redo], prob[redo], rank_t[redo], top[redo], top_probs[redo] = again
-            log_bound[redo] = 0.0
-        settled = int((sure & torch.from_numpy(near > 0)).sum())
-        part = Certified(rows=n, recomputed=int((~sure).sum()), settled=settled,
-                         max_logit_bound=float(bound.max()) if n else 0.0,
-                         max_log_prob_bound=float(log_bound.max()) if n else 0.0)
-        self.stats.add(part)
-        self.stats.count_states(sure, n_states)
-        return pred, prob, rank_t, top, top_probs
+        return self._certify(z, targets, k, m, ids, torch.from_numpy(top_vals), torch.from_numpy(total)[:, None],
+                             exact_target, bound, noise, rank_t, rank_sure, torch.from_numpy(near), n_states)
 
 
     def _score_torch(self, states: torch.Tensor, targets: torch.Tensor, k: int, n_states: int = 0):
@@ -187,20 +145,9 @@ class CertifiedHead:
         :data:`NEAR_MIN` a row, no host round trip) and the rows it cannot certify recomputed in float32 in one
         compacted batch (the path's one host sync). On CUDA the bf16 product accumulates in float32 with
         reduced-precision reductions off, as the bound assumes."""
-        from analysis.probe.rowstats import row_stats
 
-        z = self.transform(states).float()
-        n, vocab = len(z), self.weight.shape[0]
-        k = max(1, min(k, vocab))
-        m = min(k + CANDIDATES, vocab)
-        zn = z.norm(dim=1) * (1 + 1e-5)
-        bound = self.bound(z)
-        noise = self.c_f32 * zn * self.wmax + 8 * U_F32 * self.bmax + 1e-6
-        with _full_precision_reductions():
-            logits = (z.to(torch.bfloat16) @ self.weight16.T).float().add_(self.bias)
-        rows = torch.arange(n, device=z.device)
-        exact_target = self.exact_logits(z, targets[:, None])[:, 0]
-        logits[rows, targets] = exact_target
+        z, k, m, bound, noise, logits, exact_target = self._product(states, targets, k)
+        vocab, rows = logits.shape[1], torch.arange(len(z), device=z.device)
         tol = (bound + noise)[:, None]
         t = exact_target[:, None]
         greater = (logits > t + tol).sum(1)
@@ -216,34 +163,64 @@ class CertifiedHead:
         gap = self.exact_logits(z, near_ids) - exact_target[:, None]
         rank = greater + 1 + ((gap > noise[:, None]) & valid).sum(1)
         rank_sure = (near <= cap) & ~((gap.abs() <= noise[:, None]) & valid).any(1)
-        ids = top_ids[:, :m]
-        outside = top_vals[:, m] if top_vals.shape[1] > m else torch.full((n,), -math.inf, device=z.device)
-        exact = self.exact_logits(z, ids)
+        return self._certify(z, targets, k, m, top_ids[:, :m], top_vals, total, exact_target, bound, noise, rank,
+                             rank_sure, near, n_states)
+
+    def _product(self, states: torch.Tensor, targets: torch.Tensor, k: int):
+        """Both paths' first step: the transform's output ``z`` (float32), ``k`` and the candidates ``m`` within
+        the vocabulary, each row's logit bound and float32 noise, the bf16 product's logits (float32 accumulation;
+        on CUDA with reduced-precision reductions off) with the target's replaced by its float32 logit, which the
+        others are ranked against."""
+        z = self.transform(states).float()
+        vocab = self.weight.shape[0]
+        k = max(1, min(k, vocab))
+        m = min(k + CANDIDATES, vocab)
+        bound = self.bound(z)
+        noise = self.c_f32 * z.norm(dim=1) * (1 + 1e-5) * self.wmax + 8 * U_F32 * self.bmax + 1e-6  # two float32
+        with _full_precision_reductions():  # logits of one token: ours and the reference's
+            logits = (z.to(torch.bfloat16) @ self.weight16.T).float().add_(self.bias)
+        exact_target = self.exact_logits(z, targets[:, None])[:, 0]
+        logits[torch.arange(len(z), device=z.device), targets] = exact_target
+        return z, k, m, bound, noise, logits, exact_target
+
+    def _certify(self, z, targets, k, m, ids, vals, total, exact_target, bound, noise, rank, rank_sure, near,
+                 n_states):
+        """Both paths' last step: the candidates' float32 logits (``ids`` ``(n, m)``; ``vals``: the scan's
+        largest ``m + 1`` logits, ``total``: its ``sum exp(l - best)``), the certificate of the top-k set and order
+        (with the rank's, ``rank_sure``), the probabilities and their bound, the uncertified rows recomputed in
+        float32 as the float32 mode computes them (one compacted batch), and the counts."""
+        from analysis.probe.rowstats import row_stats
+
+        n, device = len(z), z.device
+        outside = vals[:, m] if vals.shape[1] > m else torch.full((n,), -math.inf, device=device)  # not a candidate
+        exact = self.exact_logits(z, ids)  # (n, m) float32
         ordered, order = exact.sort(dim=1, descending=True, stable=True)
         top = ids.gather(1, order[:, :k])
         set_sure = ordered[:, k - 1] - noise > outside + bound
         gaps = ordered[:, :min(k + 1, m)]
         order_sure = ((gaps[:, :-1] - gaps[:, 1:] > 2 * noise[:, None]).all(1) if gaps.shape[1] > 1 else
-                      torch.ones(n, dtype=torch.bool, device=z.device))
+                      torch.ones(n, dtype=torch.bool, device=device))
         sure = set_sure & order_sure & rank_sure
+        # probabilities: float32 logits for the target and the candidates, bf16 ones for every other token
+        best = vals[:, :1]
         in_candidates = (ids == targets[:, None]).any(1, keepdim=True)
         target_term = torch.where(in_candidates, 0.0, (exact_target[:, None] - best).exp())
-        rest = (total - (top_vals[:, :m] - best).exp().sum(1, keepdim=True) - target_term).clamp(min=0)
+        rest = (total - (vals[:, :m] - best).exp().sum(1, keepdim=True) - target_term).clamp(min=0)
         normaliser = rest + (exact - best).exp().sum(1, keepdim=True) + target_term
         lse = best + normaliser.log()
         prob = (exact_target[:, None] - lse)[:, 0].exp()
         top_probs = (ordered[:, :k] - lse).exp()
         log_bound = torch.log1p((rest / normaliser)[:, 0] * torch.expm1(bound)) + 2 * noise
         pred = top[:, 0].clone()
-        redo = (~sure).nonzero()[:, 0]  # the one sync: how many rows to recompute
+        redo = (~sure).nonzero()[:, 0]  # on a GPU the path's one sync: how many rows to recompute
         if len(redo):
             again = row_stats(self.decoder(z[redo]).float(), targets[redo], k)
             pred[redo], prob[redo], rank[redo], top[redo], top_probs[redo] = again
             log_bound[redo] = 0.0
+        zero = torch.zeros((), dtype=torch.float64, device=device)
         recomputed, settled, max_bound, max_log = torch.stack([
-            (~sure).sum().double(), (sure & (near > 0)).sum().double(),
-            bound.max().double() if n else torch.zeros((), dtype=torch.float64, device=z.device),
-            log_bound.max().double() if n else torch.zeros((), dtype=torch.float64, device=z.device)]).tolist()
+            (~sure).sum().double(), (sure & (near > 0)).sum().double(), bound.max().double() if n else zero,
+            log_bound.max().double() if n else zero]).tolist()
         self.stats.add(Certified(rows=n, recomputed=int(recomputed), settled=int(settled),
                                  max_logit_bound=max_bound, max_log_prob_bound=max_log))
         self.stats.count_states(sure, n_states)

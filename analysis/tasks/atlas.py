@@ -52,8 +52,8 @@ class AtlasRun(Result):
         RunRecord("atlas", self.facts).write(out)
         return ["coords.csv", "separability.csv", "cka.csv", "run.json"]
 
-    def summary(self) -> str:
-        return self.result.separability.to_string(index=False, float_format=lambda x: f"{x:.4f}")
+    def shown(self):
+        return self.result.separability
 
 
 class Atlas(Task):
@@ -63,7 +63,6 @@ class Atlas(Task):
     Options = AtlasOptions
     example = {"data": "analysis/data/demo_sentiment.csv"}
     page = "pages/2_Layer_Atlas.py"
-    shared = ("model", "revision", "device", "dtype", "allow_pickle", "head_from", "batch_size")
     exclusive = ("data", "hf_dataset")
 
     def run(self, options: AtlasOptions, ctx: Context) -> AtlasRun | None:

@@ -32,8 +32,8 @@ class NeuronsRun(Result):
         RunRecord("neurons", self.facts).write(out)
         return ["ranking.csv", "ablation.csv", "run.json"]
 
-    def summary(self) -> str:
-        return self.result.ablation.to_string(index=False, float_format=lambda x: f"{x:.4f}")
+    def shown(self):
+        return self.result.ablation
 
 
 class Neurons(Task):
@@ -43,7 +43,6 @@ class Neurons(Task):
     Options = NeuronsOptions
     example = {"data": "analysis/data/demo_sentiment.csv"}
     page = "pages/10_Neurons.py"
-    shared = ("model", "revision", "device", "dtype", "allow_pickle", "head_from", "batch_size")
     unit = "text"
 
     def run(self, options: NeuronsOptions, ctx: Context) -> NeuronsRun:

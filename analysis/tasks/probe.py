@@ -54,8 +54,8 @@ class ProbeRun(Result):
         return ["layers.csv", "decoded.csv", "tokens.parquet"] + (["tokens_tuned.parquet"] if self.options.lens
                                                                    else []) + ["run.json"]
 
-    def summary(self) -> str:
-        return self.tables()[0].to_string(index=False, float_format=lambda x: f"{x:.4f}")
+    def shown(self):
+        return self.tables()[0]
 
 
 def needs_mlm_head(loaded, options) -> None:
@@ -72,7 +72,6 @@ class Probe(Task):
     example = {"input": "analysis/data/demo_sentiment.csv"}
     page = "pages/1_Reconstruction.py"
     requires = (needs_mlm_head,)
-    shared = ("model", "revision", "device", "dtype", "allow_pickle", "head_from", "batch_size")
     hidden = ("mask_fraction", "logits_budget_bytes")
     unit = "text"
 
