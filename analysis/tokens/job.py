@@ -154,7 +154,7 @@ def run(config: dict, out: Path, control) -> dict:
 
         to_csv(pd.DataFrame(rows), out / "index.csv")
     out.mkdir(parents=True, exist_ok=True)
-    RunRecord("tokens", info).write(out)
+    RunRecord("tokens extract", info).write(out)  # what `layerlens tokens extract` writes
     return {"kind": NAME, "vectors": str(tv.directory), "rows": tv.rows, "layers": tv.layers,
             "hidden": tv.hidden, "shards": shards, "computed_shards": len(where["todo"]),
             "disk_bytes": tv.disk_bytes(), "seconds": round(seconds, 3), "index": control.json_safe(rows)}
