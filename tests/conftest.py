@@ -164,66 +164,8 @@ def kill_processes_under(folder: Path) -> list[int]:
     return killed
 
 
-# Tests that take more than ~5 s each: `make test` runs `pytest -m "not slow"`, `make test-all` (and CI) everything.
-SLOW_MODULES = {"test_browser", "test_parallel", "test_demo_model", "test_backends", "test_job_faults"}
-SLOW_TESTS = {"test_the_cli_writes_the_five_files_and_refuses_in_one_line",
-              "test_the_page_shows_the_engines_layer_summary_and_refuses_other_tokenizers",
-              "test_a_probe_killed_midway_keeps_the_previous_result", "test_concurrent_mixed_traffic_keeps_budget",
-              "test_nonlinear_methods_give_finite_coordinates", "test_a_killed_worker_never_blocks_the_queue",
-              "test_ctrl_c_checkpoints_and_the_same_command_resumes", "test_submit_runs_to_success_with_artifacts",
-              "test_a_lens_job_runs_through_the_store_and_is_found_for_the_model",
-              "test_a_read_only_out_is_one_line", "test_submit_starts_a_worker_that_runs_the_job",
-              "test_cancel_stops_a_running_job_within_seconds",
-              "test_a_cancelled_lens_job_is_listed_as_partial_and_the_same_options_resume_it",
-              "test_a_sigkill_between_the_files_of_a_checkpoint_never_mixes_steps",
-              "test_values_the_run_would_refuse_are_refused_on_the_page",
-              "test_an_upload_that_fails_midway_leaves_nothing_offered",
-              "test_structure_page_shows_the_engine_numbers", "test_a_local_job_writes_what_the_cli_writes",
-              "test_a_cancelled_job_stops_and_is_marked_cancelled",
-              # measured over 5 s each on 2026-11-26 (make test under 5 minutes: issue 35)
-              "test_the_summary_says_what_its_intervals_cover_and_seeds_widen_them",
-              "test_the_demo_models_exact_tables_are_the_float32_tables",
-              "test_movers_carry_each_models_out_of_fold_probe_prediction_and_a_classifiers_own_prediction",
-              "test_run_json_names_the_mode_and_an_approximate_run_states_its_agreement_with_float32",
-              "test_the_projection_is_its_own_stage_of_the_progress", "test_every_family_trains_and_reloads",
-              "test_the_jobs_page_opens_a_jobs_epochs_and_a_group_on_the_compare_page",
-              "test_a_fine_tuning_jobs_classifier_on_its_held_out_rows", "test_finished_runs_are_compared_and_voted",
-              "test_the_neighbour_tables_are_the_engines", "test_the_random_weights_control_is_a_second_model",
-              "test_the_cka_interval_is_a_jackknife_around_the_estimate_even_with_few_rows",
-              "test_a_classifier_is_read_with_the_head_named_for_b_and_its_own_predictions_shown",
-              "test_two_sessions_probing_one_cached_model_at_once_agree",
-              "test_the_cli_reads_job_models_and_lends_a_head_with_head_from",
-              "test_a_sweep_from_the_page_queues_its_jobs_in_one_group_and_compares_by_group",
-              "test_an_untrained_lens_is_exactly_the_raw_probe",
-              # the two slowest lean tests of session 14 (15 s and more each, idle), and the heads job's resume
-              "test_further_pretraining_lowers_the_task_mlm_loss", "test_atlas_records_the_variance_of_each_pca_panel",
-              "test_a_cancelled_stats_job_submitted_again_resumes_and_writes_what_the_cli_writes",
-              # the slowest lean tests of a full lean run on 2026-11-26 (2-6 s each, 40 s together): a fresh clone's
-              # `make test` measured 5 min 17 s with them (tests 3 min 14 s, installing about 2 min)
-              "test_a_crash_is_failed_with_the_log_tail", "test_a_second_model_of_another_depth_keeps_its_own_layers",
-              "test_job_code_does_not_import_the_cli", "test_pairs_mean_pooling_and_a_second_model",
-              "test_titles_name_the_pooling_and_the_pca_variance_and_the_times_are_split",
-              "test_atlas_page_shows_the_engine_numbers", "test_an_easy_task_is_learned",
-              "test_the_page_submits_a_structure_job_and_opens_its_results",
-              "test_the_atlas_and_probe_second_model_fields_open_the_compare_page",
-              "test_a_corpus_without_tokens_and_words_not_in_it_are_one_message_each",
-              "test_the_cli_compares_a_jobs_epochs_and_a_group_and_refuses_in_one_line",
-              "test_an_incompatible_mlm_head_blocks_only_the_pages_that_need_a_head",
-              "test_a_model_against_itself_and_against_one_of_another_depth",
-              # the slowest lean tests of session 15 (0.85-2.2 s each, 19 s together; each page keeps a lean test):
-              # a fresh clone's `make test` measured 5 min 21 s with them (tests 2 min 26 s, installing about 2.9 min)
-              "test_a_tuned_lens_overlays_raw_and_tuned_readings", "test_a_webgpu_browser_keeps_the_choice",
-              "test_the_atlas_comparison_uses_the_jobs_held_out_rows",
-              "test_a_jobs_epochs_against_its_base_from_the_vectors_on_disk",
-              "test_a_lens_of_both_halves_reads_the_attention_halves_on_the_page",
-              "test_umap_waits_for_a_click_then_runs_under_its_own_progress_and_a_stop",
-              "test_the_geometry_tables_are_the_engines", "test_the_structure_page_opens_the_heads_on_its_treebank",
-              "test_a_preset_gives_the_same_options_from_the_cli_a_config_file_a_job_and_the_page",
-              "test_the_ensemble_baseline_is_the_runs_own_training_majority",
-              "test_an_approximate_atlas_states_its_cka_with_float32_per_layer", "test_lru_eviction_under_budget",
-              "test_valid_plans_parse_back", "test_a_job_whose_artifacts_were_deleted_says_so",
-              "test_importance_of_a_fine_tuning_jobs_classifier_from_the_cli", "test_save_tiny_is_deterministic",
-              "test_jobs_list_reads_a_read_only_home"}
+# Tests that take more than ~5 s each are marked `@pytest.mark.slow` where they are defined (a module of them:
+# `pytestmark`): `make test` runs `pytest -m "not slow"`, `make test-all` (and CI) everything.
 
 
 def pytest_configure(config):
@@ -235,9 +177,3 @@ def pytest_configure(config):
     except ImportError:  # another Streamlit: it scans as it does
         return
     manifest_scanner.scan_component_manifests = functools.cache(manifest_scanner.scan_component_manifests)
-
-
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if item.module.__name__.rsplit(".", 1)[-1] in SLOW_MODULES or item.originalname in SLOW_TESTS:
-            item.add_marker(pytest.mark.slow)

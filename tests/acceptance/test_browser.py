@@ -12,9 +12,10 @@ import pytest
 
 from tests.browser_support import HOME, assert_no_error, browser, open_page, playwright, server  # noqa: F401
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.slow, pytest.mark.browser]  # every test here takes more than ~5 s
 PAGES = ["/", "/Model_anatomy", "/Reconstruction", "/Layer_Atlas", "/Layer_Weights", "/Layer_Duplication",
-         "/Fine_Tune_Jobs", "/Linguistic_structure", "/Compare_checkpoints", "/Token_atlas", "/Attention_heads"]
+         "/Fine_Tune_Jobs", "/Linguistic_structure", "/Compare_checkpoints", "/Token_atlas", "/Attention_heads",
+         "/Neurons"]
 
 
 @pytest.fixture

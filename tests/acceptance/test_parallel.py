@@ -16,6 +16,8 @@ import pytest
 from analysis.core.parallel import ONE, Ranks, launch_command
 from tests.conftest import FIXTURES
 
+pytestmark = pytest.mark.slow  # every test here takes more than ~5 s
+
 ROOT = Path(__file__).resolve().parents[2]
 SST2 = FIXTURES / "sst2_dev_200.tsv"
 

@@ -94,6 +94,7 @@ def test_model_choice_survives_a_page_switch(tiny_dirs):
     assert "distilbert" in at.sidebar.success[0].value
 
 
+@pytest.mark.slow
 def test_an_incompatible_mlm_head_blocks_only_the_pages_that_need_a_head(tiny_dirs):
     """A head that cannot be lent (another family) is refused with its reason where a head is needed (probe,
     duplication preview), while the pages that need only the encoder (atlas, jobs, anatomy) work."""

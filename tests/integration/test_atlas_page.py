@@ -35,6 +35,7 @@ def test_without_webgpu_the_radio_shows_the_density_view_it_gets(tiny_dirs, corp
     assert not at.exception and not at.error
 
 
+@pytest.mark.slow
 def test_a_webgpu_browser_keeps_the_choice(tiny_dirs, corpus_root, monkeypatch):  # noqa: F811
     started = answer(monkeypatch, {"webgpu": True, "shader_f16": True, "reason": ""})
     at = extracted(tiny_dirs["bert"], corpus_root)

@@ -132,6 +132,7 @@ def test_cancel_stops_the_job_at_its_next_progress_report_and_writes_nothing(hom
     assert reports == [] and list(out.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_importance_of_a_fine_tuning_jobs_classifier_from_the_cli(bert4, tmp_path, monkeypatch, capsys):  # noqa: F811
     """`heads importance --model job:N --data ROWS`: the job's own classifier (its pooling head on its fine-tuned
     encoder) scored on the rows it was validated on; with every head kept its accuracy is the accuracy of the
@@ -165,6 +166,7 @@ def test_importance_of_a_fine_tuning_jobs_classifier_from_the_cli(bert4, tmp_pat
     assert capsys.readouterr().err.strip().count("\n") == 0
 
 
+@pytest.mark.slow
 def test_a_cancelled_stats_job_submitted_again_resumes_and_writes_what_the_cli_writes(home, tiny_dirs, tmp_path,
                                                                                        monkeypatch):
     """Issue 36, "Jobs: ... cancel and resume": the sums of a cancelled stats job are kept under

@@ -20,6 +20,8 @@ from tests.integration.test_job_faults import GATE_FINISH, hook, reached  # noqa
 from tests.integration.test_jobs import setup, wait  # noqa: F401  (setup is a fixture)
 from tests.unit.training.test_training import bert4  # noqa: F401
 
+pytestmark = pytest.mark.slow  # every test here takes more than ~5 s
+
 
 @pytest.fixture
 def slurm(setup, monkeypatch):  # noqa: F811

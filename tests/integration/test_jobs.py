@@ -52,6 +52,7 @@ def setup(bert4, tmp_path):  # noqa: F811
     return store, config
 
 
+@pytest.mark.slow
 def test_submit_runs_to_success_with_artifacts(setup):
     store, config = setup
     job_id = submit(config, store, start_worker=False)
@@ -69,6 +70,7 @@ def test_submit_runs_to_success_with_artifacts(setup):
     assert "epoch 1/2: train loss" in log and "epoch 2/2" in log and "encoder: " in log and "learning rate" in log
 
 
+@pytest.mark.slow
 def test_cancel_stops_a_running_job_within_seconds(setup):
     store, config = setup
     job_id = submit({**config, "epochs": 100_000}, store, start_worker=False)
@@ -104,6 +106,7 @@ def test_cancel_a_queued_job_at_once(setup):
     assert "cancelled on request at " in store.get(job_id).log_path.read_text()
 
 
+@pytest.mark.slow
 def test_a_crash_is_failed_with_the_log_tail(setup, tmp_path):
     store, config = setup
     job_id = submit(config, store, start_worker=False)
@@ -182,6 +185,7 @@ def test_cli_submit_show_list_cancel_logs(setup, tmp_path, capsys, monkeypatch):
     assert [j.status for j in JobStore(tmp_path / "jobs").list()] == ["cancelled"]
 
 
+@pytest.mark.slow
 def test_submit_starts_a_worker_that_runs_the_job(setup, tmp_path):
     store, config = setup
     job_id = submit(config, store)  # starts a detached worker process
@@ -207,6 +211,7 @@ def test_a_worker_that_exits_is_reaped(setup):
     assert not status.exists() or "zombie" not in status.read_text()
 
 
+@pytest.mark.slow
 def test_a_killed_worker_never_blocks_the_queue(setup):
     """Issue 20.1 as found: SIGKILL the worker while a job runs, submit another (a new worker starts while the
     old job's process lives), then the old job's process dies. The new worker watches it, records it failed,

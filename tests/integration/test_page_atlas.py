@@ -13,6 +13,7 @@ from ui.inputs import DEMO_LABELLED
 PAGE = "pages/2_Layer_Atlas.py"
 
 
+@pytest.mark.slow
 def test_atlas_page_shows_the_engine_numbers(tiny_dirs):
     at = run_page(PAGE, model=str(tiny_dirs["bert"]))
     assert not at.exception and not at.error
@@ -25,6 +26,7 @@ def test_atlas_page_shows_the_engine_numbers(tiny_dirs):
     assert "[CLS] is just its token and position embedding" in at.info[0].value
 
 
+@pytest.mark.slow
 def test_pairs_mean_pooling_and_a_second_model(tiny_dirs):
     at = run_page(PAGE, model=str(tiny_dirs["bert"]))
     at.checkbox(key="atlas_demo_pair").check().run()
@@ -80,6 +82,7 @@ def deeper_export(tiny_dirs, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_a_second_model_of_another_depth_keeps_its_own_layers(tiny_dirs, tmp_path_factory):
     """Issue 24.2: comparing with a deeper model (a duplication export) crashed; each grid is titled with its
     own model's layer names, each curve sits at its own indices, and relative depth puts layer i of L at i / L."""
@@ -112,6 +115,7 @@ def test_a_second_model_of_another_depth_keeps_its_own_layers(tiny_dirs, tmp_pat
             assert t["x"] == pytest.approx([i / (len(names) - 1) for i in range(len(names))])
 
 
+@pytest.mark.slow
 def test_titles_name_the_pooling_and_the_pca_variance_and_the_times_are_split(tiny_dirs):
     """Issue 24.10: the title names the pooling used, each PCA panel says its axes' share of the variance (the
     engine's numbers), and the caption says which stage took the time."""
@@ -134,6 +138,7 @@ def test_titles_name_the_pooling_and_the_pca_variance_and_the_times_are_split(ti
                                r"projection \(PCA\) [\d.]+ s", times[0])
 
 
+@pytest.mark.slow
 def test_the_random_weights_control_is_a_second_model():
     """'random' in Compare with: the sidebar model's architecture with seeded random weights, labelled so."""
     at = run_page(PAGE)

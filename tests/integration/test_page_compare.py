@@ -20,6 +20,7 @@ def shown_summary(at) -> pd.DataFrame:
     return at.dataframe[0].value.reset_index(drop=True)
 
 
+@pytest.mark.slow
 def test_the_page_shows_the_engines_layer_summary_and_refuses_other_tokenizers(tiny_dirs):
     at = run_page(PAGE)  # the demo model as A
     assert not at.exception and not at.error
@@ -37,6 +38,7 @@ def test_the_page_shows_the_engines_layer_summary_and_refuses_other_tokenizers(t
     assert not at.exception and "different tokenizers" in at.error[0].value
 
 
+@pytest.mark.slow
 def test_a_classifier_is_read_with_the_head_named_for_b_and_its_own_predictions_shown(tiny_dirs, tmp_path):
     from tests.unit.compare.test_compare import fine_tuned_classifier
 
@@ -63,6 +65,7 @@ def test_a_classifier_is_read_with_the_head_named_for_b_and_its_own_predictions_
     assert "head_prediction_a" not in movers.columns  # a masked LM has no classifier head: not shown
 
 
+@pytest.mark.slow
 def test_the_jobs_page_opens_a_jobs_epochs_and_a_group_on_the_compare_page(home, bert4, tmp_path):  # noqa: F811
     from analysis.compare.epochs import compare_epochs
     from analysis.training.runs import job_run
@@ -98,6 +101,7 @@ def test_the_jobs_page_opens_a_jobs_epochs_and_a_group_on_the_compare_page(home,
     assert set(shown_summary(at)["model_b"]) == {job.label, second.label}
 
 
+@pytest.mark.slow
 def test_the_atlas_and_probe_second_model_fields_open_the_compare_page():
     at = run_page("pages/2_Layer_Atlas.py")
     assert at.button(key="atlas_to_compare").disabled  # nothing to compare with yet

@@ -7,6 +7,7 @@ import shutil
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from analysis.core.inputs import TextInputs
 from analysis.core.treebank import read_conllu
@@ -78,6 +79,7 @@ def test_texts_run_and_a_bad_corpus_is_one_message(tiny_dirs):
     assert not at.exception and len(at.error) == 1 and "no text given" in at.error[0].value
 
 
+@pytest.mark.slow
 def test_the_structure_page_opens_the_heads_on_its_treebank(tiny_dirs, tmp_path, monkeypatch):
     shutil.copy(FIXTURES / "ud_tiny_test.conllu", tmp_path / "en_ewt-ud-test.conllu")
     monkeypatch.setenv("LAYERLENS_DATA_DIRS", str(tmp_path))
@@ -89,6 +91,7 @@ def test_the_structure_page_opens_the_heads_on_its_treebank(tiny_dirs, tmp_path,
     assert at.selectbox(key="heads_treebank").value == (tmp_path / "en_ewt-ud-test.conllu").resolve()
 
 
+@pytest.mark.slow
 def test_a_fine_tuning_jobs_classifier_on_its_held_out_rows(bert4, tmp_path, monkeypatch):  # noqa: F811
     """The third tab: a finished job's classifier, scored on its held-out rows; the importance shown is the
     engine's (classifier_importance on load_checkpoint's classifier), its base accuracy the job's own predictions'."""
@@ -123,6 +126,7 @@ def test_a_fine_tuning_jobs_classifier_on_its_held_out_rows(bert4, tmp_path, mon
                                expected.importance["normalized"].sum(), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_a_model_against_itself_and_against_one_of_another_depth(tiny_dirs):
     """Against itself: a second model named '(again)' and a difference map of zeros on a -1..1 scale; against a
     model of another depth: no difference map, and a caption saying why (the heads cannot be paired)."""

@@ -90,6 +90,7 @@ def test_server_files_are_picked_from_the_data_roots_only(home, tiny_dirs, tmp_p
     assert home.list()[0].config["train"] == str(root / "train.csv")
 
 
+@pytest.mark.slow
 def test_finished_runs_are_compared_and_voted(home, bert4):  # noqa: F811
     first, second = finished_job(home, bert4, "attention"), finished_job(home, bert4, "cls")
     at = run_page(JOBS, model=str(bert4))
@@ -105,6 +106,7 @@ def test_finished_runs_are_compared_and_voted(home, bert4):  # noqa: F811
     assert not at.exception and any("**Ensemble**" in m.value and "majority class" in m.value for m in at.markdown)
 
 
+@pytest.mark.slow
 def test_the_ensemble_baseline_is_the_runs_own_training_majority(home, bert4):  # noqa: F811
     """One definition of the baseline on every view: the majority class of the training rows, scored on the
     evaluated rows. Here training is mostly 'pos' and validation mostly 'neg', so the two definitions differ."""
@@ -187,6 +189,7 @@ def test_weights_that_learned_nothing_are_called_so(home, bert4):  # noqa: F811
     assert not at.exception and any("within 1% of the uniform" in i.value for i in at.info)
 
 
+@pytest.mark.slow
 def test_the_atlas_comparison_uses_the_jobs_held_out_rows(home, bert4, tmp_path):  # noqa: F811
     from analysis.training.options import resolve
     from tests.unit.training.test_training import write_tsv
@@ -210,6 +213,7 @@ def test_the_atlas_comparison_uses_the_jobs_held_out_rows(home, bert4, tmp_path)
     assert any(f"job #{job_id} (attention, {bert4})" in e.label for e in at.expander)
 
 
+@pytest.mark.slow
 def test_a_sweep_from_the_page_queues_its_jobs_in_one_group_and_compares_by_group(home, tiny_dirs, bert4):  # noqa: F811
     at = run_page(JOBS, model=str(tiny_dirs["bert"]))
     at.text_input(key="job_grid").set_value("heads=cls,attention lr=1e-4,3e-4").run()
@@ -285,6 +289,7 @@ def test_a_sweep_cannot_reach_data_models_or_code_loading(home, tiny_dirs, tmp_p
     assert any("training options" in (w.help or "") for w in [at.text_input(key="job_grid")])
 
 
+@pytest.mark.slow
 def test_values_the_run_would_refuse_are_refused_on_the_page(home):
     """Issue 25.10: a validation fraction that leaves a class without a row is refused at Submit; the seed
     field stops at the largest seed."""
@@ -297,6 +302,7 @@ def test_values_the_run_would_refuse_are_refused_on_the_page(home):
     assert home.list() == []
 
 
+@pytest.mark.slow
 def test_an_upload_that_fails_midway_leaves_nothing_offered(home, monkeypatch):
     """Issue 25.9a: a full disk while an upload is saved is a message; no partial file is left under the uploads
     folder, so none is offered as a server file to any session. A complete upload is offered."""

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from analysis.core.inputs import TextInputs
 from analysis.probe.reconstruction import ProbeConfig, probe
@@ -81,6 +82,7 @@ def test_empty_text_is_a_message(tiny_dirs):
     assert "no text given" in at.error[0].value
 
 
+@pytest.mark.slow
 def test_a_tuned_lens_overlays_raw_and_tuned_readings(tmp_path, monkeypatch):
     """The demo model's bundled lens: raw and tuned tables are the engine's, the divergence chart is shown, the
     per-token view can show either."""
@@ -154,6 +156,7 @@ def test_a_second_model_of_another_depth_is_drawn_at_its_own_layers(tiny_dirs, t
             assert t["x"] == pytest.approx([i / (len(names) - 1) for i in range(len(names))])
 
 
+@pytest.mark.slow
 def test_a_lens_of_both_halves_reads_the_attention_halves_on_the_page(tmp_path, monkeypatch):
     """Issue 36 item 5 on the page: a lens trained with half=attention is listed as '· both halves'; with the
     attention halves ticked its table is the engine's, two rows per layer."""

@@ -31,6 +31,7 @@ def open_page(tiny_dirs, tmp_path):
     return at
 
 
+@pytest.mark.slow
 def test_structure_page_shows_the_engine_numbers(tiny_dirs, tmp_path, monkeypatch):
     roots(tmp_path, monkeypatch)
     at = open_page(tiny_dirs, tmp_path)
@@ -89,6 +90,7 @@ def test_the_page_defaults_to_the_bundled_sample_and_runs_on_it(tiny_dirs, monke
     assert at.dataframe[0].value.task.tolist() == ["upos"]
 
 
+@pytest.mark.slow
 def test_the_page_submits_a_structure_job_and_opens_its_results(tiny_dirs, tmp_path, monkeypatch):
     from analysis.structure.output import run_info, write_outputs
     from jobs.store import JobStore
@@ -229,6 +231,7 @@ def test_submit_as_a_job_passes_the_labelled_set(tiny_dirs, tmp_path, monkeypatc
     assert sent.content_hash() == shown.content_hash() and len(sent) == len(shown)
 
 
+@pytest.mark.slow
 def test_the_summary_says_what_its_intervals_cover_and_seeds_widen_them(tiny_dirs, tmp_path, monkeypatch):
     roots(tmp_path, monkeypatch)
     at = open_page(tiny_dirs, tmp_path)

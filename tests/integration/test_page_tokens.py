@@ -87,6 +87,7 @@ def test_the_map_shows_the_engines_coordinates_and_every_token(tiny_dirs, corpus
     assert sorted(values(ring["customdata"]).tolist()) == find_rows(tokens, word="film").tolist()
 
 
+@pytest.mark.slow
 def test_the_neighbour_tables_are_the_engines(tiny_dirs, corpus_root):
     at = extracted(tiny_dirs["bert"], corpus_root)
     tv = engine(tiny_dirs["bert"], corpus_root / "tiny.conllu")
@@ -125,6 +126,7 @@ def test_the_neighbour_tables_are_the_engines(tiny_dirs, corpus_root):
     assert at.dataframe[0].value["cosine"].tolist() == std[std["layer"] == layer]["cosine"].tolist()
 
 
+@pytest.mark.slow
 def test_the_geometry_tables_are_the_engines(tiny_dirs, corpus_root):
     at = extracted(tiny_dirs["bert"], corpus_root)
     tv = engine(tiny_dirs["bert"], corpus_root / "tiny.conllu")
@@ -138,6 +140,7 @@ def test_the_geometry_tables_are_the_engines(tiny_dirs, corpus_root):
     assert any("Anisotropy" in c.value and "adjusted" in c.value for c in at.caption)
 
 
+@pytest.mark.slow
 def test_a_corpus_without_tokens_and_words_not_in_it_are_one_message_each(tiny_dirs, corpus_root):
     (corpus_root / "specials.txt").write_text("[CLS] [SEP]\n[SEP]\n")
     at = run_page(PAGE, model=str(tiny_dirs["bert"]))
@@ -214,6 +217,7 @@ def test_the_umap_map_shows_the_engines_coordinates(tiny_dirs, corpus_root):
     assert any("Axes: UMAP (cosine" in c.value for c in at.caption)
 
 
+@pytest.mark.slow
 def test_umap_waits_for_a_click_then_runs_under_its_own_progress_and_a_stop(tiny_dirs, corpus_root, monkeypatch):
     """UMAP is minutes at scale: it starts on a click (a cached map shows at once), and runs under a progress bar
     fed by its stages (the page passes a progress callback) with the Stop button already shown; a map from the

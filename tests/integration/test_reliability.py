@@ -52,6 +52,7 @@ def test_layer_weights_that_are_not_numbers_are_a_message(tmp_path, monkeypatch,
     assert not at.exception and "column layer_0 holds values that are not numbers" in at.error[0].value
 
 
+@pytest.mark.slow
 def test_a_job_whose_artifacts_were_deleted_says_so(tmp_path, monkeypatch, bert4):  # noqa: F811
     import shutil
 
@@ -70,6 +71,7 @@ def test_a_job_whose_artifacts_were_deleted_says_so(tmp_path, monkeypatch, bert4
     assert [o.split(" ")[0] for o in at.selectbox(key="lw_job").options] == [f"#{kept}"]
 
 
+@pytest.mark.slow
 def test_jobs_list_reads_a_read_only_home(tmp_path):
     """A read-only LAYERLENS_HOME (permissions, as another user sees a shared one): jobs list and show work,
     cancel says it cannot write. As root (CI), the commands run without the capabilities that override file
@@ -116,6 +118,7 @@ def test_an_unknown_key_in_a_finetune_config_names_the_file(tmp_path, capsys):
     assert f"{path}: unknown option(s) heads" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_read_only_out_is_one_line(tmp_path):
     import subprocess
     import sys

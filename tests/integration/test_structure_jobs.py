@@ -138,6 +138,7 @@ def test_a_sigterm_stops_the_run_at_its_next_progress_report(home, monkeypatch):
     assert reports[0]["stage"] == "train word vectors" and 0 < reports[0]["fraction"] < 1
 
 
+@pytest.mark.slow
 def test_a_local_job_writes_what_the_cli_writes(home, tmp_path):
     store, data = home
     job_id = submit(config(data), store, start_worker=False)
@@ -168,6 +169,7 @@ def test_a_local_job_writes_what_the_cli_writes(home, tmp_path):
     assert "Traceback" not in log
 
 
+@pytest.mark.slow
 def test_a_cancelled_job_stops_and_is_marked_cancelled(home):
     """A real job process: Cancel while it extracts word vectors (one sentence a batch, so it is still at it);
     it stops at its next report, leaves no artifacts, and is listed cancelled."""

@@ -240,6 +240,7 @@ def test_row_limit_is_an_error_not_a_silent_cut(tiny_dirs, tmp_path, monkeypatch
 
 
 @pytest.mark.parametrize("method", ["umap", "tsne"])
+@pytest.mark.slow
 def test_nonlinear_methods_give_finite_coordinates(tiny_dirs, tmp_path, method):
     result = atlas(loaded_of(tiny_dirs["bert"]), labelled(30), AtlasConfig(method=method, layers="-1", folds=3),
                    store=ArrayStore(tmp_path))
@@ -339,6 +340,7 @@ def test_pca_explained_variance_is_scikit_learns(shape):
     np.testing.assert_allclose(ratio, np.linalg.svd(centred, compute_uv=False)[:2] ** 2 / (centred ** 2).sum())
 
 
+@pytest.mark.slow
 def test_atlas_records_the_variance_of_each_pca_panel(tiny_dirs, tmp_path):
     inputs = labelled(30)
     result = atlas(loaded_of(tiny_dirs["bert"]), inputs, AtlasConfig(layers="all", folds=3),
@@ -353,6 +355,7 @@ def test_atlas_records_the_variance_of_each_pca_panel(tiny_dirs, tmp_path):
     assert tsne.info["explained_variance"] is None  # t-SNE axes explain no variance
 
 
+@pytest.mark.slow
 def test_the_projection_is_its_own_stage_of_the_progress(tiny_dirs, tmp_path, monkeypatch):
     """Issue 24.10: the bar sat full at 'scoring layers 4/4' while t-SNE ran: the projection stage starts at 0
     before the first layer is projected, and the atlas says how long each stage took."""
@@ -392,6 +395,7 @@ def test_a_sentence_encoders_own_pooling_is_named_as_such(tiny_dirs, tmp_path):
                                                        "L2-normalised, sentence-transformers)")
 
 
+@pytest.mark.slow
 def test_an_approximate_atlas_states_its_cka_with_float32_per_layer():
     from analysis.atlas.atlas import AtlasConfig, atlas
     from analysis.core.cka import linear_cka

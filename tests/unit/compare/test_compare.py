@@ -129,6 +129,7 @@ def test_a_model_compared_with_itself_and_a_different_tokenizer_refused(tiny_dir
         same_tokenizer(demo, other)
 
 
+@pytest.mark.slow
 def test_the_cli_writes_the_five_files_and_refuses_in_one_line(tmp_path, tiny_dirs, capsys):
     import json
 
@@ -308,6 +309,7 @@ def test_cross_cka_two_layers_at_a_time_is_linear_cka(n):
     assert np.isnan(cross_cka(a, b)[0]).all()
 
 
+@pytest.mark.slow
 def test_the_cka_interval_is_a_jackknife_around_the_estimate_even_with_few_rows():
     """Review (issue 28): resampling rows with replacement duplicates rows, which raises CKA (a row agrees with its
     copy), so the bootstrap interval of 77 rows x 64 dims sat above its own estimate, and debiased CKA's interval

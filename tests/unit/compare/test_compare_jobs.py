@@ -60,6 +60,7 @@ def plain_probe(x, labels, folds, seed):
     return cross_val_predict(probe, x, labels, cv=StratifiedKFold(folds, shuffle=True, random_state=seed))
 
 
+@pytest.mark.slow
 def test_a_jobs_epochs_against_its_base_from_the_vectors_on_disk(home, bert4, tmp_path):  # noqa: F811
     from analysis.compare.epochs import compare_epochs, validation_rows
     from analysis.training.runs import job_run
@@ -135,6 +136,7 @@ def test_the_epochs_map_is_one_pca_of_the_base_and_every_epoch_pooled():
         np.testing.assert_allclose(np.concatenate(got), np.concatenate(want), atol=1e-10)
 
 
+@pytest.mark.slow
 def test_the_cli_compares_a_jobs_epochs_and_a_group_and_refuses_in_one_line(home, bert4, tmp_path, capsys):  # noqa: F811
     from cli.main import main
 
@@ -163,6 +165,7 @@ def test_the_cli_compares_a_jobs_epochs_and_a_group_and_refuses_in_one_line(home
     assert "no job 999" in err[0] and "[CLS]" in err[1] and "no group 'nope'" in err[2]
 
 
+@pytest.mark.slow
 def test_the_cli_reads_job_models_and_lends_a_head_with_head_from(home, bert4, tmp_path, capsys):  # noqa: F811
     from cli.main import main
     from tests.unit.compare.test_compare import fine_tuned_classifier
@@ -193,6 +196,7 @@ def test_the_cli_reads_job_models_and_lends_a_head_with_head_from(home, bert4, t
 
 # --- the prediction before and after, in the movers table (issue 28, 3.) ------------------------------------------
 
+@pytest.mark.slow
 def test_movers_carry_each_models_out_of_fold_probe_prediction_and_a_classifiers_own_prediction(bert4, tmp_path):  # noqa: F811
     from transformers import AutoModelForSequenceClassification
 

@@ -38,6 +38,7 @@ def test_jsonl_rows_round_trip_as_data(rows):
 
 @settings(max_examples=300, deadline=None)
 @given(plan=st.lists(st.integers(min_value=0, max_value=11), min_size=1, max_size=40))
+@pytest.mark.slow
 def test_valid_plans_parse_back(plan):
     assert parse_plan(",".join(map(str, plan)), 12) == plan
     assert parse_plan(" ".join(map(str, plan)), 12) == plan
@@ -87,6 +88,7 @@ def test_huge_line_counts_are_capped_not_loaded_whole():
     assert len(out) == 2000 and out.dropped_over_limit == 1 and "not read (row limit)" in out.notes()[0]
 
 
+@pytest.mark.slow
 def test_two_sessions_probing_one_cached_model_at_once_agree(tiny_dirs):
     """Streamlit runs each browser session in its own thread over the one shared cached model."""
     import threading

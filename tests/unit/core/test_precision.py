@@ -59,6 +59,7 @@ def check_against_float32(exact, plain, certified=None):
 
 
 @pytest.mark.parametrize("mode", ["unmasked", "masked"])
+@pytest.mark.slow
 def test_the_demo_models_exact_tables_are_the_float32_tables(bf16_on, mode):
     loaded = load_model(ModelSpec("demo", device="cpu"))
     inputs = TextInputs(tuple(SENTENCES * 3))
@@ -173,6 +174,7 @@ def test_a_rank_with_a_few_near_tokens_is_settled_token_by_token(bf16_on):
     assert head.stats.recomputed < head.stats.rows
 
 
+@pytest.mark.slow
 def test_run_json_names_the_mode_and_an_approximate_run_states_its_agreement_with_float32():
     from analysis.core.precision import AGREEMENT_TEXTS
 

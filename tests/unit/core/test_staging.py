@@ -101,6 +101,7 @@ def test_a_probe_that_fails_while_writing_keeps_the_previous_result(tmp_path, ti
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.slow
 def test_a_probe_killed_midway_keeps_the_previous_result(tmp_path, tiny_dirs, sig):
     """A real process signalled while it probes: exit 130, one line, no traceback, the previous result whole.
     (Signalled when its progress bar shows: a signal during Python's own start-up is not the CLI's to catch.)"""

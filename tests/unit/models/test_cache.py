@@ -37,6 +37,7 @@ def test_hit_returns_the_same_object_and_loads_once():
     assert loader.calls == ["a"] and cache.hits == 1 and cache.misses == 1
 
 
+@pytest.mark.slow
 def test_lru_eviction_under_budget():
     loader = CountingLoader({"a": 40, "b": 40, "c": 40})
     cache = ModelCache(budget_bytes=100, loader=loader)
@@ -103,6 +104,7 @@ def test_different_models_load_concurrently():
     assert sorted(loader.calls) == ["m0", "m1", "m2", "m3"] and len(cache) == 4
 
 
+@pytest.mark.slow
 def test_concurrent_mixed_traffic_keeps_budget():
     sizes = {f"m{i}": 30 for i in range(6)}
     cache = ModelCache(budget_bytes=100, loader=CountingLoader(sizes))

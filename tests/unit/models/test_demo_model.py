@@ -12,6 +12,8 @@ from models.loading import DEMO_DIR, ModelSpec, load_model
 from models.pretrain import evaluate, pack, read_documents
 from tests.conftest import shared_file
 
+pytestmark = pytest.mark.slow  # every test here takes more than ~5 s
+
 INFO = json.loads((DEMO_DIR / "training_info.json").read_text())
 
 

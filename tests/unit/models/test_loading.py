@@ -150,6 +150,7 @@ def test_layer_names():
     assert [layer_name(i, 3) for i in range(4)] == ["embeddings", "layer 1", "layer 2", "layer 3 (last)"]
 
 
+@pytest.mark.slow
 def test_save_tiny_is_deterministic(tmp_path):
     a = AutoModelForMaskedLM.from_pretrained(save_tiny("bert", tmp_path / "a"))
     b = AutoModelForMaskedLM.from_pretrained(save_tiny("bert", tmp_path / "b"))

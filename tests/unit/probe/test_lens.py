@@ -38,6 +38,7 @@ def bert(tmp_path_factory):
     return load_model(ModelSpec(str(save_tiny("bert", tmp_path_factory.mktemp("lens") / "bert")), device="cpu"))
 
 
+@pytest.mark.slow
 def test_an_untrained_lens_is_exactly_the_raw_probe(bert):
     inputs = TextInputs(tuple(corpus(12)))
     for mode in ("unmasked", "masked"):
@@ -81,6 +82,7 @@ def test_training_lowers_held_out_kl_for_every_layer_and_keeps_the_last(bert, tm
 
 
 @pytest.mark.parametrize("family", sorted(TINY_CONFIGS))
+@pytest.mark.slow
 def test_every_family_trains_and_reloads(family, tmp_path):
     loaded = load_model(ModelSpec(str(save_tiny(family, tmp_path / family, copy_steps=5)), device="cpu"))
     LT.train(loaded, corpus(40), options(steps=3), tmp_path / "lens")
@@ -181,6 +183,7 @@ def lens_job_setup(tmp_path, monkeypatch, **options):
                                          "batch_size": 8, "eval_texts": 16, "device": "cpu", **options}
 
 
+@pytest.mark.slow
 def test_a_lens_job_runs_through_the_store_and_is_found_for_the_model(tmp_path, monkeypatch):
     from jobs.submit import SubmitError, submit
     from jobs.worker import Worker
@@ -215,6 +218,7 @@ def test_the_demo_model_ships_a_lens_of_its_own():
     assert "## Tuned lens" in (DEMO_DIR / "README.md").read_text()
 
 
+@pytest.mark.slow
 def test_ctrl_c_checkpoints_and_the_same_command_resumes(tmp_path):
     import os
     import signal
@@ -272,6 +276,7 @@ LT.train(load_model(ModelSpec(model, device="cpu")), Path(corpus).read_text().sp
 
 
 @pytest.mark.parametrize("after", [0, 1])
+@pytest.mark.slow
 def test_a_sigkill_between_the_files_of_a_checkpoint_never_mixes_steps(bert, tmp_path, after):
     """SIGKILL (Cancel's second signal) at an exact point of writing the step-6 checkpoint: before its first
     rename, or right after it. The resumed run ends with the uninterrupted run's translators: the checkpoint is one
@@ -327,6 +332,7 @@ raise SystemExit(main())
 """
 
 
+@pytest.mark.slow
 def test_a_cancelled_lens_job_is_listed_as_partial_and_the_same_options_resume_it(tmp_path, monkeypatch):
     """Cancel a lens job through the store at an exact step (the worker's real SIGTERM); its lens is listed as
     partial, not as a finished lens; a job with the same options resumes from its checkpoint and ends with the

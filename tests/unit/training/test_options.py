@@ -48,6 +48,7 @@ def test_bad_values_are_one_message_naming_the_option(given, message):
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
+@pytest.mark.slow
 def test_a_preset_gives_the_same_options_from_the_cli_a_config_file_a_job_and_the_page(bert4, tmp_path,  # noqa: F811
                                                                                         monkeypatch):
     train = str(write_tsv(tmp_path / "train.tsv", synthetic(20)))
@@ -81,6 +82,7 @@ def test_a_preset_gives_the_same_options_from_the_cli_a_config_file_a_job_and_th
         k: v for k, v in from_cli.items() if k != "max_steps"}
 
 
+@pytest.mark.slow
 def test_job_code_does_not_import_the_cli():
     code = "import sys, jobs.submit, jobs.run, jobs.worker; print(sorted(m for m in sys.modules if 'cli' in m))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout

@@ -124,6 +124,7 @@ def test_two_steps_of_fine_tuning_move_every_head(bert4, name):
     assert changed == list(before)  # every head tensor was updated
 
 
+@pytest.mark.slow
 def test_an_easy_task_is_learned(bert4, tmp_path):
     splits = Splits(synthetic(160), synthetic(40, seed=1), synthetic(40, seed=2))
     config = FinetuneConfig(head="attention", epochs=8, batch_size=16, lr=3e-3, seed=0)
@@ -199,6 +200,7 @@ def test_cross_validation_and_ensemble(bert4, tmp_path):
     assert len(pd.read_csv(tmp_path / "predictions.csv")) == 10
 
 
+@pytest.mark.slow
 def test_further_pretraining_lowers_the_task_mlm_loss(bert4, tmp_path):
     from transformers import AutoModelForMaskedLM, DataCollatorForLanguageModeling
 
