@@ -27,7 +27,6 @@ from cli.common import (
 )
 from cli.compare import add_compare_arguments, cmd_compare
 from cli.dashboard import add_dashboard_arguments, cmd_dashboard
-from cli.duplicate import add_duplicate_arguments, cmd_duplicate
 from cli.finetune import add_finetune_arguments, cmd_finetune
 from cli.heads import add_heads_arguments, cmd_heads
 from cli.info import cmd_info
@@ -48,8 +47,6 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str, Callable[[ar
     **{name: (run_task(task), task.help, add_task_arguments(task)) for name, task in TASKS.items()},
     "finetune": (cmd_finetune, "fine-tune a layer-pooling classifier head and the encoder on labelled data",
                  add_finetune_arguments),
-    "duplicate": (cmd_duplicate, "layer duplication: a deeper model from the pre-trained layers, without training",
-                  add_duplicate_arguments),
     "jobs": (cmd_jobs, "background fine-tuning jobs: submit, list, show, cancel, logs", add_jobs_arguments),
     "structure": (cmd_structure, "linguistic structure per layer: UPOS and relation probes with control tasks, MDL, "
                   "structural probes on UD treebanks", add_structure_arguments),

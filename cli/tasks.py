@@ -20,11 +20,14 @@ def add_task_arguments(task: Task):
     def add(p: argparse.ArgumentParser) -> None:
         g = p.add_argument_group(task.name)
         one_of = g.add_mutually_exclusive_group(required=True) if task.exclusive else None
+        at_most_one = g.add_mutually_exclusive_group() if task.exclusive_optional else None
         for name, field in task.Options.model_fields.items():
             if name in task.shared or name in task.hidden:
                 continue
             flag = task.flags.get(name)
-            if name in task.exclusive:
+            if name in task.exclusive_optional:
+                add_option_flag(at_most_one, name, schema=task.Options, flag=flag)
+            elif name in task.exclusive:
                 one_of.add_argument(flag or f"--{name.replace('_', '-')}", dest=name, type=_type(name, task),
                                     metavar=name.upper(), help=schema_fields.help_text(name, task.Options)
                                     .replace("%", "%%"))
@@ -102,6 +105,6 @@ def run_task(task: Task):
         summary = result.summary()
         if summary:
             print(summary)
-        print(f"wrote {args.out}/" + ", ".join(written), file=sys.stderr)
+        print(result.done_line(str(args.out), written), file=sys.stderr)
         return 0
     return command

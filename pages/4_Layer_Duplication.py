@@ -4,7 +4,6 @@ from pathlib import Path
 
 import streamlit as st
 
-from analysis.compare.duplication import compare, sweep
 from analysis.compare.plots import duplication_sweep
 from analysis.core.csvout import to_csv
 from analysis.core.figures import cka_heatmap
@@ -14,6 +13,7 @@ from analysis.duplication.export import EXPORT_NAME_RULE, check_export_name, def
 from analysis.duplication.plan import aligned_positions, duplicate_first, duplicate_last, parse_plan
 from analysis.probe.plots import accuracy_curve
 from analysis.probe.reconstruction import LAYER_HEADERS
+from analysis.tasks.duplication import compare, sweep
 from models.loading import DTYPES, checkpoint_dtype
 from ui.inputs import EXAMPLES, text_inputs
 from ui.navigation import prefill

@@ -141,7 +141,7 @@ def epoch_curves(summary: pd.DataFrame, column: str, layer_names: list[str], tit
 
 def duplication_sweep(table: pd.DataFrame) -> go.Figure:
     """Final-layer reconstruction accuracy against how many of the first layers are duplicated
-    (:func:`analysis.compare.duplication.sweep`'s table: ``duplicated``, ``final_layer_accuracy``)."""
+    (:func:`analysis.tasks.duplication.sweep`'s table: ``duplicated``, ``final_layer_accuracy``)."""
     fig = go.Figure(go.Scatter(x=table["duplicated"], y=table["final_layer_accuracy"], mode="lines+markers"))
     fig.update_layout(title="Final-layer reconstruction accuracy vs duplicated layers", height=360,
                       xaxis={"title": "duplicated layers k", "dtick": 1}, yaxis={"title": "accuracy", "range": [0, 1]})

@@ -123,6 +123,10 @@ class Result(abc.ABC):
         """The table the CLI prints when the run is done (None: nothing)."""
         return None
 
+    def done_line(self, shown_out: str, written: list[str]) -> str:
+        """The CLI's last line on stderr: what was written where."""
+        return f"wrote {shown_out}/" + ", ".join(written)
+
     def summary(self) -> str:
         """What the CLI prints on stdout: :meth:`shown`, numbers to 4 decimals."""
         frame = self.shown()
@@ -146,6 +150,7 @@ class Task(abc.ABC):
                                          "batch_size")
     hidden: ClassVar[tuple[str, ...]] = ()  # options with no flag (set by a job or a page only)
     exclusive: ClassVar[tuple[str, ...]] = ()  # options of which exactly one is given (the CLI: a required group)
+    exclusive_optional: ClassVar[tuple[str, ...]] = ()  # options of which at most one is given (an optional group)
     unit: ClassVar[str] = "it"  # what the progress counts (the CLI's bars)
     page: ClassVar[str | None] = None  # the dashboard page that runs it (its form: the same schema)
     example: ClassVar[dict] = {}  # its required options for a run on the bundled demo data (docs, contract tests)

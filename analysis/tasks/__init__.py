@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from analysis.core.task import Task
 from analysis.tasks.atlas import Atlas
+from analysis.tasks.duplicate import Duplicate
 from analysis.tasks.neurons import Neurons
 from analysis.tasks.probe import Probe
 
-TASKS: dict[str, Task] = {task.name: task for task in (Probe(), Atlas(), Neurons())}
+TASKS: dict[str, Task] = {task.name: task for task in (Probe(), Atlas(), Duplicate(), Neurons())}
 
 
 def get(name: str) -> Task | None:

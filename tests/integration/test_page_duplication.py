@@ -5,9 +5,9 @@ import json
 import pandas as pd
 from transformers import AutoModelForMaskedLM
 
-from analysis.compare.duplication import compare
 from analysis.core.inputs import TextInputs
 from analysis.duplication.plan import duplicate_first
+from analysis.tasks.duplication import compare
 from models.loading import ModelSpec, load_model
 from tests.integration.test_app import run_page
 from ui.results import CHART_FORMAT

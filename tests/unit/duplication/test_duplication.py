@@ -8,12 +8,12 @@ import pytest
 import torch
 from transformers import AutoModelForMaskedLM
 
-from analysis.compare.duplication import sweep, token_states
 from analysis.core.cka import linear_cka
 from analysis.core.inputs import InputError, TextInputs
 from analysis.duplication.export import export
 from analysis.duplication.plan import duplicate_first, duplicate_last, parse_plan, preview
 from analysis.probe.reconstruction import probe
+from analysis.tasks.duplication import sweep, token_states
 from cli.main import main
 from models.loading import ModelSpec, load_model
 
