@@ -32,7 +32,6 @@ from cli.heads import add_heads_arguments, cmd_heads
 from cli.info import cmd_info
 from cli.jobs import add_jobs_arguments, cmd_jobs
 from cli.lens import add_lens_arguments, cmd_lens
-from cli.structure import add_structure_arguments, cmd_structure
 from cli.tasks import add_task_arguments, run_task
 from cli.tokens import add_tokens_arguments, cmd_tokens
 from jobs.store import StoreError
@@ -48,8 +47,6 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str, Callable[[ar
     "finetune": (cmd_finetune, "fine-tune a layer-pooling classifier head and the encoder on labelled data",
                  add_finetune_arguments),
     "jobs": (cmd_jobs, "background fine-tuning jobs: submit, list, show, cancel, logs", add_jobs_arguments),
-    "structure": (cmd_structure, "linguistic structure per layer: UPOS and relation probes with control tasks, MDL, "
-                  "structural probes on UD treebanks", add_structure_arguments),
     "compare": (cmd_compare, "compare checkpoints layer by layer on the same rows: CKA, probe accuracy, the examples "
                 "that moved most, aligned maps", add_compare_arguments),
     "tokens": (cmd_tokens, "token vectors of a corpus per layer on disk, nearest tokens per layer, each layer's "

@@ -70,9 +70,9 @@ class StructureOptions(Options):
         return self.tasks.split(",")
 
 
-class StructureJobOptions(PlacementOptions, ModelOptions, StructureOptions):
-    """A ``structure`` job (:mod:`jobs`): the analysis's options plus the model, the two treebanks, an optional
-    labelled set (the CLI's ``--label-data``) and where the job runs. Stored whole with the job."""
+class StructureInputs(Options):
+    """What a structure run reads: the two treebanks and an optional labelled set (the CLI's ``--label-data``), the
+    same block in the CLI's task (:mod:`analysis.tasks.structure`) and in a job."""
 
     train: str = Field(str(DEFAULT_TRAIN), min_length=1, title="train on", description="CoNLL-U treebank the "
                        "probes are trained on (.conllu or .conllu.gz)")
@@ -85,6 +85,11 @@ class StructureJobOptions(PlacementOptions, ModelOptions, StructureOptions):
     label_column: str = label_column()
     label_pooling: Literal["cls", "mean"] = Field("cls", title="label pooling", description="the labelled set's "
                                                   "sentence vector")
+
+
+class StructureJobOptions(PlacementOptions, ModelOptions, StructureOptions, StructureInputs):
+    """A ``structure`` job (:mod:`jobs`): the analysis's options plus the model, the inputs (:class:`StructureInputs`)
+    and where the job runs. Stored whole with the job."""
 
     def analysis(self) -> StructureOptions:
         """The options :func:`analysis.structure.run.run_structure` takes."""

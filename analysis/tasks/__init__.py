@@ -9,8 +9,9 @@ from analysis.tasks.atlas import Atlas
 from analysis.tasks.duplicate import Duplicate
 from analysis.tasks.neurons import Neurons
 from analysis.tasks.probe import Probe
+from analysis.tasks.structure import Structure
 
-TASKS: dict[str, Task] = {task.name: task for task in (Probe(), Atlas(), Duplicate(), Neurons())}
+TASKS: dict[str, Task] = {task.name: task for task in (Probe(), Atlas(), Duplicate(), Structure(), Neurons())}
 
 
 def get(name: str) -> Task | None:

@@ -70,7 +70,7 @@ def test_a_job_writes_the_files_the_cli_writes(name, tmp_path, monkeypatch):
     assert job.status == "succeeded", job.error
     cli_files = sorted(p.name for p in (tmp_path / "cli").iterdir())
     assert sorted(p.name for p in job.artifacts.iterdir()) == cli_files
-    assert set(job.metrics["files"]) <= {str(p.relative_to(job.artifacts)) for p in job.artifacts.rglob("*")}
+    assert set(job.metrics.get("files", ())) <= {str(p.relative_to(job.artifacts)) for p in job.artifacts.rglob("*")}
     for file in cli_files:
         a, b = tmp_path / "cli" / file, job.artifacts / file
         if a.is_dir():
