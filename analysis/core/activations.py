@@ -54,8 +54,8 @@ class Batch:
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     token_type_ids: torch.Tensor | None
-    host_ids: np.ndarray | None = None  # the ids and mask as built on the host, read there without a device copy
-    host_mask: np.ndarray | None = None
+    host_ids: np.ndarray  # the ids and mask as built on the host (make_batch), read there without a device copy
+    host_mask: np.ndarray
 
     def model_inputs(self, input_ids: torch.Tensor | None = None) -> dict:
         out = {"input_ids": self.input_ids if input_ids is None else input_ids, "attention_mask": self.attention_mask}
@@ -434,7 +434,8 @@ def check_finite(tensors, names: list[str], real: torch.Tensor | None) -> None:
 
 
 def counted_on_host(batch: Batch, special_ids: list[int], include_special: bool) -> np.ndarray:
-    """:func:`counted_mask` computed on the host from the batch's host copy: no device work, no sync."""
+    """``(batch, seq)`` bool on the host: the positions that count (the attention mask, less the special tokens
+    unless ``include_special``), from the batch's host copy: no device work, no sync."""
     mask = batch.host_mask.copy()
     if not include_special:
         mask &= ~np.isin(batch.host_ids, special_ids)
@@ -442,11 +443,8 @@ def counted_on_host(batch: Batch, special_ids: list[int], include_special: bool)
 
 
 def counted_mask(batch: Batch, special_ids: list[int], include_special: bool) -> torch.Tensor:
-    """``(batch, seq)`` bool: the positions that count."""
-    mask = batch.attention_mask.bool()
-    if not include_special:
-        mask &= ~torch.isin(batch.input_ids, torch.tensor(special_ids, device=batch.input_ids.device))
-    return mask
+    """``(batch, seq)`` bool on the batch's device: the positions that count (:func:`counted_on_host`, copied)."""
+    return to_device(torch.from_numpy(counted_on_host(batch, special_ids, include_special)), batch.input_ids.device)
 
 
 def halving_on_oom(run, idx: list[int]):

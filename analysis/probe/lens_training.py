@@ -110,11 +110,11 @@ class Batches:
 
     def batch(self, rows: list[int]):
         """``(batch, counted)``: the padded batch on the model's device and its counted positions (on the CPU)."""
-        from analysis.core.activations import counted_mask, make_batch
+        from analysis.core.activations import counted_on_host, make_batch
 
         tok = self.loaded.tokenizer
         batch = make_batch(self.encoded, rows, tok.pad_token_id, self.loaded.spec.device)
-        return batch, counted_mask(batch, list(tok.all_special_ids), include_special=False).cpu()
+        return batch, torch.from_numpy(counted_on_host(batch, list(tok.all_special_ids), include_special=False))
 
 
 @dataclasses.dataclass

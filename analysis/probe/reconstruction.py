@@ -232,13 +232,14 @@ def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig | None = 
         else:
             groups = mask_groups(counted, batch.indices, config.mask_fraction, config.seed)
             passes = [(True, np.argwhere(groups == g)) for g in range(int(groups.max()) + 1)]
-        passes = [(masked, where) for masked, where in passes if len(where)]
-        on_device, flags = [], []
+        scored = []  # each pass: its positions on the host, as device indices, and its input ids (masked or None)
         for masked, where in passes:
-            rows_at, positions_at = to_device(torch.from_numpy(where.T.copy()), device).unbind(0)
-            ids = (batch.input_ids.index_put((rows_at, positions_at), torch.tensor(tokenizer.mask_token_id,
-                                                                                  device=device))
-                   if masked else None)
+            if len(where):
+                at = to_device(torch.from_numpy(where.T.copy()), device).unbind(0)
+                mask = torch.tensor(tokenizer.mask_token_id, device=device)
+                scored.append((where, at, batch.input_ids.index_put(at, mask) if masked else None))
+        on_device, flags = [], []
+        for _, (rows_at, positions_at), ids in scored:
             with torch.inference_mode():
                 states = hidden_states(loaded, batch, ids, config.half, check=False)
                 flags.append(finite_flag(states))
@@ -250,17 +251,15 @@ def probe(loaded: LoadedModel, inputs: TextInputs, config: ProbeConfig | None = 
             scores, apart = score_rows(anatomy.head, stacked, targets, config.top_k, rows_per_chunk, divergence,
                                        certified)
             on_device.append([targets, *dataclasses.astuple(scores), *(apart or ())])
-        if not passes:
+        if not scored:
             return summarise(batch.indices, [], n_states)
         host = to_host([t for tensors in on_device for t in tensors] + [torch.stack(flags)])
-        for (masked, where), finite in zip(passes, host[-1], strict=True):
+        for (_, _, ids), finite in zip(scored, host[-1], strict=True):
             if not finite:  # the message names the state, or the non-finite values were at padding only
-                ids = batch.input_ids.clone()
-                ids[torch.from_numpy(where[:, 0]), torch.from_numpy(where[:, 1])] = tokenizer.mask_token_id
-                hidden_states(loaded, batch, ids if masked else None, config.half)
+                hidden_states(loaded, batch, ids, config.half)
         width = len(on_device[0])
         per_pass = []
-        for number, (_, where) in enumerate(passes):
+        for number, (where, _, _) in enumerate(scored):
             targets, *rest = (torch.from_numpy(a) for a in host[number * width:(number + 1) * width])
             scores = Scores(*rest[:5])
             per_pass.append((torch.from_numpy(where), targets, scores, tuple(rest[5:]) or None))
