@@ -27,14 +27,11 @@ def add_task_arguments(task: Task):
             flag = task.flags.get(name)
             if name in task.exclusive_optional:
                 add_option_flag(at_most_one, name, schema=task.Options, flag=flag)
-            elif name in task.exclusive:
-                one_of.add_argument(flag or f"--{name.replace('_', '-')}", dest=name, type=_type(name, task),
-                                    metavar=name.upper(), help=schema_fields.help_text(name, task.Options)
-                                    .replace("%", "%%"))
-            elif field.is_required():
-                g.add_argument(flag or f"--{name.replace('_', '-')}", dest=name, required=True,
-                               type=_type(name, task), metavar=name.upper(),
-                               help=schema_fields.help_text(name, task.Options).replace("%", "%%"))
+            elif name in task.exclusive or field.is_required():  # given on every command line: no default
+                container, required = (one_of, {}) if name in task.exclusive else (g, {"required": True})
+                container.add_argument(flag or f"--{name.replace('_', '-')}", dest=name, type=_type(name, task),
+                                       metavar=name.upper(), **required,
+                                       help=schema_fields.help_text(name, task.Options).replace("%", "%%"))
             else:
                 add_option_flag(g, name, schema=task.Options, flag=flag)
     return add

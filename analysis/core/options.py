@@ -214,7 +214,7 @@ def help_text(name: str, schema: type[BaseModel]) -> str:
     info = field_info(name, schema)
     default = info.default
     text = info.description or info.title or name
-    return f"{text} (default {default})" if default not in (None, "") else text
+    return f"{text} (default {default})" if not info.is_required() and default not in (None, "") else text
 
 
 def accepts(name: str, schema: type[BaseModel]) -> str:

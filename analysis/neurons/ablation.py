@@ -139,13 +139,13 @@ def neurons(loaded: LoadedModel, inputs: TextInputs, config: NeuronsConfig | Non
                      final_high, base_rate])
 
     plain = vectors[:, test]
-    for state in layers:
+    per_state = 2 + config.random_seeds  # top, bottom and the random draws
+    for done, state in enumerate(layers):
         row(state, "none", None, 0, plain)
         for number, (ablated, seed, units) in enumerate(unit_sets(unit_scores[state], config.k, config.random_seeds,
                                                                   config.seed)):
             if progress is not None:
-                progress("ablating", layers.index(state) * (2 + config.random_seeds) + number,
-                         len(layers) * (2 + config.random_seeds))
+                progress("ablating", done * per_state + number, len(layers) * per_state)
             row(state, ablated, seed, len(units), zeroed(loaded, held_out, state, units, config))
     ablation = pd.DataFrame(rows, columns=ABLATION_COLUMNS)
     ablation["seed"] = ablation["seed"].astype("Int64")

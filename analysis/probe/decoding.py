@@ -28,7 +28,7 @@ SEPARABLE = ("WordPiece", "Metaspace")  # decoders whose pieces depend on the to
 CHECK_ROWS = 64  # rows decoded both ways before a table is trusted
 
 
-@functools.lru_cache(maxsize=8)
+@functools.cache
 def _byte_of_char() -> dict[str, int]:
     """The GPT-2 byte-level alphabet read backwards: character -> byte (``tokenizers``' ``bytes_char``)."""
     printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
