@@ -32,7 +32,7 @@ from cli.heads import add_heads_arguments, cmd_heads
 from cli.info import cmd_info
 from cli.jobs import add_jobs_arguments, cmd_jobs
 from cli.lens import add_lens_arguments, cmd_lens
-from cli.tasks import add_task_arguments, run_task
+from cli.tasks import add_task_arguments, run_task, subcommands
 from cli.tokens import add_tokens_arguments, cmd_tokens
 from jobs.store import StoreError
 from models.spec import ModelLoadError
@@ -43,7 +43,7 @@ log = logging.getLogger("layerlens")
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str, Callable[[argparse.ArgumentParser], None]]] = {
     "info": (cmd_info, "describe a model: family, layers, hidden size, vocabulary, device, bytes (writes info.json)",
              lambda p: None),
-    **{name: (run_task(task), task.help, add_task_arguments(task)) for name, task in TASKS.items()},
+    **{name: (run_task(task), task.help, add_task_arguments(task)) for name, task in TASKS.items() if " " not in name},
     "finetune": (cmd_finetune, "fine-tune a layer-pooling classifier head and the encoder on labelled data",
                  add_finetune_arguments),
     "jobs": (cmd_jobs, "background fine-tuning jobs: submit, list, show, cancel, logs", add_jobs_arguments),
@@ -54,7 +54,8 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str, Callable[[ar
     "heads": (cmd_heads, "attention heads: per-head statistics and the head map, heads as parsers on UD, head "
               "importance and pruning, one sentence's attention (stats | parse | importance | view)",
               add_heads_arguments),
-    "lens": (cmd_lens, "tuned lens: train per-layer translators read by the MLM head (probe --lens uses them)",
+    "lens": (cmd_lens, "lenses: train a tuned lens read by the MLM head (train; probe --lens uses it), read every "
+             "layer through a classifier's own head (classifier)",
              add_lens_arguments),
     "cache": (cmd_cache, "the shared cache: verify every vector set (manifest, shard sizes and checksums)",
               add_cache_arguments),
@@ -77,6 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, parents=parents, help=help_text, description=help_text)
         add_arguments(p)
         p.set_defaults(func=func)
+    for name, task in TASKS.items():  # a task named "GROUP ACTION" is ACTION under GROUP's own sub-commands
+        group, _, action = name.partition(" ")
+        if action:
+            p = subcommands(sub.choices[group]).add_parser(action, parents=[parent], help=task.help,
+                                                           description=task.help)
+            add_task_arguments(task)(p)
+            p.set_defaults(func=run_task(task))
     return parser
 
 

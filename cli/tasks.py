@@ -37,6 +37,11 @@ def add_task_arguments(task: Task):
     return add
 
 
+def subcommands(parser: argparse.ArgumentParser):
+    """The sub-commands action of ``parser`` (a command with actions: ``lens train``, ``lens classifier``)."""
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+
+
 def _type(name: str, task: Task):
     annotation = task.Options.model_fields[name].annotation
     return Path if annotation is Path or annotation == Path | None else str
@@ -79,6 +84,13 @@ class CliContext:
 def options_from_args(task: Task, args: argparse.Namespace):
     """The task's options from the parsed flags (the schema checks them: one readable error)."""
     values = {name: getattr(args, name) for name in task.Options.model_fields if hasattr(args, name)}
+    if str(values.get("model", "")).startswith("job:"):  # job:N: the job's fine-tuned encoder, as every door has it
+        from cli.common import model_spec
+
+        spec, _ = model_spec(values["model"], values["model"], None, args)
+        values["model"] = spec.source
+        if "head_from" in task.Options.model_fields:
+            values["head_from"] = spec.head_from
     try:
         return task.Options(**values)
     except (InputError, ValueError) as exc:

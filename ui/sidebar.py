@@ -101,6 +101,10 @@ ANALYSES = [
     Page("pages/10_Neurons.py", "Neurons", ":material/hub:",
          "Each layer's units ranked by a linear probe's weights; the top k zeroed inside the model against the "
          "bottom k and k random units.", "Dalvi et al. 2019"),
+    Page("pages/11_Classifier_lens.py", "Classifier lens", ":material/alt_route:",
+         "Every layer of a fine-tuned classifier read through its own head: accuracy and agreement with the final "
+         "prediction by layer, and the layer at which each example is decided.",
+         "nostalgebraist 2020; Belrose et al. 2023"),
 ]
 
 

@@ -22,3 +22,25 @@ def task_form(prefix: str, schema, names: list[str] | None = None, columns: int 
     except InputError as exc:
         st.error(str(exc))
         return None
+
+
+class PageContext:
+    """A task's reports on a page (:class:`analysis.core.task.Context`): progress on the page's bar (``report``:
+    fraction and text, as :func:`ui.results.shared_result` gives it), notes kept for the page to show. The page
+    keeps the result in memory, so the task writes no folder; Stop reruns the page, which ends the run at its next
+    progress report."""
+
+    def __init__(self, report):
+        self.report, self.notes = report, []
+
+    def output(self):
+        return None
+
+    def log(self, message: str) -> None:
+        self.notes.append(message)
+
+    def progress(self, stage: str, done: int, total: int) -> None:
+        self.report(done / max(total, 1), f"{stage}: {done:,} of {total:,}")
+
+    def should_stop(self) -> bool:
+        return False

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from analysis.core.task import Task
 from analysis.tasks.atlas import Atlas
+from analysis.tasks.classifier_lens import ClassifierLens
 from analysis.tasks.duplicate import Duplicate
 from analysis.tasks.neurons import Neurons
 from analysis.tasks.probe import Probe
 from analysis.tasks.structure import Structure
 
-TASKS: dict[str, Task] = {task.name: task for task in (Probe(), Atlas(), Duplicate(), Structure(), Neurons())}
+TASKS: dict[str, Task] = {task.name: task for task in (Probe(), Atlas(), Duplicate(), Structure(), Neurons(),
+                                                          ClassifierLens())}
 
 
 def get(name: str) -> Task | None:

@@ -39,7 +39,7 @@ class TaskKind:
 
     def __init__(self, task: Task):
         self.task, self.NAME, self.OPTIONS = task, task.name, task.Options
-        self.__name__ = f"analysis.tasks.{task.name}"
+        self.__name__ = type(task).__module__
 
     def options(self, config: dict):
         return self.task.Options(**{k: v for k, v in config.items() if k != "kind"})

@@ -32,7 +32,7 @@ def test_the_registry_lists_each_kind_once_in_the_order_the_messages_name_them()
     assert kinds.names() == ("finetune", "lens", "structure", "tokens", "heads", *tasks)
     assert kinds.DEFAULT == "finetune"
     assert {name: kind.__name__ for name, kind in kinds.KINDS.items()} == MODULES | {
-        name: f"analysis.tasks.{name}" for name in tasks}
+        name: type(TASKS[name]).__module__ for name in tasks}
     for name, kind in kinds.KINDS.items():
         assert kind.NAME == name and issubclass(kind.OPTIONS, Options) and isinstance(kind.STAGED, bool)
         assert all(callable(getattr(kind, f)) for f in ("label", "describe", "validate", "run"))

@@ -1,0 +1,109 @@
+"""Classifier lens: every layer of a fine-tuned classifier read through the classifier's own head."""
+
+from pathlib import Path
+
+import streamlit as st
+
+from analysis.classifier_lens.plots import accuracy_curves, decision_histogram, example_figure, kl_curves
+from analysis.core.csvout import to_csv
+from analysis.core.inputs import InputError, max_rows
+from analysis.tasks.classifier_lens import ClassifierLens, ClassifierLensKnobs, ClassifierLensOptions
+from ui.inputs import labelled_inputs
+from ui.jobs import finished_classifier_jobs
+from ui.results import chart, result_key, result_store, shared_result, stop_button, table
+from ui.sidebar import start_page
+from ui.tasks import PageContext, task_form
+
+HEADERS = {
+    "accuracy": ("accuracy", "the prediction at this layer is the row's label"),
+    "accuracy_low": ("95% CI low (Wilson)", ""), "accuracy_high": ("95% CI high (Wilson)", ""),
+    "majority_baseline": ("majority baseline", "always the most frequent label of these rows (optimistic: it knows "
+                          "their label counts)"),
+    "agreement": ("agreement with the final prediction", "the prediction at this layer is the last layer's"),
+    "agreement_low": ("agreement CI low", ""), "agreement_high": ("agreement CI high", ""),
+    "kl_to_final": ("KL(final || layer)", "mean over rows, in nats (Belrose et al. 2023)"),
+}
+
+loaded = start_page("Classifier lens", (
+    "**When does a fine-tuned classifier decide?** Each layer's states are read through the classifier's **own "
+    "head** (the pooler or the job's pooling head, then the classifier), as if the model stopped at that layer: "
+    "the logit lens with the classifier in place of the unembedding. Per layer: accuracy with its interval and the "
+    "majority baseline, agreement with the final prediction and the KL divergence to the final distribution; per "
+    "example the **decision layer**, the first from which its prediction is the final one and stays so."))
+
+choices: dict[str, str] = {}
+if loaded.task == "SequenceClassification":
+    choices[f"the sidebar's model ({loaded.spec.name})"] = loaded.spec.source
+for job in finished_classifier_jobs():
+    choices[f"job #{job.id} {job.name}"] = str(job.artifacts / "checkpoint")
+if not choices:
+    st.info(f"The sidebar's model ({loaded.spec.name}) has no classification head of its own, and no fine-tuning "
+            "job has finished with a saved classifier yet. Fine-tune one on the **Fine-tune jobs** page (a few "
+            "minutes on the demo model), or choose a checkpoint saved as *ForSequenceClassification in the sidebar.")
+    st.stop()
+left, right = st.columns(2)
+first = left.selectbox("Classifier", list(choices), key="clens_first")
+second = right.selectbox("Beside it (optional): another classifier on the same rows", ["(none)"] +
+                         [c for c in choices if c != first], key="clens_second",
+                         help="e.g. a cls job beside an attention-pooling job of the same data")
+inputs = labelled_inputs("clens", max_rows())
+knobs = task_form("clens", ClassifierLensKnobs, ["batch_size", "tuned", "tuned_epochs", "seed"], columns=4)
+if inputs is None or knobs is None:
+    st.stop()
+picked = [first] + ([second] if second != "(none)" else [])
+
+
+def options_for(label: str) -> ClassifierLensOptions:
+    values = {**knobs.model_dump(), "model": choices[label], "device": loaded.spec.device,
+              "data": Path(getattr(inputs, "name", None) or "rows on the page")}
+    return ClassifierLensOptions(**values)
+
+
+keys = {label: result_key("lens classifier", choices[label], knobs.model_dump(mode="json"), inputs.content_hash())
+        for label in picked}
+if st.button("Read every layer", type="primary", key="clens_run"):
+    stop_slot = stop_button("Reading the layers")
+    try:
+        for label in picked:
+            if result_store().get(keys[label]) is None:
+                shared_result(keys[label], f"classifier lens: {label}",
+                              lambda report, label=label: ClassifierLens().read(options_for(label), inputs,
+                                                                                PageContext(report)))
+    except InputError as exc:
+        st.error(str(exc))
+    except Exception as exc:  # never a traceback in the UI
+        st.error(f"The run failed: {type(exc).__name__}: {exc}")
+    stop_slot.empty()
+
+runs = {label: result_store().get(keys[label]) for label in picked}
+runs = {label: run for label, run in runs.items() if run is not None}
+if not runs:
+    st.stop()
+one = next(iter(runs.values()))
+classes, depth = one.facts["classes"], one.facts["layers"]
+st.caption(f"{one.facts['rows']:,} rows; classes: {', '.join(classes)}. Reading: {one.facts['reading']}.")
+chart(accuracy_curves({label: run.layers for label, run in runs.items()}), "clens_accuracy")
+a, b = st.columns(2)
+chart(kl_curves({label: run.layers for label, run in runs.items()}), "clens_kl", a)
+chart(decision_histogram({label: run.examples for label, run in runs.items()}, depth), "clens_decision", b)
+for label, run in runs.items():
+    with st.expander(f"{label}: per layer"):
+        table(run.layers, HEADERS)
+        st.download_button("layers.csv", to_csv(run.layers), "layers.csv", "text/csv", key=f"clens_dl_l_{label}")
+        st.download_button("examples.csv", to_csv(run.examples), "examples.csv", "text/csv",
+                           key=f"clens_dl_e_{label}")
+    if run.tuned is not None:
+        with st.expander(f"{label}: the tuned classifier lens (held-out rows)"):
+            table(run.tuned, {})
+
+label = st.selectbox("Examples of", list(runs), key="clens_examples_of") if len(runs) > 1 else first
+examples = runs[label].examples
+late = examples.sort_values(["decision_layer", "row"], ascending=[False, True])
+late = late[late["decision_layer"] > 0]
+st.subheader("Decided late")
+st.caption("The rows whose final prediction is reached last (decision layer, highest first): the model changed its "
+           "mind until then.")
+table(late[["row", "decision_layer", "text", *(["label"] if "label" in late else []), "prediction"]].head(20), {})
+position = st.selectbox("One example", range(len(examples)), key="clens_example",
+                        format_func=lambda i: f"row {examples['row'].iloc[i]}: {examples['text'].iloc[i][:80]}")
+chart(example_figure(examples, position, classes), "clens_one")

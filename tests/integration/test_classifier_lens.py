@@ -1,0 +1,106 @@
+"""``layerlens lens classifier`` end to end on tiny classifiers: a transformers sequence classifier and a finished
+fine-tuning job (``job:N``), the tuned lens, and the one-line refusals."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from transformers import AutoModelForSequenceClassification
+
+from cli.main import main
+from tests.conftest import TINY_CONFIGS, tiny_tokenizer
+
+WORDS = ["the", "film", "is", "good", "bad", "not", "very", "movie", "fun", "dull"]
+
+
+def save_classifier(folder, names=("neg", "pos")):
+    """A tiny random BertForSequenceClassification with classes ``names`` and the tiny tokenizer, saved."""
+    torch.manual_seed(0)
+    config = copy.deepcopy(TINY_CONFIGS["bert"])
+    config.num_labels = len(names)
+    config.id2label, config.label2id = dict(enumerate(names)), {n: i for i, n in enumerate(names)}
+    AutoModelForSequenceClassification.from_config(config).save_pretrained(folder)
+    tiny_tokenizer().save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def hub_classifier(tmp_path_factory):
+    return save_classifier(tmp_path_factory.mktemp("classifier"))
+
+
+def labelled(path, n=120, seed=0):
+    rng = np.random.default_rng(seed)
+    texts = [" ".join(rng.choice(WORDS, rng.integers(3, 9))) for _ in range(n)]
+    pd.DataFrame({"text": texts, "label": rng.choice(["neg", "pos"], n)}).to_csv(path, index=False)
+    return path
+
+
+def test_the_last_layer_is_the_models_own_prediction(hub_classifier, tmp_path):
+    data = labelled(tmp_path / "rows.csv", 30)
+    assert main(["lens", "classifier", "--model", str(hub_classifier), "--data", str(data), "--device", "cpu",
+                 "--out", str(tmp_path / "out")]) == 0
+    layers = pd.read_csv(tmp_path / "out" / "layers.csv")
+    examples = pd.read_csv(tmp_path / "out" / "examples.csv", keep_default_na=False)
+    assert layers["layer"].tolist() == [0, 1, 2, 3] and layers["agreement"].iloc[-1] == 1
+    model = AutoModelForSequenceClassification.from_pretrained(hub_classifier).eval()
+    enc = tiny_tokenizer()(examples["text"].tolist(), padding=True, return_tensors="pt")
+    with torch.no_grad():
+        own = model(**enc).logits.softmax(-1).numpy()
+    np.testing.assert_allclose(examples[["p_l3_neg", "p_l3_pos"]].to_numpy(), own, atol=1e-5)
+    assert examples["prediction"].tolist() == [["neg", "pos"][i] for i in own.argmax(-1)]
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert run["task"] == "lens classifier" and run["classes"] == ["neg", "pos"]
+
+
+def test_a_masked_lm_is_refused_in_one_line(tmp_path, capsys):
+    data = labelled(tmp_path / "rows.csv", 10)
+    assert main(["lens", "classifier", "--model", "demo", "--data", str(data), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "has no sequence-classification head" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_tuned_lens_lowers_the_held_out_kl(hub_classifier, tmp_path, capsys):
+    small = labelled(tmp_path / "small.csv", 40)
+    assert main(["lens", "classifier", "--model", str(hub_classifier), "--data", str(small), "--tuned",
+                 "--out", str(tmp_path / "x")]) == 2
+    assert "needs at least 100 rows" in capsys.readouterr().err
+    data = labelled(tmp_path / "rows.csv", 150)
+    assert main(["lens", "classifier", "--model", str(hub_classifier), "--data", str(data), "--tuned",
+                 "--tuned-epochs", "30", "--tuned-lr", "0.01", "--device", "cpu", "--out", str(tmp_path / "t")]) == 0
+    table = pd.read_csv(tmp_path / "t" / "tuned.csv")
+    assert table["n_held_out"].iloc[0] == 30
+    inner = table.iloc[:-1]
+    assert (inner["held_out_kl_tuned"] < inner["held_out_kl_raw"]).all(), table
+    assert table["held_out_kl_raw"].iloc[-1] == table["held_out_kl_tuned"].iloc[-1] == 0
+
+
+def test_a_finished_job_is_read_through_its_own_pooling_head(tmp_path, monkeypatch, tiny_dirs):
+    from analysis.training.finetune import load_checkpoint
+    from jobs.store import JobStore
+    from tests.integration.test_page_jobs import finished_job
+
+    monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path / "home"))
+    store = JobStore(tmp_path / "home" / "jobs")
+    job = finished_job(store, tiny_dirs["bert"], "attention")
+    checkpoint = store.get(job).artifacts / "checkpoint"
+    model, tokenizer, meta = load_checkpoint(checkpoint)
+    names = sorted(meta["labels"], key=meta["labels"].get)
+    data = tmp_path / "rows.csv"
+    pd.DataFrame({"text": ["the film is good", "very bad movie", "not fun"], "label": names[:1] * 3}).to_csv(data)
+    assert main(["lens", "classifier", "--model", f"job:{job}", "--data", str(data), "--device", "cpu",
+                 "--out", str(tmp_path / "out")]) == 0
+    examples = pd.read_csv(tmp_path / "out" / "examples.csv", keep_default_na=False)
+    enc = tokenizer(examples["text"].tolist(), padding=True, return_tensors="pt")
+    with torch.no_grad():
+        own = model(enc["input_ids"], enc["attention_mask"]).logits.softmax(-1).numpy()
+    last = max(int(c.split("_")[1][1:]) for c in examples.columns if c.startswith("p_l"))
+    np.testing.assert_allclose(examples[[f"p_l{last}_{n}" for n in names]].to_numpy(), own, atol=1e-5)
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert "attention" in run["classifier"]
