@@ -73,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     parent = model_options()
     for name, (func, help_text, add_arguments) in COMMANDS.items():
         # their models are their own options (heads, tokens: each action's parser has the model flags)
-        own_models = name in ("jobs", "finetune", "compare", "dashboard", "heads", "tokens", "cache")
+        own_models = name in ("jobs", "finetune", "compare", "dashboard", "heads", "tokens", "cache") or (
+            name in TASKS and not TASKS[name].model_flags)
         parents = [] if own_models else [parent]
         p = sub.add_parser(name, parents=parents, help=help_text, description=help_text)
         add_arguments(p)

@@ -19,10 +19,15 @@ def add_task_arguments(task: Task):
     """The ``add_arguments`` of ``task``'s sub-command: a flag per option not shared with the model parser."""
     def add(p: argparse.ArgumentParser) -> None:
         g = p.add_argument_group(task.name)
+        if not task.model_flags and "out" not in task.Options.model_fields:  # no shared model parser: --out here
+            g.add_argument("--out", type=Path, help="directory for the output files")
+        for name in task.positional:
+            g.add_argument(name, type=_type(name, task), metavar=name.upper(),
+                           help=schema_fields.help_text(name, task.Options).replace("%", "%%"))
         one_of = g.add_mutually_exclusive_group(required=True) if task.exclusive else None
         at_most_one = g.add_mutually_exclusive_group() if task.exclusive_optional else None
         for name, field in task.Options.model_fields.items():
-            if name in task.shared or name in task.hidden:
+            if (name in task.shared and task.model_flags) or name in task.hidden or name in task.positional:
                 continue
             flag = task.flags.get(name)
             if name in task.exclusive_optional:
@@ -103,6 +108,11 @@ def run_task(task: Task):
         if getattr(args, "out", None) is None and "out" in vars(args):
             raise UserError(f"--out DIR is required: {task.writes}")
         options = options_from_args(task, args)
+        if task.output_file:  # one file, written in place (atomically) by the result
+            result = task.run(options, CliContext(None, task.unit, task.writes))
+            size = result.write_file(options.out)
+            print(f"wrote {options.out} ({size / 1e6:.1f} MB)", file=sys.stderr)
+            return 0
         ctx = CliContext(args.out, task.unit, task.writes)
         try:
             result = task.run(options, ctx)

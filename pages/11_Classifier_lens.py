@@ -10,6 +10,7 @@ from analysis.core.inputs import InputError, max_rows
 from analysis.tasks.classifier_lens import ClassifierLens, ClassifierLensKnobs, ClassifierLensOptions
 from ui.inputs import labelled_inputs
 from ui.jobs import finished_classifier_jobs
+from ui.report import result_report_button
 from ui.results import chart, result_key, result_store, shared_result, stop_button, table
 from ui.sidebar import start_page
 from ui.tasks import PageContext, task_form
@@ -92,6 +93,7 @@ for label, run in runs.items():
         st.download_button("layers.csv", to_csv(run.layers), "layers.csv", "text/csv", key=f"clens_dl_l_{label}")
         st.download_button("examples.csv", to_csv(run.examples), "examples.csv", "text/csv",
                            key=f"clens_dl_e_{label}")
+        result_report_button(run, f"clens_{label}")
     if run.tuned is not None:
         with st.expander(f"{label}: the tuned classifier lens (held-out rows)"):
             table(run.tuned, {})

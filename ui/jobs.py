@@ -191,6 +191,11 @@ def _jobs_of(kind: str, store=None, stop: bool = True) -> list:
         return []
 
 
+def finished_jobs(kind: str) -> list:
+    """The succeeded jobs of ``kind``, newest first (none when the job store cannot be read: said)."""
+    return [j for j in _jobs_of(kind, stop=False) if j.status == "succeeded"]
+
+
 def finished_classifier_jobs() -> list:
     """The succeeded fine-tuning jobs that saved their classifier (``checkpoint/head.json``), newest first."""
     return [j for j in _jobs_of("finetune", stop=False)

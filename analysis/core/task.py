@@ -149,6 +149,9 @@ class Task(abc.ABC):
     shared: ClassVar[tuple[str, ...]] = ("model", "revision", "device", "dtype", "allow_pickle", "head_from",
                                          "batch_size")
     hidden: ClassVar[tuple[str, ...]] = ()  # options with no flag (set by a job or a page only)
+    model_flags: ClassVar[bool] = True  # False: no model block (a series names its own models), so no shared parser
+    positional: ClassVar[tuple[str, ...]] = ()  # options given without a flag, in this order (`report RUN_DIR`)
+    output_file: ClassVar[bool] = False  # True: its ``out`` option is one file (written by ``Result.write_file``)
     exclusive: ClassVar[tuple[str, ...]] = ()  # options of which exactly one is given (the CLI: a required group)
     exclusive_optional: ClassVar[tuple[str, ...]] = ()  # options of which at most one is given (an optional group)
     unit: ClassVar[str] = "it"  # what the progress counts (the CLI's bars)

@@ -5,15 +5,21 @@ no technique imports a task. Importing this package imports no torch."""
 from __future__ import annotations
 
 from analysis.core.task import Task
+from analysis.tasks import report
 from analysis.tasks.atlas import Atlas
 from analysis.tasks.classifier_lens import ClassifierLens
 from analysis.tasks.duplicate import Duplicate
 from analysis.tasks.neurons import Neurons
 from analysis.tasks.probe import Probe
+from analysis.tasks.report import Report
+from analysis.tasks.series import Series
 from analysis.tasks.structure import Structure
 
 TASKS: dict[str, Task] = {task.name: task for task in (Probe(), Atlas(), Duplicate(), Structure(), Neurons(),
-                                                          ClassifierLens())}
+                                                          ClassifierLens(), Series(),
+                                                          Report())}
+
+report.REGISTRY.update(TASKS)  # the report rebuilds a run's command line from its task's schema
 
 
 def get(name: str) -> Task | None:

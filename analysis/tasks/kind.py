@@ -56,6 +56,11 @@ class TaskKind:
         options = self.options(config)
         if browser:
             options = browser(options)
+        if not self.task.model_flags:  # no model block (a series names its models): its device as asked
+            from models.spec import resolve_device
+
+            return {"kind": self.NAME, **options.model_dump(mode="json")}, resolve_device(getattr(options, "device",
+                                                                                                  "cpu"))
         spec = options.spec().resolved()
         model_config(spec)
         return {"kind": self.NAME, **options.model_dump(mode="json")}, spec.device

@@ -109,12 +109,15 @@ def _one_run(encoder, tokenizer, num_labels: int, train_data: TaskData, val_data
 
 
 def further_pretrain(spec: ModelSpec, texts, steps: int, out: Path, batch_size: int = 16, max_length: int = 128,
-                     lr: float = 5e-5, seed: int = 0, log: Callable[[str], None] = lambda s: None) -> Path:
+                     lr: float = 5e-5, seed: int = 0, log: Callable[[str], None] = lambda s: None,
+                     save_every: int = 0) -> Path:
     """Within-task further pre-training (Sun et al. 2019 §4.2 / §5.4): ``steps`` of masked-LM training (15%
     masking by transformers' ``DataCollatorForLanguageModeling``) on the task's own texts, from ``spec``'s
     pre-trained MLM, trained and saved in float32 (bfloat16 only as autocast where it pays:
     :func:`analysis.core.autocast.training_autocast`, as fine-tuning); saved to ``out`` (a ``save_pretrained``
-    directory to fine-tune from). Returns ``out``."""
+    directory to fine-tune from). With ``save_every``, the masked LM is also saved at step 0 and every ``save_every``
+    steps (and the last) as ``out/steps/step-<k>``: a series of checkpoints for ``layerlens series``. Returns
+    ``out``."""
     from transformers import DataCollatorForLanguageModeling
 
     from models.loading import load_model
@@ -128,6 +131,14 @@ def further_pretrain(spec: ModelSpec, texts, steps: int, out: Path, batch_size: 
     collate = DataCollatorForLanguageModeling(tok, mlm_probability=0.15, seed=seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     rng = np.random.default_rng(seed)
+
+    def save(path: Path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(path)
+        tok.save_pretrained(path)
+
+    if save_every:
+        save(out / "steps" / "step-0")
     for step in range(steps):
         rows = rng.choice(len(enc), size=min(batch_size, len(enc)), replace=False)
         batch = {k: v.to(loaded.spec.device) for k, v in collate([{"input_ids": enc[i]} for i in rows]).items()}
@@ -139,9 +150,9 @@ def further_pretrain(spec: ModelSpec, texts, steps: int, out: Path, batch_size: 
         optimizer.zero_grad(set_to_none=True)
         if step % 50 == 0 or step == steps - 1:
             log(f"further pre-training step {step + 1}/{steps} ({mode}): MLM loss {loss.item():.3f}")
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
+        if save_every and ((step + 1) % save_every == 0 or step == steps - 1):
+            save(out / "steps" / f"step-{step + 1}")
+    save(out)
     return out
 
 
@@ -166,7 +177,8 @@ def run_finetune(spec: ModelSpec, splits: Splits, config: FinetuneConfig, out: P
         further = out / "further_pretrained"
         if ranks.is_main:  # one process trains and saves it; the others then load it
             further_pretrain(spec, texts, config.further_pretrain_steps, further, config.batch_size,
-                             config.max_length, seed=config.seed, log=log)
+                             config.max_length, seed=config.seed, log=log,
+                             save_every=config.further_pretrain_save_every)
         ranks.barrier()
         spec = dataclasses.replace(spec, name=str(further), revision=None)
     seed_everything(config.seed)  # parts the checkpoint lacks (a masked LM's pooler) start from the run's seed
@@ -205,6 +217,8 @@ def run_finetune(spec: ModelSpec, splits: Splits, config: FinetuneConfig, out: P
             if ev.layer_weights is not None:
                 to_csv(weights_frame(ev, target), out / "layer_weights.csv")
             save_checkpoint(model, tokenizer, labels, config, out / "checkpoint")
+            for kept in sorted((out / "epochs").glob("*/encoder")):  # each epoch's encoder readable on its own
+                tokenizer.save_pretrained(kept)
         # Kao et al. Fig. 2: the fine-tuned layers read by the pre-trained MLM head of the model they started from
         result["mlm_head_from"] = spec.name if has_own_mlm_head(spec) else None
     else:

@@ -122,6 +122,12 @@ class FinetuneConfig(Options):
                                "lr x 0.9 after each epoch (GRUBERT)")
     further_pretrain_steps: int = Field(0, ge=0, title="further pre-training steps", description="masked-LM "
                                         "steps on the training texts first (within-task, Sun et al. 4.2)")
+    further_pretrain_save_every: int = Field(0, ge=0, title="save further pre-training every", description="also "
+                                             "save the masked LM every this many steps (and at step 0) under "
+                                             "further_pretrained/steps/: a series for `layerlens series`")
+    save_epoch_checkpoints: bool = Field(False, title="save each epoch's encoder", description="also save the "
+                                         "encoder after every epoch (epochs/<e>/encoder): a series for `layerlens "
+                                         "series --checkpoints job:N`")
 
 
 class FinetuneData(Options):

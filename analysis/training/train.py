@@ -293,6 +293,8 @@ def train(model: Classifier, train_data: TaskData, val_data: TaskData, config: F
                               "val_macro_f1": metrics["macro_f1"], "seconds": round(time.perf_counter() - start, 2)})
         if out is not None and accelerator.is_main_process:
             save_epoch(out / "epochs" / str(epoch), ev, val_data)
+            if config.save_epoch_checkpoints:  # a series of the job's epochs (layerlens series --checkpoints job:N)
+                unwrapped.encoder.save_pretrained(out / "epochs" / str(epoch) / "encoder")
         if ev.loss < best_loss:
             best_loss, since_best = ev.loss, 0
             if config.early_stopping:

@@ -1,0 +1,234 @@
+"""``series``: one per-layer analysis over an ordered series of checkpoints (:mod:`analysis.series`): series.csv,
+each checkpoint's own files under ``checkpoints/<NN>-<label>/`` and run.json.
+
+The analyses, each the single-checkpoint task's own run (so the first and last checkpoints' rows are those of
+``layerlens probe|atlas|structure|heads stats`` on the same models):
+
+- ``probe``: reconstruction accuracy per layer (``accuracy``, and ``sentence_mean`` with its bootstrap interval);
+- ``atlas``: separability (``probe_accuracy`` with its interval, ``silhouette``) and the linear CKA of each layer to
+  the same layer of the **last** checkpoint on the same rows (``cka_to_final``, jackknife interval);
+- ``structure``: every probe metric (``upos accuracy``, ``distance uuas``, ...) with its interval, and each label
+  task's ``selectivity`` (accuracy minus its control task's);
+- ``heads``: each head's mean attention entropy (``head H entropy``, t interval) and their mean per layer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from analysis.core.csvout import to_csv
+from analysis.core.inputs import InputError
+from analysis.core.options import Dtype, Options, batch_size_field
+from analysis.core.task import Context, QuietContext, Result, RunRecord, Task
+from analysis.series import table
+from analysis.series.checkpoints import Checkpoint
+
+ANALYSES = ("probe", "atlas", "structure", "heads")
+
+
+class SeriesOptions(Options):
+    """Which analysis, which checkpoints, its inputs, and where the models run."""
+
+    analysis: Literal[ANALYSES] = Field(title="analysis", description="the per-layer analysis run at every "  # type: ignore[valid-type]
+                                        "checkpoint: probe, atlas, structure or heads")
+    checkpoints: str = Field(min_length=1, title="checkpoints", description="the series: job:N (its saved epochs), "
+                             "a folder of checkpoints (ordered by the step in their names), MODEL@rev1,rev2,... (hub "
+                             "revisions) or A,B,C")
+    input: Path | None = Field(None, title="input", description="probe, heads: texts (.txt, .csv, .tsv, .jsonl); "
+                               "atlas: labelled rows")
+    train: Path | None = Field(None, title="train treebank", description="structure: the CoNLL-U file probes train on")
+    test: Path | None = Field(None, title="test treebank", description="structure: the CoNLL-U file they are scored on")
+    text_column: str = Field("text", min_length=1, title="text column")
+    label_column: str = Field("label", min_length=1, title="label column")
+    max_rows: int = Field(2_000, ge=1, title="row limit", description="refuse inputs with more rows than this")
+    max_epochs: int | None = Field(None, ge=1, title="structure: probe epochs", description="structure: the probes' "
+                                   "epoch limit (default: the analysis's own)")
+    device: str = Field("auto", title="device")
+    dtype: Dtype = Field("auto", title="dtype")
+    allow_pickle: bool = Field(False, title="allow pickle")
+    batch_size: int = batch_size_field()
+
+
+class SeriesRun(Result):
+    def __init__(self, series, folders: dict[str, Path], facts: dict):
+        self.series, self.folders, self.facts = series, folders, facts
+
+    def write(self, out: Path) -> list[str]:
+        to_csv(self.series, out / "series.csv")
+        for name, source in self.folders.items():
+            table.copy_into(source, out / "checkpoints" / name)
+        RunRecord("series", self.facts).write(out)
+        return ["series.csv", "checkpoints", "run.json"]
+
+    def shown(self):
+        last = self.series[self.series["checkpoint"] == self.series["checkpoint"].iloc[-1]] if len(self.series) \
+            else self.series
+        return last.drop(columns=["interval_low", "interval_high"]).head(40)
+
+    def summary(self) -> str:
+        counts = self.series.groupby("metric", sort=False).size()
+        return (f"{self.series['checkpoint'].nunique()} checkpoints x {self.series['layer'].nunique()} layers; "
+                f"metrics: {', '.join(counts.index)}\n" + super().summary())
+
+
+def _model(point: Checkpoint, options: SeriesOptions) -> dict:
+    return {"model": point.model, "revision": point.revision, "head_from": point.head_from, "device": options.device,
+            "dtype": options.dtype, "allow_pickle": options.allow_pickle, "batch_size": options.batch_size}
+
+
+def _need(options: SeriesOptions, *names: str) -> None:
+    missing = [n for n in names if getattr(options, n) is None]
+    if missing:
+        raise InputError(f"series --analysis {options.analysis} needs " + " and ".join(f"--{n}" for n in missing))
+
+
+def analysis_options(options: SeriesOptions, point: Checkpoint):
+    """The single-checkpoint task and its options at ``point``."""
+    if options.analysis == "probe":
+        from analysis.tasks.probe import Probe, ProbeOptions
+
+        return Probe(), ProbeOptions(**_model(point, options), input=options.input, column=options.text_column,
+                                     max_rows=options.max_rows)
+    if options.analysis == "atlas":
+        from analysis.tasks.atlas import Atlas, AtlasOptions
+
+        return Atlas(), AtlasOptions(**_model(point, options), data=options.input, text_column=options.text_column,
+                                     label_column=options.label_column, max_rows=options.max_rows, layers="all")
+    if options.analysis == "structure":
+        from analysis.tasks.structure import Structure, StructureTaskOptions
+
+        extra = {"max_epochs": options.max_epochs} if options.max_epochs else {}
+        return Structure(), StructureTaskOptions(**_model(point, options), train=str(options.train),
+                                                 test=str(options.test), **extra)
+    return None, _model(point, options)
+
+
+def run_heads(options: SeriesOptions, point: Checkpoint, folder: Path, ctx: Context) -> None:
+    """``layerlens heads stats`` at ``point`` (no head map): heads.csv and run.json."""
+    from analysis.heads.actions import read_corpus, stats
+    from analysis.heads.model import load_eager
+    from models.spec import ModelSpec
+
+    loaded = load_eager(ModelSpec(point.model, revision=point.revision, device=options.device, dtype=options.dtype,
+                                  allow_pickle=options.allow_pickle))
+    output = stats(loaded, read_corpus(options.input, options.text_column, options.max_rows), clusters=False,
+                   batch_size=options.batch_size)
+    output.write(folder)
+    RunRecord("heads stats", {**output.model, **output.info}).write(folder)
+
+
+def metrics(analysis: str, point: Checkpoint, folder: Path) -> list[dict]:
+    """The long rows of ``analysis``'s files at ``point`` (module docstring)."""
+    import pandas as pd
+
+    if analysis == "probe":
+        layers = pd.read_csv(folder / "layers.csv")
+        if "half" in layers:
+            layers = layers[layers["half"] == "output"]
+        return table.rows(point, layers, "accuracy", "accuracy") + table.rows(point, layers, "sentence_mean",
+                                                                              "sentence_mean", "ci_low", "ci_high")
+    if analysis == "atlas":
+        sep = pd.read_csv(folder / "separability.csv")
+        return table.rows(point, sep, "probe_accuracy", "probe_accuracy", "probe_ci_low", "probe_ci_high") + \
+            table.rows(point, sep, "silhouette", "silhouette")
+    if analysis == "structure":
+        probes = pd.read_csv(folder / "probes.csv")
+        out = []
+        for (task, metric), part in probes.groupby(["task", "metric"], sort=False):
+            out += table.rows(point, part, f"{task} {metric}", "value", "ci_low", "ci_high")
+            if metric == "accuracy" and part["selectivity"].notna().any():
+                out += table.rows(point, part, f"{task} selectivity", "selectivity")
+        return out
+    heads = pd.read_csv(folder / "heads.csv")
+    out = []
+    for head, part in heads.groupby("head"):
+        out += table.rows(point, part, f"head {head} entropy", "entropy", "entropy_low", "entropy_high")
+    mean = heads.groupby("layer", as_index=False)["entropy"].mean()
+    return out + table.rows(point, mean, "mean head entropy", "entropy")
+
+
+def cka_to_final(options: SeriesOptions, points: list[Checkpoint], ctx: Context) -> list[dict]:
+    """Each checkpoint's layers against the same layers of the last checkpoint, on the atlas's rows (the atlas's
+    cached sentence vectors: :func:`analysis.core.vectors.representations`)."""
+    import pandas as pd
+
+    from analysis.core.cka import paired_cka
+    from analysis.core.inputs import read_file
+    from analysis.core.vectors import representations
+    from models.loading import load_model
+
+    data = read_file(options.input, options.text_column, label_column=options.label_column)
+    task, _ = analysis_options(options, points[-1])
+    reps = []
+    for i, point in enumerate(points):
+        _, atlas_options = analysis_options(options, point)
+        loaded = load_model(atlas_options.spec())
+        array, _ = representations(loaded, data, atlas_options.pooling, atlas_options.max_length, options.batch_size)
+        reps.append(array)
+        ctx.progress("CKA to the last checkpoint", i + 1, len(points))
+    layers = list(range(reps[-1].shape[0]))
+    return [row for point, array in zip(points, reps, strict=True)
+            for row in table.rows(point, pd.DataFrame(paired_cka(array, reps[-1], layers)), "cka_to_final", "cka",
+                                  "ci_low", "ci_high")]
+
+
+class Series(Task):
+    name = "series"
+    help = ("series: one per-layer analysis (probe, atlas, structure, heads) over an ordered series of checkpoints "
+            "(a job's epochs, a folder, hub revisions), each checkpoint cached: series.csv")
+    writes = "the series writes series.csv, checkpoints/<NN>-<label>/ (each checkpoint's files), run.json"
+    Options = SeriesOptions
+    model_flags = False
+    example = {"analysis": "probe", "checkpoints": "tests/data/series", "input": "analysis/data/demo_sentiment.csv"}
+    page = "pages/12_Series.py"
+    unit = "checkpoint"
+
+    def run(self, options: SeriesOptions, ctx: Context) -> SeriesRun:
+        from analysis.series.checkpoints import check_one_model, parse
+
+        _need(options, *{"probe": ("input",), "atlas": ("input",), "heads": ("input",),
+                         "structure": ("train", "test")}[options.analysis])
+        points = parse(options.checkpoints)
+        identity = check_one_model(points)
+        ctx.output()
+        parts, folders, reused = [], {}, []
+        for i, point in enumerate(points):
+            task, single = analysis_options(options, point)
+            key_options = single.model_dump(mode="json", exclude={"model", "revision", "head_from", "device"}) \
+                if task is not None else {k: v for k, v in single.items() if k not in ("model", "revision",
+                                                                                      "head_from", "device")}
+            key_options = {**key_options, "inputs": [str(p) for p in (options.input, options.train, options.test)]}
+            folder = table.cached(options.analysis, key_options, point)
+            if (folder / table.DONE).is_file():
+                reused.append(point.label)
+            else:
+                folder.mkdir(parents=True, exist_ok=True)
+                if task is None:
+                    run_heads(options, point, folder, ctx)
+                else:
+                    result = task.run(single, QuietContext(folder))
+                    result.write(folder)
+                (folder / table.DONE).write_text(json.dumps({"checkpoint": point.label, "model": point.model,
+                                                             "revision": point.revision}) + "\n")
+            parts.append(metrics(options.analysis, point, folder))
+            folders[f"{i:02d}-{_safe(point.label)}"] = folder
+            ctx.progress(f"{options.analysis} at each checkpoint", i + 1, len(points))
+        if options.analysis == "atlas":
+            parts.append(cka_to_final(options, points, ctx))
+        series = table.long_table(parts)
+        facts = {"analysis": options.analysis, "checkpoints": [vars(p) for p in points], "reused": reused,
+                 "identity": {"architecture": list(identity["architecture"]), "tokenizer": identity["tokenizer"]},
+                 "options": options.model_dump(mode="json"), "columns": table.COLUMNS,
+                 "undefined": "a blank value: the analysis leaves it undefined there (cka_to_final: a layer whose "
+                              "vectors are constant over the rows, such as [CLS] at the embeddings with cls "
+                              "pooling); a blank interval: the analysis gives none for that metric"}
+        if reused:
+            ctx.log(f"note: {len(reused)} of {len(points)} checkpoints read from the cache ({', '.join(reused)})")
+        return SeriesRun(series, folders, facts)
+
+
+def _safe(label: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in label)[:60]

@@ -1,0 +1,150 @@
+"""``layerlens series`` on a series the project makes itself: a few steps of further pre-training of a tiny model,
+saved at each step. The first and last checkpoints' rows are the single-checkpoint analyses' own; the cache makes a
+series resume and grow; checkpoints of another architecture or tokenizer are refused in one line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis.core.inputs import InputError, read_file
+from analysis.series import checkpoints
+from cli.main import main
+from tests.conftest import save_tiny
+
+DATA = Path(__file__).resolve().parents[2] / "analysis" / "data" / "demo_sentiment.csv"
+
+
+def make_series(model: Path, out: Path, steps: int = 2) -> Path:
+    """``steps`` of further pre-training of ``model`` saved at every step: ``out/steps/step-0..steps``."""
+    from analysis.training.finetune import further_pretrain
+    from models.spec import ModelSpec
+
+    texts = read_file(DATA).texts[:32]
+    further_pretrain(ModelSpec(str(model), device="cpu"), texts, steps, out, batch_size=8, max_length=24,
+                     save_every=1)
+    return out / "steps"
+
+
+@pytest.fixture(scope="module")
+def series_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("series")
+    return make_series(save_tiny("bert", root / "base"), root / "further")
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path / "home"))
+
+
+def series(out: Path, *args: str) -> int:
+    return main(["series", *args, "--device", "cpu", "--out", str(out)])
+
+
+def test_the_first_and_last_checkpoints_are_the_single_analyses(series_dir, tmp_path):
+    assert series(tmp_path / "s", "--analysis", "probe", "--checkpoints", str(series_dir), "--input", str(DATA)) == 0
+    table = pd.read_csv(tmp_path / "s" / "series.csv")
+    assert list(table.columns) == ["checkpoint", "step", "layer", "metric", "value", "interval", "interval_low",
+                                   "interval_high"]
+    assert list(dict.fromkeys(table["checkpoint"])) == ["step-0", "step-1", "step-2"]
+    for name in ("step-0", "step-2"):
+        assert main(["probe", "--model", str(series_dir / name), "--input", str(DATA), "--device", "cpu", "--out",
+                     str(tmp_path / name)]) == 0
+        single = pd.read_csv(tmp_path / name / "layers.csv")
+        mine = table[table["checkpoint"] == name]
+        accuracy = mine[mine["metric"] == "accuracy"]
+        assert accuracy["layer"].tolist() == single["layer"].tolist()
+        assert accuracy["value"].tolist() == single["accuracy"].tolist()
+        mean = mine[mine["metric"] == "sentence_mean"]
+        assert mean["value"].tolist() == single["sentence_mean"].tolist()
+        assert mean["interval_low"].tolist() == single["ci_low"].tolist()
+        assert (mean["interval_low"] <= mean["value"]).all() and (mean["value"] <= mean["interval_high"]).all()
+    assert (tmp_path / "s" / "checkpoints" / "00-step-0" / "layers.csv").is_file()
+    assert json.loads((tmp_path / "s" / "run.json").read_text())["task"] == "series"
+
+
+def test_a_series_resumes_and_grows_from_its_cache(series_dir, tmp_path, capsys):
+    args = ["--analysis", "heads", "--checkpoints", str(tmp_path / "grown"), "--input", str(DATA)]
+    shutil.copytree(series_dir, tmp_path / "grown", ignore=shutil.ignore_patterns("step-2"))
+    assert series(tmp_path / "a", *args) == 0
+    capsys.readouterr()
+    shutil.copytree(series_dir / "step-2", tmp_path / "grown" / "step-2")
+    assert series(tmp_path / "b", *args) == 0
+    assert "2 of 3 checkpoints read from the cache (step-0, step-1)" in capsys.readouterr().err
+    a, b = (pd.read_csv(tmp_path / x / "series.csv") for x in "ab")
+    pd.testing.assert_frame_equal(a, b[b["checkpoint"] != "step-2"].reset_index(drop=True))
+    assert main(["heads", "stats", "--model", str(tmp_path / "grown" / "step-2"), "--input", str(DATA), "--device",
+                 "cpu", "--out", str(tmp_path / "single")]) == 0
+    single = pd.read_csv(tmp_path / "single" / "heads.csv")
+    last = b[(b["checkpoint"] == "step-2") & (b["metric"] == "head 1 entropy")]
+    assert last["value"].tolist() == single[single["head"] == 1]["entropy"].tolist()
+
+
+def test_the_atlas_series_has_cka_one_to_itself_at_the_end(series_dir, tmp_path):
+    assert series(tmp_path / "s", "--analysis", "atlas", "--checkpoints", str(series_dir), "--input", str(DATA)) == 0
+    table = pd.read_csv(tmp_path / "s" / "series.csv")
+    cka = table[table["metric"] == "cka_to_final"]
+    last = cka[cka["checkpoint"] == "step-2"]
+    assert last["value"].iloc[1:].round(6).tolist() == [1.0] * (len(last) - 1)
+    assert cka[cka["layer"] == 0]["value"].isna().all()  # [CLS] at the embeddings: one vector for every row
+    assert "constant" in json.loads((tmp_path / "s" / "run.json").read_text())["undefined"]
+    assert set(table["metric"]) == {"probe_accuracy", "silhouette", "cka_to_final"}
+
+
+@pytest.mark.parametrize("other", ["architecture", "tokenizer"])
+def test_checkpoints_of_another_model_are_one_line(series_dir, tmp_path, capsys, other):
+    mixed = tmp_path / "mixed"
+    shutil.copytree(series_dir, mixed)
+    if other == "architecture":
+        shutil.rmtree(mixed / "step-2")
+        save_tiny("distilbert", mixed / "step-2", copy_steps=0)
+    else:
+        from transformers import BertTokenizerFast
+
+        from tests.conftest import tiny_tokenizer
+
+        vocab = dict(tiny_tokenizer().get_vocab())
+        vocab["zzz"] = vocab.pop(max(vocab, key=vocab.get))  # one word of the same size differs
+        for name in ("tokenizer.json", "vocab.txt"):
+            (mixed / "step-2" / name).unlink(missing_ok=True)
+        BertTokenizerFast(vocab=vocab, do_lower_case=True).save_pretrained(mixed / "step-2")
+    assert series(tmp_path / "o", "--analysis", "probe", "--checkpoints", str(mixed), "--input", str(DATA)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and f"checkpoint step-2 differs from step-0 in its {other}" in err
+
+
+def test_steps_are_read_from_names_and_a_name_without_one_is_refused(tmp_path):
+    assert [checkpoints.step_of(n) for n in ("step_20k", "checkpoint-500", "epoch 3", "main", "step-1.5M")] == \
+        [20_000, 500, 3, None, 1_500_000]
+    points = checkpoints.parse("org/model@step_2k,step_20k,step_200")
+    assert [(p.label, p.step, p.revision) for p in points] == [("step_2k", 2000, "step_2k"),
+                                                              ("step_20k", 20000, "step_20k"),
+                                                              ("step_200", 200, "step_200")]
+    for name in ("step-10", "step-2", "final"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text("{}")
+    with pytest.raises(InputError, match="cannot order final"):
+        checkpoints.parse(str(tmp_path))
+    shutil.rmtree(tmp_path / "final")
+    assert [p.label for p in checkpoints.parse(str(tmp_path))] == ["step-2", "step-10"]
+    with pytest.raises(InputError, match="a series needs at least two"):
+        checkpoints.parse("org/model@main")
+
+
+def test_a_jobs_saved_epochs_are_a_series(tmp_path, tiny_dirs):
+    from analysis.training.finetune import Splits, run_finetune
+    from analysis.training.train import FinetuneConfig
+    from models.spec import ModelSpec
+    from tests.unit.training.test_training import synthetic
+
+    artifacts = tmp_path / "artifacts"
+    run_finetune(ModelSpec(str(tiny_dirs["bert"]), device="cpu"), Splits(synthetic(16), synthetic(8, seed=1)),
+                 FinetuneConfig(epochs=2, batch_size=8, save_epoch_checkpoints=True), artifacts)
+    points = checkpoints.parse(str(artifacts))
+    assert [(p.label, p.step) for p in points] == [("epoch 1", 1), ("epoch 2", 2)]
+    assert all(p.head_from == str(tiny_dirs["bert"]) for p in points)
+    assert series(tmp_path / "s", "--analysis", "probe", "--checkpoints", str(artifacts), "--input", str(DATA)) == 0
