@@ -7,7 +7,9 @@ from analysis.core.inputs import InputError, max_rows
 from analysis.neurons.ablation import neurons
 from analysis.neurons.options import NeuronsConfig
 from analysis.neurons.plots import ablation_curves
+from analysis.tasks.neurons import NeuronsRun
 from ui.inputs import labelled_inputs
+from ui.report import result_report_button
 from ui.results import chart, result_key, result_store, shared_result, stop_button, table
 from ui.sidebar import start_page
 from ui.tasks import task_form
@@ -63,3 +65,5 @@ if (result := result_store().get(key)) is not None:
         top = result.ranking[result.ranking["rank"] <= config.k]
         table(top, {"score": ("score", "largest absolute class weight of the standardised probe")})
         st.download_button("ranking.csv", to_csv(result.ranking), "ranking.csv", "text/csv", key="neurons_dl_r")
+    result_report_button(NeuronsRun(result, {**info, "model_spec": loaded.spec.resolved().to_dict(),
+                                             **config.to_dict()}), "neurons")

@@ -5,6 +5,7 @@ import streamlit as st
 from analysis.core.csvout import to_csv
 from analysis.core.inputs import InputError
 from analysis.core.precision import bf16_units, precision_line
+from analysis.core.task import Tables
 from analysis.probe import lens
 from analysis.probe.plots import accuracy_curve, divergence_curves, mismatch_html, token_heatmap
 from analysis.probe.reconstruction import LAYER_HEADERS, ProbeConfig, probe
@@ -12,6 +13,7 @@ from models.loading import ModelSpec
 from ui.inputs import EXAMPLES, text_inputs
 from ui.jobs import lens_job_form
 from ui.navigation import compare_link
+from ui.report import result_report_button
 from ui.results import COMPARE_HELP, chart, for_each_model, result_key, shared_result, table, wait_for_run
 from ui.sidebar import available_lenses, model_cache, start_page
 
@@ -154,3 +156,6 @@ left.download_button("Download decoded.csv (all texts)", to_csv(shown.decoded), 
                      "text/csv", key="dl_decoded")
 right.download_button("Download tokens.csv (all texts)", to_csv(shown.tokens[cols]), "tokens.csv",
                       "text/csv", key="dl_tokens")
+result_report_button(Tables("probe", {"layers.csv": main.layers, "decoded.csv": main.decoded},
+                            {"model_spec": loaded.spec.resolved().to_dict(), **config.to_dict(), "texts": main.n_texts,
+                             "shown": "the sidebar's model"}), "probe")

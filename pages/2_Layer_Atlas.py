@@ -14,10 +14,12 @@ from analysis.core.layers import layers_note, parse_layers
 from analysis.core.precision import precision_line
 from analysis.core.projection import METHOD_NAMES, METHODS
 from analysis.core.separability import SEPARABILITY_HEADERS
+from analysis.tasks.atlas import AtlasRun
 from models.loading import ModelSpec
 from models.spec import short_name
 from ui.inputs import labelled_inputs
 from ui.navigation import compare_link
+from ui.report import result_report_button
 from ui.results import (
     COMPARE_HELP,
     chart,
@@ -142,3 +144,4 @@ for i, (label, result) in enumerate(results.items()):
                            f"separability{suffix}.csv", "text/csv", key=f"dl_sep_{i}")
         d3.download_button("cka.csv", to_csv(result.cka_frame(), index=True), f"cka{suffix}.csv", "text/csv",
                            key=f"dl_cka_{i}")
+        result_report_button(AtlasRun(result, {**result.info, "model": label}), f"atlas_{i}")

@@ -19,6 +19,7 @@ from jobs.store import JobStore, StoreError
 from models.anatomy import layer_name
 from ui.jobs import score_line
 from ui.navigation import prefill
+from ui.report import report_button
 from ui.results import chart, md_plain
 from ui.sidebar import start_page
 
@@ -83,6 +84,7 @@ if weights is not None:
 else:
     st.info(f"Head `{job.config.get('head', 'cls')}` learns no layer weights (only `attention` and `scalar-mix` "
             "do); the atlas by epoch and the links below still apply.")
+report_button(art, f"lw_{job.id}")
 
 
 @st.cache_data(max_entries=8, show_spinner="Projecting the validation vectors…")

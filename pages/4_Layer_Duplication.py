@@ -9,6 +9,7 @@ from analysis.core.csvout import to_csv
 from analysis.core.figures import cka_heatmap
 from analysis.core.home import exports_dir
 from analysis.core.inputs import InputError
+from analysis.core.task import Tables
 from analysis.duplication.export import EXPORT_NAME_RULE, check_export_name, default_export_name, export, loads_with
 from analysis.duplication.plan import aligned_positions, duplicate_first, duplicate_last, parse_plan
 from analysis.probe.plots import accuracy_curve
@@ -17,6 +18,7 @@ from analysis.tasks.duplication import compare, sweep
 from models.loading import DTYPES, checkpoint_dtype
 from ui.inputs import EXAMPLES, text_inputs
 from ui.navigation import prefill
+from ui.report import result_report_button
 from ui.results import chart, result_key, result_store, shared_result, stop_button, table
 from ui.sidebar import start_page
 
@@ -96,6 +98,8 @@ if (result := result_store().get(f"{key}:preview")) is not None:
 if (table := result_store().get(f"{key}:sweep")) is not None:
     chart(duplication_sweep(table), "duplication_sweep")
     st.download_button("sweep.csv", to_csv(table), "sweep.csv", "text/csv", key="dl_sweep")
+    result_report_button(Tables("duplication sweep", {"sweep.csv": table},
+                                {"model_spec": loaded.spec.resolved().to_dict()}), "duplication_sweep")
 
 st.subheader("Export")
 exports = exports_dir()

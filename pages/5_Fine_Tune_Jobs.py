@@ -21,6 +21,7 @@ from ui.inputs import server_file, uploads_panel
 from ui.jobs import comparison_table, job_table, score_line, shown, tokens_summary
 from ui.navigation import prefill
 from ui.options import option_input, reset_form
+from ui.report import report_button
 from ui.results import chart, md_plain
 from ui.sidebar import start_page
 
@@ -252,6 +253,7 @@ def compare_buttons(finished: list, group: str | None) -> None:
                  "pruning curve on its held-out rows (Michel et al. 2019; Attention heads page). Needs the saved "
                  "classifier (not k-fold)."):
         prefill("pages/9_Attention_heads.py", {"heads_job": job.id, "heads_open_job": True})
+    report_button(job.artifacts, f"job_{job.id}")
     if group is not None:
         members = sorted(j.id for j in finished if j.group == group)
         if c3.button("Compare the group", key="job_go_compare_group", help=f"Each finished run of group '{group}' "

@@ -16,10 +16,12 @@ from analysis.structure.options import SAMPLE, TASKS, StructureOptions
 from analysis.structure.output import read_outputs
 from analysis.structure.plots import sentence_trees, task_curves, upos_across_layers
 from analysis.structure.run import run_structure
+from analysis.tasks.structure import StructureRun
 from models.loading import ModelLoadError
 from ui.inputs import labelled_inputs, uploads_panel
 from ui.jobs import finished_structure_jobs, jobs_running, structure_job_form, unfinished_structure_jobs
 from ui.navigation import prefill
+from ui.report import result_report_button
 from ui.results import chart, compared_model, md_plain, result_key, shared_result, stop_button, wait_for_run
 from ui.sidebar import model_cache, start_page
 
@@ -88,6 +90,7 @@ def show(result, about: str, key: str = "structure", sample_note: bool = False, 
                            "trees.jsonl", "application/jsonl", key=f"dl_{key}_trees")
         d5.download_button("run.json", json.dumps(info, indent=2, default=str), "run.json", "application/json",
                            key=f"dl_{key}_run")
+    result_report_button(StructureRun(result, info), key)
 
 
 MODES = ["Run the probes", "Open a finished job"]

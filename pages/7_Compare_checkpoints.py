@@ -22,11 +22,13 @@ from analysis.core.csvout import to_csv
 from analysis.core.dataroots import browser_model
 from analysis.core.figures import cka_heatmap, plain
 from analysis.core.inputs import InputError, max_rows
+from analysis.core.task import Tables
 from analysis.training.runs import fine_tuned, job_run
 from jobs.store import JobStore, StoreError
 from models.anatomy import layer_name
 from models.loading import ModelLoadError, ModelSpec
 from ui.inputs import labelled_inputs
+from ui.report import result_report_button
 from ui.results import (
     COMPARE_HELP,
     chart,
@@ -253,6 +255,8 @@ def show(result, texts: dict, epochs: bool = False) -> None:
     drop = ["model_a"] + (["model_b"] if len(bs) == 1 else [])
     table(summary.drop(columns=drop), HEADERS)
     st.download_button("layer_summary.csv", to_csv(summary), "layer_summary.csv", key="compare_dl")
+    result_report_button(Tables("compare", {"layer_summary.csv": summary, "cka_cross.csv": cross}, info),
+                         "compare")
     undefined_note(summary[summary["model_b"] == pick] if not epochs else summary, names, info)
 
     st.subheader("Movers and the shared map")

@@ -15,11 +15,13 @@ from analysis.core.inputs import LABEL_HINTS, InputError, columns_of, guess_text
 from analysis.core.layers import parse_layers
 from analysis.core.options import max_server_texts
 from analysis.core.store import ArrayStore
+from analysis.core.task import Tables
 from analysis.tokens.density import HOWS, map_figure, rasterise, sample_rows, warm_up
 from analysis.tokens.plots import GEOMETRY_LINES, bands_caption, geometry_figure, neighbour_labels
 from analysis.tokens.search import find_rows, marked, neighbours, summary
 from analysis.tokens.vectors import KIND, TokenVectors
 from ui.inputs import uploads_panel
+from ui.report import result_report_button
 from ui.results import chart, md_plain, result_key, shared_result, stop_button, wait_for_run
 from ui.sidebar import start_page
 
@@ -486,6 +488,8 @@ def show_geometry() -> None:
     d1, d2 = st.columns(2)
     d1.download_button("geometry.csv", to_csv(table_), "geometry.csv", "text/csv", key="tokens_dl_geometry")
     d2.download_button("rogue_dims.csv", to_csv(rogue), "rogue_dims.csv", "text/csv", key="tokens_dl_rogue")
+    result_report_button(Tables("tokens geometry", {"geometry.csv": table_, "rogue_dims.csv": rogue},
+                                {"model_spec": loaded.spec.resolved().to_dict()}), "tokens_geometry")
 
 
 {"Map": show_map, "Neighbours": show_neighbours, "Geometry": show_geometry}[view]()

@@ -12,6 +12,7 @@ from analysis.core.dataroots import TREEBANK_SUFFIXES, server_file_picker_label,
 from analysis.core.figures import plain
 from analysis.core.inputs import InputError, TextInputs
 from analysis.core.options import max_server_texts
+from analysis.core.task import Tables
 from analysis.core.treebank import read_conllu
 from analysis.heads import plots
 from analysis.heads.importance import ImportanceResult, mlm_importance, pruning_passes
@@ -26,6 +27,7 @@ from models.spec import short_name
 from ui.inputs import EXAMPLES, text_inputs
 from ui.jobs import heads_job_form, heads_job_result, heads_jobs, jobs_running
 from ui.navigation import compare_link
+from ui.report import result_report_button
 from ui.results import (
     COMPARE_HELP,
     chart,
@@ -300,6 +302,9 @@ with tab_corpus:
         with st.expander("heads.csv: every statistic of every head", expanded=False):
             st.dataframe(main.heads, hide_index=True, key="heads_table")
             st.download_button("heads.csv", to_csv(main.heads), "heads.csv", "text/csv", key="dl_heads")
+        result_report_button(Tables("heads stats", {"heads.csv": main.heads, **({"clusters.csv": main.clusters}
+                                                                               if main.clusters is not None else {})},
+                                    {**info, "model_spec": loaded.spec.resolved().to_dict()}), "heads_stats")
 
     if main.clusters is not None:
         st.subheader("Heads clustered by behaviour")

@@ -41,7 +41,11 @@ def _button(make: Callable[[], bytes], key: str, container=None) -> None:
 
 
 def report_button(run_dir: Path, key: str, container=None) -> None:
-    """A button that makes the report of the finished run in ``run_dir`` and offers it for download."""
+    """A button that makes the report of the finished run in ``run_dir`` and offers it for download (a caption
+    instead when the folder has no ``run.json``: a run from before the record existed)."""
+    if not (Path(run_dir) / "run.json").is_file():
+        (container or st).caption("No report: this run's folder has no run.json (it predates the run record).")
+        return
     _button(lambda: report_html(Path(run_dir)), key, container)
 
 

@@ -167,3 +167,23 @@ def check_requirements(task: Task, loaded, options: Options) -> None:
     """Every requirement of ``task`` on ``loaded``: the first unmet one raises its own message."""
     for requirement in task.requires:
         requirement(loaded, options)
+
+
+class Tables(Result):
+    """A result a page holds: its tables under the file names the CLI writes (``layers.csv``, ...; a ``.json`` or
+    ``.jsonl`` entry is text) and the facts of its ``run.json``, so that a page's result is written, and reported,
+    as the same run from the command line would be."""
+
+    def __init__(self, task: str, files: dict, facts: dict):
+        self.task, self.files, self.facts = task, files, facts
+
+    def write(self, out: Path) -> list[str]:
+        from analysis.core.csvout import to_csv
+
+        for name, content in self.files.items():
+            if name.endswith(".csv"):
+                to_csv(content, Path(out) / name)
+            else:
+                (Path(out) / name).write_text(content, encoding="utf-8")
+        RunRecord(self.task, self.facts).write(out)
+        return [*self.files, "run.json"]
