@@ -87,6 +87,8 @@ def job_epochs(artifacts: Path) -> list[Checkpoint]:
     """A fine-tuning job's saved epochs (``epochs/<e>/encoder``), read by the MLM head it records."""
     metrics = artifacts / "metrics.json"
     head = json.loads(metrics.read_text()).get("mlm_head_from") if metrics.is_file() else None
+    if head and not Path(head).is_absolute() and (artifacts / head).is_dir():  # the run's own further pre-training
+        head = str(artifacts / head)
     epochs = sorted(int(p.name) for p in (artifacts / "epochs").iterdir()
                     if p.name.isdigit() and (p / "encoder" / "config.json").is_file())
     if not epochs:

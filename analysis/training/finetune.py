@@ -77,6 +77,9 @@ def majority_vote(predictions: list[np.ndarray]) -> np.ndarray:
     return np.array([min(Counter(col).most_common(), key=lambda kv: (-kv[1], kv[0]))[0] for col in stacked.T])
 
 
+FURTHER = "further_pretrained"  # the further pre-trained masked LM's folder in a run's folder (metrics.json names it)
+
+
 def save_checkpoint(model: Classifier, tokenizer, labels: dict[str, int], config: FinetuneConfig, path: Path) -> None:
     from safetensors.torch import save_file
 
@@ -174,7 +177,7 @@ def run_finetune(spec: ModelSpec, splits: Splits, config: FinetuneConfig, out: P
         out.mkdir(parents=True, exist_ok=True)
     if config.further_pretrain_steps:
         texts = splits.train.texts + (splits.train.pairs or ())
-        further = out / "further_pretrained"
+        further = out / FURTHER
         if ranks.is_main:  # one process trains and saves it; the others then load it
             further_pretrain(spec, texts, config.further_pretrain_steps, further, config.batch_size,
                              config.max_length, seed=config.seed, log=log,
@@ -220,7 +223,9 @@ def run_finetune(spec: ModelSpec, splits: Splits, config: FinetuneConfig, out: P
             for kept in sorted((out / "epochs").glob("*/encoder")):  # each epoch's encoder readable on its own
                 tokenizer.save_pretrained(kept)
         # Kao et al. Fig. 2: the fine-tuned layers read by the pre-trained MLM head of the model they started from
-        result["mlm_head_from"] = spec.name if has_own_mlm_head(spec) else None
+        # the further pre-trained model is recorded relative to the run's folder, which a staged --out renames
+        head = FURTHER if config.further_pretrain_steps else spec.name
+        result["mlm_head_from"] = head if has_own_mlm_head(spec) else None
     else:
         result.update(_cross_validate(encoder, tokenizer, labels, train_data, test_data, config, device, out,
                                       callbacks, log, ranks))

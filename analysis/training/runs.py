@@ -37,9 +37,18 @@ EACH_ROW = "a validation row, in val_ids.json's order"
 def fine_tuned(artifacts: Path, metrics: dict | None) -> tuple[Path | None, str | None]:
     """``(encoder, head)`` a fine-tuning job left: its fine-tuned encoder folder (None when it kept none: k-fold,
     not finished, artifacts deleted) and the model whose MLM head can read it (``metrics.json``'s
-    ``mlm_head_from``; None when the base had no MLM head of its own)."""
+    ``mlm_head_from``, :func:`head_from`; None when the base had no MLM head of its own)."""
     encoder = Path(artifacts) / "checkpoint" / "encoder"
-    return (encoder if encoder.is_dir() else None), (metrics or {}).get("mlm_head_from")
+    return (encoder if encoder.is_dir() else None), head_from(artifacts, metrics)
+
+
+def head_from(artifacts: Path, metrics: dict | None) -> str | None:
+    """``metrics.json``'s ``mlm_head_from``: a model name, or a folder of the run itself (``further_pretrained``,
+    recorded relative to the run's folder, which a staged ``--out`` renames), returned as its path."""
+    head = (metrics or {}).get("mlm_head_from")
+    if head and not Path(head).is_absolute() and (Path(artifacts) / head).is_dir():
+        return str(Path(artifacts) / head)
+    return head
 
 
 @dataclasses.dataclass(frozen=True)

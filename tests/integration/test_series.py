@@ -148,3 +148,19 @@ def test_a_jobs_saved_epochs_are_a_series(tmp_path, tiny_dirs):
     assert [(p.label, p.step) for p in points] == [("epoch 1", 1), ("epoch 2", 2)]
     assert all(p.head_from == str(tiny_dirs["bert"]) for p in points)
     assert series(tmp_path / "s", "--analysis", "probe", "--checkpoints", str(artifacts), "--input", str(DATA)) == 0
+
+
+def test_a_cli_runs_further_pretraining_is_found_after_its_out_is_renamed(tmp_path, tiny_dirs):
+    """metrics.json names the further pre-trained head relative to the run's folder: the CLI stages --out and
+    renames it, so an absolute path recorded during the run would name a folder that no longer exists."""
+    from analysis.training.runs import fine_tuned
+
+    out = tmp_path / "run"
+    assert main(["finetune", "--model", str(tiny_dirs["bert"]), "--train", str(DATA), "--epochs", "2",
+                 "--batch-size", "16", "--further-pretrain-steps", "2", "--save-epoch-checkpoints", "--device", "cpu",
+                 "--out", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["mlm_head_from"] == "further_pretrained"
+    assert fine_tuned(out, metrics)[1] == str(out / "further_pretrained")
+    assert all(p.head_from == str(out / "further_pretrained") for p in checkpoints.parse(str(out)))
+    assert series(tmp_path / "s", "--analysis", "probe", "--checkpoints", str(out), "--input", str(DATA)) == 0
