@@ -23,6 +23,8 @@ HEADERS = {
     "agreement": ("agreement with the final prediction", "the prediction at this layer is the last layer's"),
     "agreement_low": ("agreement CI low", ""), "agreement_high": ("agreement CI high", ""),
     "kl_to_final": ("KL(final || layer)", "mean over rows, in nats (Belrose et al. 2023)"),
+    "top_class_share": ("share of its top class", "the share of rows this layer predicts as its most predicted class: "
+                        "near 1, the layer guesses one class for every row"),
 }
 
 loaded = start_page("Classifier lens", (
@@ -87,6 +89,12 @@ chart(accuracy_curves({label: run.layers for label, run in runs.items()}), "clen
 a, b = st.columns(2)
 chart(kl_curves({label: run.layers for label, run in runs.items()}), "clens_kl", a)
 chart(decision_histogram({label: run.examples for label, run in runs.items()}, depth), "clens_decision", b)
+for label, run in runs.items():
+    guessing = run.layers[(run.layers["top_class_share"] >= 0.95) & (run.layers["layer"] < depth)]["layer"].tolist()
+    if guessing:
+        b.caption(f"{label}: layer(s) {', '.join(map(str, guessing))} predict one class for at least 95% of the rows. "
+                  "A row \"decided\" there is decided by that one guess (its final class happens to be it), not by "
+                  "what the layer knows.")
 for label, run in runs.items():
     with st.expander(f"{label}: per layer"):
         table(run.layers, HEADERS)

@@ -9,8 +9,11 @@ Per layer ``l`` (0 = the embeddings, ``L`` = the last layer, the model's own pre
 - ``agreement``: the share whose prediction at ``l`` is the final prediction (Wilson interval too);
 - ``kl_to_final``: the mean over examples of ``KL(p_L || p_l)`` in nats, as the tuned lens measures it
   (Belrose et al. 2023, eq. 3);
+- ``top_class_share``: the share of rows predicted as the layer's most predicted class. Near 1, the layer guesses
+  one class for every row, and its agreement with the final prediction is that class's share, not knowledge;
 - an example's ``decision_layer``: the first layer from which its prediction equals the final one and stays equal
-  (``L`` when only the last layer has it). Predictions are the argmax, ties to the first class.
+  (``L`` when only the last layer has it). Predictions are the argmax, ties to the first class. A row "decided"
+  at a layer that predicts one class for every row (``top_class_share`` near 1) is decided by that guess.
 """
 
 from __future__ import annotations
@@ -106,8 +109,10 @@ def layer_table(probs: np.ndarray, labels: np.ndarray | None, names: list[str]) 
             acc, low, high = _rate(predicted[:, layer] == labels)
             row.update(accuracy=acc, accuracy_low=low, accuracy_high=high, majority_baseline=majority)
         agree, a_low, a_high = _rate(predicted[:, layer] == predicted[:, -1])
+        share = np.bincount(predicted[:, layer], minlength=probs.shape[2]).max() / len(probs) if len(probs) \
+            else float("nan")
         row.update(agreement=agree, agreement_low=a_low, agreement_high=a_high, kl_to_final=float(kl[:, layer].mean()),
-                   n=len(probs))
+                   top_class_share=share, n=len(probs))
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -30,6 +30,8 @@ def test_layer_table_is_sklearn_and_scipy():
         assert row["kl_to_final"] == pytest.approx(np.mean([entropy(p[-1], p[layer]) for p in probs]))
         assert row["accuracy_low"] <= row["accuracy"] <= row["accuracy_high"]
         assert row["agreement_low"] <= row["agreement"] <= row["agreement_high"]
+        counts = np.bincount(probs[:, layer].argmax(-1), minlength=3)
+        assert row["top_class_share"] == pytest.approx(counts.max() / len(probs))
     assert table["majority_baseline"].iloc[0] == pytest.approx(np.bincount(labels).max() / len(labels))
     assert table["agreement"].iloc[-1] == 1 and table["kl_to_final"].iloc[-1] == 0
 
