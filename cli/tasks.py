@@ -89,13 +89,16 @@ class CliContext:
 def options_from_args(task: Task, args: argparse.Namespace):
     """The task's options from the parsed flags (the schema checks them: one readable error)."""
     values = {name: getattr(args, name) for name in task.Options.model_fields if hasattr(args, name)}
-    if str(values.get("model", "")).startswith("job:"):  # job:N: the job's fine-tuned encoder, as every door has it
-        from cli.common import model_spec
+    if any(str(values.get(name) or "").startswith("job:") for name in ("model", "checkpoints")):
+        from analysis.tasks.kind import resolve_job_refs
+        from cli.common import find_job
+        from jobs.store import JobStore
 
-        spec, _ = model_spec(values["model"], values["model"], None, args)
-        values["model"] = spec.source
-        if "head_from" in task.Options.model_fields:
-            values["head_from"] = spec.head_from
+        store = JobStore()
+        try:  # job:N, resolved as a job's door resolves it
+            values = resolve_job_refs(task, values, lambda job_id: find_job(store, job_id))
+        except InputError as exc:
+            raise UserError(str(exc)) from None
     try:
         return task.Options(**values)
     except (InputError, ValueError) as exc:

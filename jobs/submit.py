@@ -56,6 +56,8 @@ def validate(config: dict, browser: bool = False) -> tuple[dict, str]:
     if kind is None:
         raise SubmitError(f"unknown job kind '{name}' (choose from {', '.join(kinds.names())})")
     try:
+        if hasattr(kind, "resolve_refs"):  # a task's job: job:N as a model or a series, as the CLI resolves it
+            config = kind.resolve_refs(config, lambda job_id: JobStore().get(job_id))
         options, device = kind.validate(config, browser_checked if browser else None, config_and_family)
         if options.get("backend") == "slurm":
             check_available()

@@ -32,6 +32,30 @@ class JobContext:
         return self.control.stopped()
 
 
+def resolve_job_refs(task: Task, values: dict, find_job) -> dict:
+    """``values`` (a task's options as given) with ``job:N`` resolved, as every door resolves it: a ``model`` to the
+    job's fine-tuned encoder (:func:`analysis.compare.modelref.resolve`; ``head_from`` the MLM head it lends, where
+    the task reads one), a series' ``checkpoints`` to the job's folder (its saved epochs). ``find_job(N)``: the job
+    record or None."""
+    from analysis.compare.modelref import is_job, resolve
+    from analysis.core.inputs import InputError
+
+    values = dict(values)
+    model = str(values.get("model") or "")
+    if is_job(model):
+        ref = resolve(model, model, find_job, head_from=values.get("head_from"))
+        values["model"] = ref.name
+        if "head_from" in task.Options.model_fields:
+            values["head_from"] = ref.head_from
+    checkpoints = str(values.get("checkpoints") or "")
+    if is_job(checkpoints):
+        job = find_job(int(checkpoints.split(":", 1)[1]))
+        if job is None:
+            raise InputError(f"--checkpoints {checkpoints}: no such job (layerlens jobs list)")
+        values["checkpoints"] = str(job.artifacts)
+    return values
+
+
 class TaskKind:
     """The job kind of one task (the attributes :mod:`jobs.kinds` lists for a kind)."""
 
@@ -40,6 +64,10 @@ class TaskKind:
     def __init__(self, task: Task):
         self.task, self.NAME, self.OPTIONS = task, task.name, task.Options
         self.__name__ = type(task).__module__
+
+    def resolve_refs(self, config: dict, find_job) -> dict:
+        """``config`` with its ``job:N`` references resolved (:func:`resolve_job_refs`)."""
+        return resolve_job_refs(self.task, config, find_job)
 
     def options(self, config: dict):
         return self.task.Options(**{k: v for k, v in config.items() if k != "kind"})

@@ -104,3 +104,31 @@ def test_a_finished_job_is_read_through_its_own_pooling_head(tmp_path, monkeypat
     np.testing.assert_allclose(examples[[f"p_l{last}_{n}" for n in names]].to_numpy(), own, atol=1e-5)
     run = json.loads((tmp_path / "out" / "run.json").read_text())
     assert "attention" in run["classifier"]
+
+
+def test_a_job_of_the_lens_and_a_series_resolve_job_refs_as_the_cli_does(tmp_path, monkeypatch, tiny_dirs):
+    from analysis.training.finetune import Splits, run_finetune
+    from analysis.training.train import FinetuneConfig
+    from jobs.store import JobStore
+    from jobs.submit import SubmitError, validate
+    from models.spec import ModelSpec
+    from tests.unit.training.test_training import synthetic
+
+    monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path / "home"))
+    store = JobStore(tmp_path / "home" / "jobs")
+    job = store.submit({"model": str(tiny_dirs["bert"]), "train": "x", "head": "cls"}, "cpu", "cls run")
+    store.claim("cpu", 10)
+    metrics = run_finetune(ModelSpec(str(tiny_dirs["bert"]), device="cpu"), Splits(synthetic(16), synthetic(8, seed=1)),
+                           FinetuneConfig(epochs=2, batch_size=8, save_epoch_checkpoints=True),
+                           store.directory(job) / "artifacts")
+    store.finish(job, "succeeded", metrics=metrics)
+    artifacts = store.get(job).artifacts
+    options, _ = validate({"kind": "lens classifier", "model": f"job:{job}", "data": str(labelled(tmp_path / "r.csv"))})
+    assert options["model"] == str(artifacts / "checkpoint" / "encoder")
+    options, _ = validate({"kind": "series", "analysis": "probe", "checkpoints": f"job:{job}", "input": "x.txt"})
+    assert options["checkpoints"] == str(artifacts)
+    with pytest.raises(SubmitError, match="no finished job"):
+        validate({"kind": "lens classifier", "model": "job:99", "data": "x.csv"})
+    assert main(["series", "--analysis", "probe", "--checkpoints", f"job:{job}", "--input", str(tmp_path / "r.csv"),
+                 "--device", "cpu", "--out", str(tmp_path / "s")]) == 0
+    assert sorted(pd.read_csv(tmp_path / "s" / "series.csv")["checkpoint"].unique()) == ["epoch 1", "epoch 2"]
