@@ -27,6 +27,15 @@ HEADERS = {
                         "near 1, the layer guesses one class for every row"),
 }
 
+TUNED_HEADERS = {
+    "held_out_kl_raw": ("KL to final, raw", "on the held-out rows (nats)"),
+    "held_out_kl_tuned": ("KL to final, tuned", "through the layer's trained translator"),
+    "held_out_agreement_raw": ("agreement, raw", "with the final prediction, held-out rows"),
+    "held_out_agreement_tuned": ("agreement, tuned", ""),
+    "held_out_accuracy_raw": ("accuracy, raw", ""), "held_out_accuracy_tuned": ("accuracy, tuned", ""),
+    "n_held_out": ("held-out rows", "20% of the rows, seeded; the translators trained on the rest"),
+}
+
 loaded = start_page("Classifier lens", (
     "**When does a fine-tuned classifier decide?** Each layer's states are read through the classifier's **own "
     "head** (the pooler or the job's pooling head, then the classifier), as if the model stopped at that layer: "
@@ -35,20 +44,29 @@ loaded = start_page("Classifier lens", (
     "example the **decision layer**, the first from which its prediction is the final one and stays so."))
 
 choices: dict[str, str] = {}
+job_ids: dict[str, int] = {}
 if loaded.task == "SequenceClassification":
     choices[f"the sidebar's model ({loaded.spec.name})"] = loaded.spec.source
 for job in finished_classifier_jobs():
     choices[f"job #{job.id} {job.name}"] = str(job.artifacts / "checkpoint")
+    job_ids[f"job #{job.id} {job.name}"] = job.id
 if not choices:
     st.info(f"The sidebar's model ({loaded.spec.name}) has no classification head of its own, and no fine-tuning "
-            "job has finished with a saved classifier yet. Fine-tune one on the **Fine-tune jobs** page (a few "
-            "minutes on the demo model), or choose a checkpoint saved as *ForSequenceClassification in the sidebar.")
+            "job has finished with a saved classifier yet. Fine-tune one on the **Fine-tuning jobs** page (under a "
+            "minute on the demo model here), or choose a checkpoint saved as *ForSequenceClassification in the "
+            "sidebar.")
     st.stop()
 left, right = st.columns(2)
 first = left.selectbox("Classifier", list(choices), key="clens_first")
 second = right.selectbox("Beside it (optional): another classifier on the same rows", ["(none)"] +
                          [c for c in choices if c != first], key="clens_second",
                          help="e.g. a cls job beside an attention-pooling job of the same data")
+if first in job_ids:  # the data box then offers the job's held-out rows
+    st.session_state["clens_job"] = job_ids[first]
+    st.caption(f"Rows the job trained on inflate its accuracy: read it on **Held-out rows of job #{job_ids[first]}** "
+               "(the rows it was scored on), or on data it never saw.")
+else:
+    st.session_state.pop("clens_job", None)
 inputs = labelled_inputs("clens", max_rows())
 knobs = task_form("clens", ClassifierLensKnobs, ["batch_size", "tuned", "tuned_epochs", "seed"], columns=4)
 if inputs is None or knobs is None:
@@ -84,7 +102,11 @@ if not runs:
     st.stop()
 one = next(iter(runs.values()))
 classes, depth = one.facts["classes"], one.facts["layers"]
-st.caption(f"{one.facts['rows']:,} rows; classes: {', '.join(classes)}. Reading: {one.facts['reading']}.")
+st.caption(f"{one.facts['rows']:,} rows; classes: {', '.join(classes)}. Each layer is read as if the model stopped "
+           "there: the layers after it pass their input on unchanged, and the head reads what comes out.")
+if one.layers["top_class_share"].iloc[0] == 1:
+    st.caption("At layer 0 the first token's state is its token and position embedding, the same vector for every "
+               "text, so a head that reads it gives every row the same answer there.")
 chart(accuracy_curves({label: run.layers for label, run in runs.items()}), "clens_accuracy")
 a, b = st.columns(2)
 chart(kl_curves({label: run.layers for label, run in runs.items()}), "clens_kl", a)
@@ -104,7 +126,7 @@ for label, run in runs.items():
         result_report_button(run, f"clens_{label}")
     if run.tuned is not None:
         with st.expander(f"{label}: the tuned classifier lens (held-out rows)"):
-            table(run.tuned, {})
+            table(run.tuned, TUNED_HEADERS)
 
 label = st.selectbox("Examples of", list(runs), key="clens_examples_of") if len(runs) > 1 else first
 examples = runs[label].examples

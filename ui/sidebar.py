@@ -105,7 +105,7 @@ ANALYSES = [
          "Every layer of a fine-tuned classifier read through its own head: accuracy and agreement with the final "
          "prediction by layer, and the layer at which each example is decided.",
          "nostalgebraist 2020; Belrose et al. 2023"),
-    Page("pages/12_Series.py", "Across checkpoints", ":material/timeline:",
+    Page("pages/12_Across_checkpoints.py", "Across checkpoints", ":material/timeline:",
          "One per-layer analysis over a series of checkpoints (a job's epochs, further pre-training steps, hub "
          "revisions): layer x checkpoint heat maps, and any checkpoint's own view.",
          "Liu et al. 2021; Sellam et al. 2022"),

@@ -11,7 +11,7 @@ from analysis.core.figures import COLOURS, plain, rgba
 
 
 def _band(fig, x, low, high, colour, name):
-    fig.add_trace(go.Scatter(x=list(x) + list(x)[::-1], y=list(high) + list(low)[::-1], fill="toself",
+    fig.add_trace(go.Scatter(x=list(x) + list(x)[::-1], y=list(high) + list(low)[::-1], fill="toself", mode="lines",
                              fillcolor=rgba(colour, 0.15), line={"width": 0}, hoverinfo="skip", showlegend=False,
                              legendgroup=name))
 
@@ -46,7 +46,7 @@ def kl_curves(runs: dict[str, pd.DataFrame]) -> go.Figure:
         fig.add_trace(go.Scatter(x=layers["layer"], y=layers["kl_to_final"], name=plain(name), mode="lines+markers",
                                  line={"color": COLOURS[i % len(COLOURS)]}))
     fig.update_layout(title="KL(final || layer), mean over examples", xaxis_title="layer (0 = embeddings)",
-                      yaxis_title="nats", height=380, margin={"t": 60, "b": 10})
+                      yaxis_title="nats", height=380, margin={"t": 60, "b": 60})
     fig.update_xaxes(dtick=1)
     return fig
 
@@ -58,9 +58,9 @@ def decision_histogram(runs: dict[str, pd.DataFrame], num_layers: int) -> go.Fig
     for i, (name, examples) in enumerate(runs.items()):
         counts = examples["decision_layer"].value_counts().reindex(range(num_layers + 1), fill_value=0)
         fig.add_trace(go.Bar(x=counts.index, y=counts.values, name=plain(name), marker_color=COLOURS[i % len(COLOURS)]))
-    fig.update_layout(title="Decision layer: where each example's final prediction is reached and kept",
-                      xaxis_title="decision layer", yaxis_title="examples", barmode="group", height=380,
-                      margin={"t": 60, "b": 10})
+    fig.update_layout(title="Decision layer of each example", barmode="group", height=380, margin={"t": 60, "b": 60},
+                      xaxis_title="the first layer from which the prediction is the final one, and stays so",
+                      yaxis_title="examples")
     fig.update_xaxes(dtick=1)
     return fig
 
@@ -76,7 +76,8 @@ def probability_columns(examples: pd.DataFrame) -> dict[int, list[str]]:
 
 
 def example_figure(examples: pd.DataFrame, position: int, classes: list[str]) -> go.Figure:
-    """One example's probability of each class at each layer."""
+    """One example's probability of each class at each layer; the title names its label, prediction and decision
+    layer."""
     row = examples.iloc[position]
     columns = probability_columns(examples)
     fig = go.Figure()
@@ -85,8 +86,9 @@ def example_figure(examples: pd.DataFrame, position: int, classes: list[str]) ->
                                  mode="lines+markers"))
     fig.add_vline(x=int(row["decision_layer"]), line={"color": "#999999", "dash": "dash"},
                   annotation_text="decision layer")
-    fig.update_layout(title=f"Row {int(row['row'])}: class probabilities by layer", yaxis_range=[0, 1.02],
-                      xaxis_title="layer (0 = embeddings)", yaxis_title="probability", height=380,
-                      margin={"t": 60, "b": 10})
+    said = (f"label {plain(row['label'])}, " if "label" in row else "") + f"predicted {plain(row['prediction'])}"
+    fig.update_layout(title=f"Row {int(row['row'])} ({said}, decided at layer {int(row['decision_layer'])})",
+                      yaxis_range=[0, 1.02], xaxis_title="layer (0 = embeddings)", yaxis_title="probability",
+                      height=380, margin={"t": 60, "b": 60})
     fig.update_xaxes(dtick=1)
     return fig

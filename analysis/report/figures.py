@@ -42,9 +42,12 @@ def _groups(frame):
 
     for column in frame.columns:
         text = pd.api.types.is_string_dtype(frame[column]) or pd.api.types.is_object_dtype(frame[column])
-        if text and 1 < frame[column].nunique() <= MAX_GROUPS and \
-                not frame.duplicated([column, "layer"]).any():
-            return column
+        try:
+            if text and 1 < frame[column].nunique() <= MAX_GROUPS and \
+                    not frame.duplicated([column, "layer"]).any():
+                return column
+        except TypeError:  # a column of lists (a parquet's top-k): no grouping by it
+            continue
     return None
 
 

@@ -6,7 +6,8 @@ A series is named by one string (``--checkpoints``):
   step in their names (the last number, with ``k``/``M`` read as thousands/millions: ``checkpoint-500``,
   ``step_20k``); a name without a number cannot be placed and is refused;
 - a fine-tuning job's artifacts folder (``job:N``, resolved by the door): its saved epochs, ``epochs/<e>/encoder``,
-  each read by the MLM head the job's ``metrics.json`` names (``mlm_head_from``);
+  each read by the MLM head the job's ``metrics.json`` names (``mlm_head_from``), after "epoch 0", that masked LM
+  itself (the model the job was fine-tuned from, or its further pre-trained one);
 - ``MODEL@rev1,rev2,...``: hub revisions (branches or tags such as MultiBERTs' ``step_20k``), in the order given;
 - ``A,B,C``: models in the order given.
 """
@@ -87,15 +88,18 @@ def job_epochs(artifacts: Path) -> list[Checkpoint]:
     """A fine-tuning job's saved epochs (``epochs/<e>/encoder``), read by the MLM head it records."""
     metrics = artifacts / "metrics.json"
     head = json.loads(metrics.read_text()).get("mlm_head_from") if metrics.is_file() else None
-    if head and not Path(head).is_absolute() and (artifacts / head).is_dir():  # the run's own further pre-training
+    if head and not Path(head).is_absolute() and (artifacts / head).is_dir():  # its own further pre-training
         head = str(artifacts / head)
+    elif head and Path(head).is_absolute() and not Path(head).exists() and (artifacts / Path(head).name).is_dir():
+        head = str(artifacts / Path(head).name)  # recorded before the relative record: its staging folder's path
     epochs = sorted(int(p.name) for p in (artifacts / "epochs").iterdir()
                     if p.name.isdigit() and (p / "encoder" / "config.json").is_file())
     if not epochs:
         raise InputError(f"{artifacts}: the job kept no epoch checkpoints (fine-tune with save_epoch_checkpoints on "
                          "to make a series of its epochs)")
-    return [Checkpoint(f"epoch {e}", e, str(artifacts / "epochs" / str(e) / "encoder"), head_from=head)
-            for e in epochs]
+    start = [Checkpoint("epoch 0", 0, head)] if head else []  # the masked LM it was fine-tuned from
+    return start + [Checkpoint(f"epoch {e}", e, str(artifacts / "epochs" / str(e) / "encoder"), head_from=head)
+                    for e in epochs]
 
 
 def identity(point: Checkpoint) -> dict:

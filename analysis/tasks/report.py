@@ -159,11 +159,12 @@ def _decisions(examples, record):
 def _heatmaps(series, record):
     from analysis.series.plots import heatmap
 
-    return [(f"{metric} by layer and checkpoint", heatmap(series, metric))
+    return [(f"{metric} by layer and checkpoint", heatmap(series, metric, str(record.get("analysis") or "")))
             for metric in list(dict.fromkeys(series["metric"]))[:MAX_HEATMAPS]]
 
 
 MAX_HEATMAPS = 12
+OWN_FIGURES_ONLY = {"series"}  # its checkpoints' own tables are in checkpoints/: their generic charts are noise
 Build = Callable[[object, dict], object]
 FIGURES: dict[str, list[tuple[str, str, Build]]] = {
     "probe": [("layers.csv", "Reconstruction accuracy by layer", _accuracy)],
@@ -222,6 +223,8 @@ def figures_for(run_dir: Path, record: dict) -> list[tuple[str, object]]:
         if made is None:
             continue
         out += made if isinstance(made, list) else [(title, made)]
+    if task in OWN_FIGURES_ONLY:
+        return out
     try:
         out += layer_figures(run_dir, skip=used)
     except Exception as exc:  # noqa: BLE001

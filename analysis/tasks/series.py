@@ -183,7 +183,7 @@ class Series(Task):
     Options = SeriesOptions
     model_flags = False
     example = {"analysis": "probe", "checkpoints": "tests/data/series", "input": "analysis/data/demo_sentiment.csv"}
-    page = "pages/12_Series.py"
+    page = "pages/12_Across_checkpoints.py"
     unit = "checkpoint"
 
     def run(self, options: SeriesOptions, ctx: Context) -> SeriesRun:

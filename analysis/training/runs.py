@@ -48,6 +48,8 @@ def head_from(artifacts: Path, metrics: dict | None) -> str | None:
     head = (metrics or {}).get("mlm_head_from")
     if head and not Path(head).is_absolute() and (Path(artifacts) / head).is_dir():
         return str(Path(artifacts) / head)
+    if head and Path(head).is_absolute() and not Path(head).exists() and (Path(artifacts) / Path(head).name).is_dir():
+        return str(Path(artifacts) / Path(head).name)  # a run before the relative record: its staging folder's path
     return head
 
 

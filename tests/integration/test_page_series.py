@@ -8,7 +8,7 @@ from tests.conftest import save_tiny
 from tests.integration.test_app import run_page
 from tests.integration.test_series import make_series
 
-PAGE = "pages/12_Series.py"
+PAGE = "pages/12_Across_checkpoints.py"
 
 
 def test_a_typed_series_runs_and_matches_the_cli(tmp_path, monkeypatch):

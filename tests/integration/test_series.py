@@ -145,8 +145,9 @@ def test_a_jobs_saved_epochs_are_a_series(tmp_path, tiny_dirs):
     run_finetune(ModelSpec(str(tiny_dirs["bert"]), device="cpu"), Splits(synthetic(16), synthetic(8, seed=1)),
                  FinetuneConfig(epochs=2, batch_size=8, save_epoch_checkpoints=True), artifacts)
     points = checkpoints.parse(str(artifacts))
-    assert [(p.label, p.step) for p in points] == [("epoch 1", 1), ("epoch 2", 2)]
-    assert all(p.head_from == str(tiny_dirs["bert"]) for p in points)
+    assert [(p.label, p.step) for p in points] == [("epoch 0", 0), ("epoch 1", 1), ("epoch 2", 2)]
+    assert points[0].model == str(tiny_dirs["bert"])  # the model it was fine-tuned from
+    assert all(p.head_from == str(tiny_dirs["bert"]) for p in points[1:])
     assert series(tmp_path / "s", "--analysis", "probe", "--checkpoints", str(artifacts), "--input", str(DATA)) == 0
 
 
@@ -162,5 +163,10 @@ def test_a_cli_runs_further_pretraining_is_found_after_its_out_is_renamed(tmp_pa
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["mlm_head_from"] == "further_pretrained"
     assert fine_tuned(out, metrics)[1] == str(out / "further_pretrained")
-    assert all(p.head_from == str(out / "further_pretrained") for p in checkpoints.parse(str(out)))
+    assert all(p.head_from == str(out / "further_pretrained") for p in checkpoints.parse(str(out))[1:])
     assert series(tmp_path / "s", "--analysis", "probe", "--checkpoints", str(out), "--input", str(DATA)) == 0
+    # a run from before the relative record named its staging folder: its own further_pretrained is found
+    metrics["mlm_head_from"] = str(tmp_path / ".run.staging-1-abc" / "further_pretrained")
+    (out / "metrics.json").write_text(json.dumps(metrics))
+    assert fine_tuned(out, metrics)[1] == str(out / "further_pretrained")
+    assert checkpoints.parse(str(out))[0].model == str(out / "further_pretrained")

@@ -36,6 +36,9 @@ for job in finished_jobs("finetune"):
     if steps.is_dir():
         series_sources[f"job #{job.id} {job.name}: its further pre-training steps"] = str(steps)
 TYPED = "A folder of checkpoints, MODEL@rev1,rev2 or A,B,C"
+if not series_sources:
+    st.caption("No finished fine-tuning job kept a series yet: on the Fine-tuning jobs page, turn on 'save each "
+               "epoch's encoder' or 'save further pre-training every' (with further pre-training steps).")
 source = st.selectbox("Checkpoints", [*series_sources, TYPED], key="series_source",
                       help="Jobs keep a series when fine-tuned with 'save each epoch's encoder' or 'save further "
                            "pre-training every' on the Fine-tuning jobs page")
@@ -52,6 +55,7 @@ if analysis == "structure":
     files["train"] = server_file("series_train", left, TREEBANKS)
     files["test"] = server_file("series_test", right, TREEBANKS)
 else:
+    st.caption("Texts (probe, heads) or labelled rows (atlas), the same at every checkpoint:")
     files["input"] = server_file("series_input")
 if not spec or None in files.values():
     st.stop()
@@ -82,13 +86,16 @@ if run.facts["reused"]:
     st.caption(f"{len(run.facts['reused'])} of {len(points)} checkpoints came from the cache.")
 metrics = list(dict.fromkeys(run.series["metric"]))
 metric = st.selectbox("Metric", metrics, key="series_metric")
-chart(heatmap(run.series, metric), "series_heatmap")
-names = list(run.folders)
-chosen = st.select_slider("Checkpoint", names, key="series_checkpoint",
-                          format_func=lambda n: n.split("-", 1)[1])
+chart(heatmap(run.series, metric, f"{analysis} ({WHAT[analysis]})"), "series_heatmap")
+st.caption("The colours span the values' own range (the title says it): small differences can look large. "
+           "Hover for the values; series.csv below has them with their intervals.")
+labels = dict(zip(run.folders, (c["label"] for c in run.facts["checkpoints"]), strict=True))
+chosen = st.select_slider("Checkpoint", list(run.folders), key="series_checkpoint", format_func=labels.get)
 folder = Path(run.folders[chosen])
-st.subheader(f"At {chosen.split('-', 1)[1]}")
-for title, figure in figures_for(folder, RunRecord.read(folder).to_dict()):
+st.subheader(f"At {labels[chosen]}: its own figures")
+record = RunRecord.read(folder).to_dict()
+record["model_spec"] = {**(record.get("model_spec") or {}), "name": labels[chosen]}  # named as in the series
+for title, figure in figures_for(folder, record):
     if isinstance(figure, str):
         st.caption(f"{title}: {figure}")
     else:
