@@ -131,4 +131,5 @@ def test_a_job_of_the_lens_and_a_series_resolve_job_refs_as_the_cli_does(tmp_pat
         validate({"kind": "lens classifier", "model": "job:99", "data": "x.csv"})
     assert main(["series", "--analysis", "probe", "--checkpoints", f"job:{job}", "--input", str(tmp_path / "r.csv"),
                  "--device", "cpu", "--out", str(tmp_path / "s")]) == 0
-    assert sorted(pd.read_csv(tmp_path / "s" / "series.csv")["checkpoint"].unique()) == ["epoch 0", "epoch 1", "epoch 2"]
+    labels = pd.read_csv(tmp_path / "s" / "series.csv")["checkpoint"].unique()
+    assert sorted(labels) == ["epoch 0", "epoch 1", "epoch 2"]
