@@ -59,7 +59,7 @@ def decision_histogram(runs: dict[str, pd.DataFrame], num_layers: int) -> go.Fig
         counts = examples["decision_layer"].value_counts().reindex(range(num_layers + 1), fill_value=0)
         fig.add_trace(go.Bar(x=counts.index, y=counts.values, name=plain(name), marker_color=COLOURS[i % len(COLOURS)]))
     fig.update_layout(title="Decision layer of each example", barmode="group", height=380, margin={"t": 60, "b": 60},
-                      xaxis_title="the first layer from which the prediction is the final one, and stays so",
+                      xaxis_title="decision layer (the prediction is final from here on)",
                       yaxis_title="examples")
     fig.update_xaxes(dtick=1)
     return fig
