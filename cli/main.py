@@ -31,7 +31,6 @@ from cli.finetune import add_finetune_arguments, cmd_finetune
 from cli.heads import add_heads_arguments, cmd_heads
 from cli.info import cmd_info
 from cli.jobs import add_jobs_arguments, cmd_jobs
-from cli.lens import add_lens_arguments, cmd_lens
 from cli.tasks import add_task_arguments, run_task, subcommands
 from cli.tokens import add_tokens_arguments, cmd_tokens
 from jobs.store import StoreError
@@ -54,14 +53,16 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str, Callable[[ar
     "heads": (cmd_heads, "attention heads: per-head statistics and the head map, heads as parsers on UD, head "
               "importance and pruning, one sentence's attention (stats | parse | importance | view)",
               add_heads_arguments),
-    "lens": (cmd_lens, "lenses: train a tuned lens read by the MLM head (train; probe --lens uses it), read every "
-             "layer through a classifier's own head (classifier)",
-             add_lens_arguments),
     "cache": (cmd_cache, "the shared cache: verify every vector set (manifest, shard sizes and checksums)",
               add_cache_arguments),
     "dashboard": (cmd_dashboard, "start the dashboard in the browser (from a clone or the installed package)",
                   add_dashboard_arguments),
 }
+
+
+# commands made only of tasks (a task named "GROUP ACTION" is ACTION of GROUP): their help
+GROUPS = {"lens": "lenses: train a tuned lens read by the MLM head (train; probe --lens uses it), read every layer "
+                  "through a classifier's own head (classifier)"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,11 +82,15 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
     for name, task in TASKS.items():  # a task named "GROUP ACTION" is ACTION under GROUP's own sub-commands
         group, _, action = name.partition(" ")
-        if action:
-            p = subcommands(sub.choices[group]).add_parser(action, parents=[parent], help=task.help,
-                                                           description=task.help)
-            add_task_arguments(task)(p)
-            p.set_defaults(func=run_task(task))
+        if not action:
+            continue
+        if group not in sub.choices:
+            g = sub.add_parser(group, help=GROUPS[group], description=GROUPS[group])  # its actions have the flags
+            g.add_subparsers(dest="action", metavar="ACTION", required=True)
+        p = subcommands(sub.choices[group]).add_parser(action, parents=[parent] if task.model_flags else [],
+                                                       help=task.help, description=task.description or task.help)
+        add_task_arguments(task)(p)
+        p.set_defaults(func=run_task(task))
     return parser
 
 

@@ -18,7 +18,10 @@ from cli.common import UserError, add_option_flag, prepare_out
 def add_task_arguments(task: Task):
     """The ``add_arguments`` of ``task``'s sub-command: a flag per option not shared with the model parser."""
     def add(p: argparse.ArgumentParser) -> None:
-        g = p.add_argument_group(task.name)
+        g = p.add_argument_group(task.name + (" (the keys of a --config file are these names with underscores)"
+                                              if task.config_file else ""))
+        if task.config_file:
+            g.add_argument("--config", type=Path, help="a .yaml or .json file of these options; flags override it")
         if not task.model_flags and "out" not in task.Options.model_fields:  # no shared model parser: --out here
             g.add_argument("--out", type=Path, help="directory for the output files")
         for name in task.positional:
@@ -37,8 +40,8 @@ def add_task_arguments(task: Task):
                 container.add_argument(flag or f"--{name.replace('_', '-')}", dest=name, type=_type(name, task),
                                        metavar=name.upper(), **required,
                                        help=schema_fields.help_text(name, task.Options).replace("%", "%%"))
-            else:
-                add_option_flag(g, name, schema=task.Options, flag=flag)
+            else:  # with a config file, only a typed flag overrides it (its value, else the file's, else the default)
+                add_option_flag(g, name, schema=task.Options, flag=flag, suppress=task.config_file)
     return add
 
 
@@ -55,16 +58,27 @@ def _type(name: str, task: Task):
 class CliContext:
     """The task's reports on a terminal: a tqdm bar per stage, notes on stderr, ``--out`` staged."""
 
-    def __init__(self, out: Path | None, unit: str, what: str):
-        self.out, self.unit, self.what = out, unit, what
-        self.bar, self.stage, self.staged = None, None, None
+    def __init__(self, out: Path | None, unit: str, what: str, in_place: bool = False):
+        self.out, self.unit, self.what, self.in_place = out, unit, what, in_place
+        self.bar, self.stage, self.staged, self.stopped = None, None, None, False
 
     def output(self) -> Path:
         if self.out is None:
             raise UserError(f"--out DIR is required: {self.what}")
+        if self.in_place:  # the task writes there as it goes, and resumes from what it finds
+            self.out.mkdir(parents=True, exist_ok=True)
+            return self.out
         if self.staged is None:
             self.staged = prepare_out(self.out)
         return self.staged
+
+    def listen(self) -> None:
+        """Ctrl-C asks the task to stop at its next step (it saves what it can resume from) instead of killing it."""
+        import signal
+
+        def stop(*_):
+            self.stopped = True
+        signal.signal(signal.SIGINT, stop)
 
     def log(self, message: str) -> None:
         print(message, file=sys.stderr)
@@ -78,7 +92,7 @@ class CliContext:
         self.bar.update(done - self.bar.n)
 
     def should_stop(self) -> bool:
-        return False
+        return self.stopped
 
     def close(self) -> None:
         if self.bar is not None:
@@ -89,6 +103,14 @@ class CliContext:
 def options_from_args(task: Task, args: argparse.Namespace):
     """The task's options from the parsed flags (the schema checks them: one readable error)."""
     values = {name: getattr(args, name) for name in task.Options.model_fields if hasattr(args, name)}
+    if task.config_file and getattr(args, "config", None):
+        from cli.configfile import read_config_file
+
+        given = read_config_file(args.config)
+        unknown = sorted(set(given) - set(task.Options.model_fields))
+        if unknown:
+            raise UserError(f"{args.config}: unknown option(s) {', '.join(unknown)}")
+        values = {**given, **values}
     if any(str(values.get(name) or "").startswith("job:") for name in ("model", "checkpoints")):
         from analysis.tasks.kind import resolve_job_refs
         from cli.common import find_job
@@ -116,13 +138,15 @@ def run_task(task: Task):
             size = result.write_file(options.out)
             print(f"wrote {options.out} ({size / 1e6:.1f} MB)", file=sys.stderr)
             return 0
-        ctx = CliContext(args.out, task.unit, task.writes)
+        ctx = CliContext(args.out, task.unit, task.writes, task.in_place)
+        if task.in_place:
+            ctx.listen()
         try:
             result = task.run(options, ctx)
         finally:
             ctx.close()
-        if result is None:  # a helper process of a launcher
-            return 0
+        if result is None:  # stopped (Ctrl-C), or a helper process of a launcher
+            return 130 if ctx.stopped else 0
         written = result.write(ctx.output())
         summary = result.summary()
         if summary:

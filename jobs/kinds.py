@@ -33,7 +33,7 @@ from analysis.tokens import job as tokens  # extract a corpus's token vectors, i
 from analysis.training import job as finetune  # fine-tune a head (analysis.training)
 
 KINDS = {kind.NAME: kind for kind in (finetune, lens, structure, tokens, heads)}  # in the order the messages list them
-KINDS.update({name: TaskKind(task) for name, task in TASKS.items() if name not in KINDS})
+KINDS.update({name: TaskKind(task) for name, task in TASKS.items() if (task.kind or name) not in KINDS})
 DEFAULT = finetune.NAME  # the kind of a job whose options name none
 
 

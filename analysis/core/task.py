@@ -152,6 +152,11 @@ class Task(abc.ABC):
     model_flags: ClassVar[bool] = True  # False: no model block (a series names its own models), so no shared parser
     positional: ClassVar[tuple[str, ...]] = ()  # options given without a flag, in this order (`report RUN_DIR`)
     output_file: ClassVar[bool] = False  # True: its ``out`` option is one file (written by ``Result.write_file``)
+    in_place: ClassVar[bool] = False  # True: it writes into its output folder as it goes and resumes from it (no
+    # staging; Ctrl-C asks it to stop at its next step, through ``should_stop``)
+    config_file: ClassVar[bool] = False  # True: the CLI also takes --config FILE (.yaml/.json), which flags override
+    kind: ClassVar[str | None] = None  # its job kind where that is a hand-written one of another name
+    description: ClassVar[str | None] = None  # the CLI's longer description (default: ``help``)
     exclusive: ClassVar[tuple[str, ...]] = ()  # options of which exactly one is given (the CLI: a required group)
     exclusive_optional: ClassVar[tuple[str, ...]] = ()  # options of which at most one is given (an optional group)
     unit: ClassVar[str] = "it"  # what the progress counts (the CLI's bars)

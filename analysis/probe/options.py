@@ -69,7 +69,7 @@ class LensOptions(ModelOptions):
     steps: int = Field(250, ge=1, le=10_000_000, title="steps")
     max_tokens: int | None = Field(None, ge=1, title="token budget", description="stop after about this many "
                                    "training tokens, if fewer steps than 'steps'")
-    batch_size: int = Field(16, ge=1, le=65536, title="texts per step")
+    batch_size: int = Field(32, ge=1, le=65536, title="texts per step")  # what `lens train` always used
     max_length: int = Field(128, ge=8, le=65536, title="max tokens", description="texts are cut to this many "
                             "tokens (or the model's limit)")
     optimizer: Literal["sgd", "adam"] = Field("sgd", title="optimiser", description="sgd: Nesterov momentum, as "

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -69,6 +70,8 @@ def test_the_flags_are_the_options_schema(name):
         assert field in actions, f"--{field} missing"
         if info.is_required():
             assert actions[field].required
+        elif task.config_file:  # a typed flag overrides the config file, which overrides the schema's default
+            assert actions[field].default == argparse.SUPPRESS, field
         elif field not in task.shared:
             assert actions[field].default == info.default, field
     required = {field for field, info in task.Options.model_fields.items() if info.is_required()}
@@ -102,7 +105,7 @@ def test_a_job_writes_the_files_the_cli_writes(name, example_args, tmp_path, mon
     store = JobStore(tmp_path / "jobs")
     model = {"model": "demo"} if task.model_flags else {}
     device = {"device": "cpu"} if "device" in task.Options.model_fields else {}
-    job_id = submit({"kind": name, **model, **device, **example_args}, store, start_worker=False)
+    job_id = submit({"kind": task.kind or name, **model, **device, **example_args}, store, start_worker=False)
     assert run_job_process(store, job_id, monkeypatch) == 0
     job = store.get(job_id)
     assert job.status == "succeeded", job.error
