@@ -1,4 +1,6 @@
-"""Tiny randomly initialised masked LMs built from configs: no downloads anywhere in the tests."""
+"""What every tier shares: the environment (offline, a LAYERLENS_HOME of its own, float32), the fixtures of tiny
+models (the helpers that build them are in tests/support, importable), and the hooks that keep tests apart (no
+upload, no process left behind). Each tier has its own conftest for its own fixtures."""
 
 from __future__ import annotations
 
@@ -21,83 +23,8 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
-import torch  # noqa: E402
-from transformers import (  # noqa: E402
-    AlbertConfig,
-    AutoModelForMaskedLM,
-    BertConfig,
-    BertTokenizerFast,
-    DistilBertConfig,
-    ElectraConfig,
-    RobertaConfig,
-    XLMRobertaConfig,
-)
 
-# The project's shared datasets live beside the checkout on our own machines (../shared/data;
-# LAYERLENS_SHARED_DATA overrides). Only the demo model's full quality check reads them; every other test reads
-# the small cuts in tests/data (see tests/data/README.md).
-SHARED_DATA = Path(os.environ.get("LAYERLENS_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
-FIXTURES = Path(__file__).resolve().parent / "data"
-
-
-def shared_file(relative: str) -> Path:
-    """A file under the shared data, or a skip saying it is missing; a failure when LAYERLENS_REQUIRE_SHARED=1
-    (as in CI, where a missing file must not pass as a skip)."""
-    path = SHARED_DATA / relative
-    if not path.is_file():
-        message = f"needs {path} (the shared datasets beside the checkout; set LAYERLENS_SHARED_DATA)"
-        if os.environ.get("LAYERLENS_REQUIRE_SHARED") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    return path
-VOCAB = 99
-COMMON = dict(vocab_size=VOCAB, max_position_embeddings=64, pad_token_id=0)
-
-TINY_CONFIGS = {
-    "bert": BertConfig(hidden_size=16, num_hidden_layers=3, num_attention_heads=2, intermediate_size=32, **COMMON),
-    "albert": AlbertConfig(embedding_size=8, hidden_size=16, num_hidden_layers=3, num_attention_heads=2,
-                           intermediate_size=32, **COMMON),
-    "roberta": RobertaConfig(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
-                             **{**COMMON, "pad_token_id": 1}),
-    "xlm-roberta": XLMRobertaConfig(hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                                    intermediate_size=32, **{**COMMON, "pad_token_id": 1}),
-    "distilbert": DistilBertConfig(dim=16, n_layers=2, n_heads=2, hidden_dim=32, **COMMON),
-    "electra": ElectraConfig(embedding_size=8, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                             intermediate_size=32, **COMMON),
-}
-
-
-def tiny_tokenizer() -> BertTokenizerFast:
-    """A WordPiece tokenizer over the first ``VOCAB`` ids of a tiny vocabulary (specials + common words)."""
-    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a", "film", "is", "good", "bad", "not", "very",
-             "movie", "and", "it", "was", "i", "liked", "hated", ".", ",", "!", "?", "##s", "##ing", "fun", "dull"]
-    words += [f"w{i}" for i in range(VOCAB - len(words))]
-    return BertTokenizerFast(vocab={w: i for i, w in enumerate(words)}, do_lower_case=True)
-
-
-def save_tiny(family: str, directory: Path, seed: int = 0, copy_steps: int = 40) -> Path:
-    """Save a tiny ``family`` masked LM and a tokenizer as a ``save_pretrained`` directory.
-
-    The weights are random, then nudged for ``copy_steps`` Adam steps towards reconstructing their input, so
-    that layer accuracies are neither all 0 nor all 1 and the probe's tests have something to compare.
-    """
-    torch.manual_seed(seed)
-    model = AutoModelForMaskedLM.from_config(TINY_CONFIGS[family])
-    if copy_steps:
-        opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-        model.train()
-        for _ in range(copy_steps):
-            ids = torch.randint(5, VOCAB, (8, 12))
-            logits = model(input_ids=ids).logits
-            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids.flatten())
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-    model.eval()
-    directory.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(directory)
-    tiny_tokenizer().save_pretrained(directory)
-    return directory
+from tests.support.models import TINY_CONFIGS, save_tiny, tiny_tokenizer  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -177,3 +104,21 @@ def pytest_configure(config):
     except ImportError:  # another Streamlit: it scans as it does
         return
     manifest_scanner.scan_component_manifests = functools.cache(manifest_scanner.scan_component_manifests)
+
+
+@pytest.fixture(scope="module")
+def bert4(tmp_path_factory):
+    """A tiny 4-layer BERT (enough layers for first4/last4 and GRU groups of 1, 2, 4)."""
+    import torch
+    from transformers import AutoModelForMaskedLM, BertConfig
+
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("bert4")
+    config = BertConfig(vocab_size=99, hidden_size=16, num_hidden_layers=4, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=64)
+    model = AutoModelForMaskedLM.from_config(config)
+    with torch.no_grad():
+        model.cls.predictions.bias.normal_()  # non-zero, so a lost or re-initialised head bias shows
+    model.save_pretrained(path)
+    tiny_tokenizer().save_pretrained(path)
+    return path

@@ -107,9 +107,12 @@ def identity(point: Checkpoint) -> dict:
     vocabulary (a digest), read without loading weights."""
     from transformers import AutoConfig, AutoTokenizer
 
+    from models.spec import ModelSpec
+
+    source = ModelSpec(point.model, revision=point.revision).source  # "demo" is the bundled model's folder
     try:
-        config = AutoConfig.from_pretrained(point.model, revision=point.revision)
-        vocab = AutoTokenizer.from_pretrained(point.model, revision=point.revision).get_vocab()
+        config = AutoConfig.from_pretrained(source, revision=point.revision)
+        vocab = AutoTokenizer.from_pretrained(source, revision=point.revision).get_vocab()
     except (OSError, ValueError) as exc:
         raise InputError(f"checkpoint {point.label} ({point.model}): {str(exc).splitlines()[0]}") from None
     digest = hashlib.sha256(json.dumps(sorted(vocab.items())).encode()).hexdigest()[:16]

@@ -27,7 +27,9 @@ DONE = "done.json"  # written last into a checkpoint's cache folder: its analysi
 
 def weights_id(point: Checkpoint) -> str:
     """What identifies ``point``'s weights without reading them."""
-    path = Path(point.model).expanduser()
+    from models.spec import ModelSpec
+
+    path = Path(ModelSpec(point.model, revision=point.revision).source).expanduser()  # "demo": its folder
     if path.is_dir():
         files = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in path.iterdir() if p.is_file())
         return key_of(path=str(path.resolve()), files=files)

@@ -122,7 +122,7 @@ def test_map_search_selection_neighbours_and_geometry_with_no_request_leaving(pa
 
 
 def test_an_uploaded_treebank_is_extracted_and_mapped(page, server, tmp_path, requests):
-    from tests.conftest import FIXTURES
+    from tests.support.data import FIXTURES
 
     open_page(page, server)
     page.get_by_text("Upload a corpus").click()

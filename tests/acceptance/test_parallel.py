@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from analysis.core.parallel import ONE, Ranks, launch_command
-from tests.conftest import FIXTURES
+from tests.support.data import FIXTURES
 
 pytestmark = pytest.mark.slow  # every test here takes more than ~5 s
 
@@ -125,7 +125,7 @@ def test_two_process_fine_tune_equals_one_process_with_the_same_global_batch(tmp
     from safetensors.torch import load_file
     from transformers import AutoModelForMaskedLM, BertConfig
 
-    from tests.conftest import tiny_tokenizer
+    from tests.support.models import tiny_tokenizer
 
     torch.manual_seed(0)
     config = BertConfig(vocab_size=99, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
@@ -175,7 +175,8 @@ def test_a_job_with_two_processes_runs_the_shared_loop(tmp_path):
     from jobs.submit import submit
     from jobs.worker import Worker
     from tests.integration.test_jobs import drive
-    from tests.unit.training.test_training import synthetic, write_tsv
+    from tests.support.data import synthetic
+    from tests.unit.training.test_training import write_tsv
 
     store = JobStore(tmp_path / "jobs")
     config = {"model": "demo", "train": str(write_tsv(tmp_path / "train.tsv", synthetic(21))),

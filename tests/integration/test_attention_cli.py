@@ -20,7 +20,8 @@ from analysis.heads.stats import STATISTICS
 from analysis.heads.view import head_view
 from cli.main import main
 from models.loading import ModelSpec, load_model
-from tests.conftest import FIXTURES, tiny_tokenizer
+from tests.support.data import FIXTURES
+from tests.support.models import tiny_tokenizer
 
 TEXTS = ("the film is good .", "i liked the movie , and it was fun !", "not very good", "it was a bad film ?")
 TREEBANK = FIXTURES / "ud_tiny_train.conllu"

@@ -16,8 +16,7 @@ from cli.main import main
 from jobs import run as job_run
 from jobs.store import JobStore
 from jobs.submit import SubmitError, job_name, submit
-from tests.conftest import FIXTURES
-from tests.unit.training.test_training import bert4  # noqa: F401  (a fixture)
+from tests.support.data import FIXTURES
 
 TREEBANK = FIXTURES / "ud_tiny_test.conllu"
 TEXTS = "the film is good .\ni hated it , very dull !\nfun and not bad\n"

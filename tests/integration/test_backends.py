@@ -19,7 +19,6 @@ from jobs.store import JobStore, pid_alive
 from jobs.submit import SubmitError, submit, submit_sweep
 from tests.integration.test_job_faults import GATE_FINISH, hook, reached  # noqa: F401  (hook is a fixture)
 from tests.integration.test_jobs import setup, wait  # noqa: F401  (setup is a fixture)
-from tests.unit.training.test_training import bert4  # noqa: F401
 
 pytestmark = pytest.mark.slow  # every test here takes more than ~5 s
 

@@ -3,7 +3,6 @@ fine-tuning job (``job:N``), the tuned lens, and the one-line refusals."""
 
 from __future__ import annotations
 
-import copy
 import json
 
 import numpy as np
@@ -13,20 +12,9 @@ import torch
 from transformers import AutoModelForSequenceClassification
 
 from cli.main import main
-from tests.conftest import TINY_CONFIGS, tiny_tokenizer
+from tests.support.models import save_classifier, tiny_tokenizer
 
 WORDS = ["the", "film", "is", "good", "bad", "not", "very", "movie", "fun", "dull"]
-
-
-def save_classifier(folder, names=("neg", "pos")):
-    """A tiny random BertForSequenceClassification with classes ``names`` and the tiny tokenizer, saved."""
-    torch.manual_seed(0)
-    config = copy.deepcopy(TINY_CONFIGS["bert"])
-    config.num_labels = len(names)
-    config.id2label, config.label2id = dict(enumerate(names)), {n: i for i, n in enumerate(names)}
-    AutoModelForSequenceClassification.from_config(config).save_pretrained(folder)
-    tiny_tokenizer().save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +72,7 @@ def test_the_tuned_lens_lowers_the_held_out_kl(hub_classifier, tmp_path, capsys)
 def test_a_finished_job_is_read_through_its_own_pooling_head(tmp_path, monkeypatch, tiny_dirs):
     from analysis.training.finetune import load_checkpoint
     from jobs.store import JobStore
-    from tests.integration.test_page_jobs import finished_job
+    from tests.support.jobs import finished_job
 
     monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path / "home"))
     store = JobStore(tmp_path / "home" / "jobs")
@@ -112,7 +100,7 @@ def test_a_job_of_the_lens_and_a_series_resolve_job_refs_as_the_cli_does(tmp_pat
     from jobs.store import JobStore
     from jobs.submit import SubmitError, validate
     from models.spec import ModelSpec
-    from tests.unit.training.test_training import synthetic
+    from tests.support.data import synthetic
 
     monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path / "home"))
     store = JobStore(tmp_path / "home" / "jobs")

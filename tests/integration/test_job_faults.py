@@ -21,7 +21,6 @@ from jobs.store import JobStore, pid_alive
 from jobs.submit import submit
 from jobs.worker import Worker
 from tests.integration.test_jobs import drive, setup, wait  # noqa: F401  (setup is a fixture)
-from tests.unit.training.test_training import bert4  # noqa: F401  (a fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow  # real job processes

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import types
 from pathlib import Path
 
@@ -18,9 +17,9 @@ from analysis.core.inputs import InputError
 from analysis.core.options import ModelOptions, Options
 from analysis.tasks import TASKS
 from jobs import kinds
-from jobs import run as job_run
 from jobs.store import JobStore
 from jobs.submit import SubmitError, browser_checked, job_name, submit, submit_sweep, validate
+from tests.support.jobs import run_job_process
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULES = {"finetune": "analysis.training.job", "lens": "analysis.probe.job", "structure": "analysis.structure.job",
@@ -107,17 +106,6 @@ def fake_kind(seen: dict) -> types.SimpleNamespace:
 
     return types.SimpleNamespace(NAME="fake", OPTIONS=FakeOptions, STAGED=True, label=lambda config: "fake work",
                                  describe=lambda config: [f"size {config.get('size')}"], validate=validate, run=run)
-
-
-def run_job_process(store: JobStore, job_id: int, monkeypatch) -> int:
-    """``python -m jobs.run ID --root ROOT``, in this process (so the registry patched here is the one it reads)."""
-    monkeypatch.setattr(job_run, "quiet_libraries", lambda: None)
-    monkeypatch.setattr(sys, "argv", ["jobs.run", str(job_id), "--root", str(store.root)])
-    before = signal.getsignal(signal.SIGTERM)
-    try:
-        return job_run.main()
-    finally:
-        signal.signal(signal.SIGTERM, before)
 
 
 def test_a_kind_registered_in_one_line_is_validated_and_run_through_the_same_path(tmp_path, monkeypatch, capsys):

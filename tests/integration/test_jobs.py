@@ -15,7 +15,8 @@ from cli.main import main
 from jobs.store import JobStore
 from jobs.submit import SubmitError, submit, validate
 from jobs.worker import Worker
-from tests.unit.training.test_training import bert4, synthetic, write_tsv  # noqa: F401  (bert4 is a fixture)
+from tests.support.data import synthetic
+from tests.unit.training.test_training import write_tsv
 
 
 def wait(store, job_id, statuses=("succeeded", "failed", "cancelled"), timeout=120):

@@ -7,7 +7,7 @@ from analysis.atlas.atlas import AtlasConfig, atlas
 from analysis.core.inputs import read_file
 from models.loading import ModelSpec, load_model
 from models.spec import short_name
-from tests.integration.test_app import run_page
+from tests.support.pages import run_page
 from ui.inputs import DEMO_LABELLED
 
 PAGE = "pages/2_Layer_Atlas.py"
@@ -163,7 +163,7 @@ def test_the_word_order_demo_set_is_what_its_script_writes_from_the_treebank(tmp
     with two adjacent words exchanged (the same words, one pair in the other order)."""
     from analysis.core.inputs import DEMO_WORDORDER
     from scripts.make_demo_wordorder import main, sentences, text_of
-    from tests.conftest import shared_file
+    from tests.support.data import shared_file
 
     source = shared_file("ud_english_ewt/en_ewt-ud-dev.conllu.gz")
     main(source, tmp_path / "again.csv")

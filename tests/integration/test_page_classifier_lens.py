@@ -6,9 +6,8 @@ import pandas as pd
 from analysis.core.inputs import read_file
 from analysis.core.task import QuietContext
 from analysis.tasks.classifier_lens import ClassifierLens, ClassifierLensOptions
-from tests.integration.test_app import run_page
-from tests.integration.test_page_jobs import finished_job, home  # noqa: F401  (home is a fixture)
-from tests.unit.training.test_training import bert4, synthetic  # noqa: F401  (bert4 is a fixture)
+from tests.support.jobs import finished_job
+from tests.support.pages import run_page
 from ui.inputs import DEMO_LABELLED
 
 PAGE = "pages/11_Classifier_lens.py"

@@ -8,9 +8,8 @@ import pytest
 from analysis.compare.run import CompareConfig, compare
 from analysis.core.inputs import read_file
 from models.loading import ModelSpec, load_model
-from tests.integration.test_app import run_page
-from tests.unit.compare.test_compare_jobs import home, run_job  # noqa: F401  (home is a fixture)
-from tests.unit.training.test_training import bert4  # noqa: F401  (a fixture)
+from tests.support.pages import run_page
+from tests.unit.compare.test_compare_jobs import run_job
 from ui.inputs import DEMO_LABELLED
 
 PAGE, JOBS = "pages/7_Compare_checkpoints.py", "pages/5_Fine_Tune_Jobs.py"

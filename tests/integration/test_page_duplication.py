@@ -9,7 +9,7 @@ from analysis.core.inputs import TextInputs
 from analysis.duplication.plan import duplicate_first
 from analysis.tasks.duplication import compare
 from models.loading import ModelSpec, load_model
-from tests.integration.test_app import run_page
+from tests.support.pages import run_page
 from ui.results import CHART_FORMAT
 
 PAGE = "pages/4_Layer_Duplication.py"

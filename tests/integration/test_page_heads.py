@@ -15,9 +15,8 @@ from analysis.heads.model import load_eager
 from analysis.heads.run import analyse
 from analysis.heads.view import head_view
 from models.loading import ModelSpec
-from tests.conftest import FIXTURES
-from tests.integration.test_app import run_page
-from tests.unit.training.test_training import bert4  # noqa: F401  (a fixture)
+from tests.support.data import FIXTURES
+from tests.support.pages import run_page
 
 PAGE = "pages/9_Attention_heads.py"
 TEXTS = "the film is good .\ni liked the movie , and it was fun !\nnot very good"

@@ -5,34 +5,13 @@ import json
 import pandas as pd
 import pytest
 
-from analysis.training.finetune import Splits, run_finetune
-from analysis.training.train import FinetuneConfig
-from jobs.store import JobStore
-from models.loading import ModelSpec
-from tests.integration.test_app import run_page
-from tests.unit.training.test_training import bert4, synthetic  # noqa: F401  (bert4 is a fixture)
+from analysis.training.finetune import Splits
+from tests.support.data import synthetic
+from tests.support.jobs import finished_job
+from tests.support.pages import run_page
 from ui.sidebar import KEY_MODEL
 
 JOBS, WEIGHTS = "pages/5_Fine_Tune_Jobs.py", "pages/3_Layer_Weights.py"
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path))
-    monkeypatch.setenv("LAYERLENS_JOBS_NO_WORKER", "1")
-    return JobStore(tmp_path / "jobs")
-
-
-def finished_job(store: JobStore, model, head: str, splits: Splits | None = None) -> int:
-    """A job as the worker leaves it: artifacts from a real (tiny) run, status succeeded."""
-    config = {"model": str(model), "train": "x", "head": head, "epochs": 2}
-    job_id = store.submit(config, "cpu", f"{head} run")
-    store.claim("cpu", 10)
-    metrics = run_finetune(ModelSpec(str(model), device="cpu"), splits or Splits(synthetic(24), synthetic(12, seed=1)),
-                           FinetuneConfig(head=head, epochs=2, batch_size=8, lr=3e-3), store.directory(job_id) /
-                           "artifacts")
-    store.finish(job_id, "succeeded", metrics=metrics)
-    return job_id
 
 
 def test_submit_from_the_page_queues_a_job(home, tiny_dirs):

@@ -7,7 +7,7 @@ from analysis.core.inputs import read_file
 from analysis.neurons.ablation import neurons
 from analysis.neurons.options import NeuronsConfig
 from models.loading import ModelSpec, load_model
-from tests.integration.test_app import run_page
+from tests.support.pages import run_page
 from ui.inputs import DEMO_LABELLED
 
 PAGE = "pages/10_Neurons.py"

@@ -8,7 +8,7 @@ from analysis.core.inputs import TextInputs
 from analysis.probe.reconstruction import ProbeConfig, probe
 from models.loading import ModelSpec, load_model
 from models.spec import short_name
-from tests.integration.test_app import run_page
+from tests.support.pages import run_page
 
 PAGE = "pages/1_Reconstruction.py"
 

@@ -4,9 +4,8 @@ per-checkpoint view are drawn, and its table is the CLI's; a folder outside the 
 import pandas as pd
 
 from cli.main import main
-from tests.conftest import save_tiny
-from tests.integration.test_app import run_page
-from tests.integration.test_series import make_series
+from tests.support.models import make_series, save_tiny
+from tests.support.pages import run_page
 
 PAGE = "pages/12_Across_checkpoints.py"
 

@@ -10,8 +10,8 @@ from analysis.core.treebank import read_conllu
 from analysis.structure.options import StructureOptions
 from analysis.structure.run import run_structure
 from models.loading import ModelSpec, load_model
-from tests.conftest import FIXTURES
-from tests.integration.test_app import run_page
+from tests.support.data import FIXTURES
+from tests.support.pages import run_page
 
 PAGE = "pages/6_Linguistic_structure.py"
 

@@ -17,8 +17,8 @@ from analysis.tokens.maps import pca_map
 from analysis.tokens.search import across_layers, find_rows, summary
 from analysis.tokens.vectors import extract
 from models.loading import ModelSpec, load_model
-from tests.conftest import FIXTURES
-from tests.integration.test_app import run_page
+from tests.support.data import FIXTURES
+from tests.support.pages import run_page
 
 PAGE = "pages/8_Token_atlas.py"
 

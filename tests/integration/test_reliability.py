@@ -11,8 +11,7 @@ import pytest
 
 from cli.main import main
 from jobs.store import JobStore
-from tests.integration.test_app import run_page
-from tests.unit.training.test_training import bert4  # noqa: F401  (a fixture)
+from tests.support.pages import run_page
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -42,7 +41,8 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, tmp_path, capsys, monke
 
 
 def test_layer_weights_that_are_not_numbers_are_a_message(tmp_path, monkeypatch, bert4):  # noqa: F811
-    from tests.integration.test_page_jobs import WEIGHTS, finished_job
+    from tests.integration.test_page_jobs import WEIGHTS
+    from tests.support.jobs import finished_job
 
     monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path))
     store = JobStore(tmp_path / "jobs")
@@ -56,7 +56,8 @@ def test_layer_weights_that_are_not_numbers_are_a_message(tmp_path, monkeypatch,
 def test_a_job_whose_artifacts_were_deleted_says_so(tmp_path, monkeypatch, bert4):  # noqa: F811
     import shutil
 
-    from tests.integration.test_page_jobs import JOBS, WEIGHTS, finished_job
+    from tests.integration.test_page_jobs import JOBS, WEIGHTS
+    from tests.support.jobs import finished_job
 
     monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path))
     store = JobStore(tmp_path / "jobs")

@@ -6,7 +6,7 @@ import pytest
 
 import analysis.compare.run
 import analysis.probe.reconstruction
-from tests.integration.test_app import run_page
+from tests.support.pages import run_page
 from ui.sidebar import KEY_DTYPE, KEY_MODEL, KEY_OTHER, OTHER
 
 COMPARE, PROBE = "pages/7_Compare_checkpoints.py", "pages/1_Reconstruction.py"

@@ -3,9 +3,8 @@ share", and a click gives the file ``layerlens report`` makes of the same run.""
 
 from pathlib import Path
 
-from tests.integration.test_app import run_page
-from tests.integration.test_page_jobs import finished_job, home  # noqa: F401  (home is a fixture)
-from tests.unit.training.test_training import bert4, synthetic  # noqa: F401  (bert4 is a fixture)
+from tests.support.jobs import finished_job
+from tests.support.pages import run_page
 
 ROOT = Path(__file__).resolve().parents[2]
 NO_RESULT = {"0_Model_anatomy.py"}  # a description of the model, not a run

@@ -11,23 +11,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.core.inputs import InputError, read_file
+from analysis.core.inputs import InputError
 from analysis.series import checkpoints
 from cli.main import main
-from tests.conftest import save_tiny
+from tests.support.models import make_series, save_tiny
 
 DATA = Path(__file__).resolve().parents[2] / "analysis" / "data" / "demo_sentiment.csv"
-
-
-def make_series(model: Path, out: Path, steps: int = 2) -> Path:
-    """``steps`` of further pre-training of ``model`` saved at every step: ``out/steps/step-0..steps``."""
-    from analysis.training.finetune import further_pretrain
-    from models.spec import ModelSpec
-
-    texts = read_file(DATA).texts[:32]
-    further_pretrain(ModelSpec(str(model), device="cpu"), texts, steps, out, batch_size=8, max_length=24,
-                     save_every=1)
-    return out / "steps"
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +94,7 @@ def test_checkpoints_of_another_model_are_one_line(series_dir, tmp_path, capsys,
     else:
         from transformers import BertTokenizerFast
 
-        from tests.conftest import tiny_tokenizer
+        from tests.support.models import tiny_tokenizer
 
         vocab = dict(tiny_tokenizer().get_vocab())
         vocab["zzz"] = vocab.pop(max(vocab, key=vocab.get))  # one word of the same size differs
@@ -139,7 +128,7 @@ def test_a_jobs_saved_epochs_are_a_series(tmp_path, tiny_dirs):
     from analysis.training.finetune import Splits, run_finetune
     from analysis.training.train import FinetuneConfig
     from models.spec import ModelSpec
-    from tests.unit.training.test_training import synthetic
+    from tests.support.data import synthetic
 
     artifacts = tmp_path / "artifacts"
     run_finetune(ModelSpec(str(tiny_dirs["bert"]), device="cpu"), Splits(synthetic(16), synthetic(8, seed=1)),

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from cli.main import main
-from tests.conftest import FIXTURES
+from tests.support.data import FIXTURES
 
 TRAIN, TEST = FIXTURES / "ud_tiny_train.conllu", FIXTURES / "ud_tiny_test.conllu"
 COLUMNS = ["layer", "task", "metric", "value", "ci_low", "ci_high", "majority_baseline", "position_baseline", "control",

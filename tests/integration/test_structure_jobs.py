@@ -17,8 +17,8 @@ from cli.main import main
 from jobs.store import JobStore
 from jobs.submit import SubmitError, job_name, submit, validate
 from jobs.worker import Worker
-from tests.conftest import FIXTURES
 from tests.integration.test_jobs import drive
+from tests.support.data import FIXTURES
 
 TRAIN, TEST = FIXTURES / "ud_tiny_train.conllu", FIXTURES / "ud_tiny_test.conllu"
 FAST = {"max_epochs": 2, "rank": 8, "tree_layers": "0,4"}  # the demo model: 4 layers, hidden 256

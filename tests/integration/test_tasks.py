@@ -40,12 +40,11 @@ def example_args(name, tmp_path_factory):
     is a masked LM)."""
     args = dict(ARGS[name])
     if name == "lens classifier":
-        from tests.integration.test_classifier_lens import save_classifier
+        from tests.support.models import save_classifier
 
         args["model"] = str(save_classifier(tmp_path_factory.mktemp("classifier"), ("negative", "neutral", "positive")))
     if name == "series":
-        from tests.conftest import save_tiny
-        from tests.integration.test_series import make_series
+        from tests.support.models import make_series, save_tiny
 
         root = tmp_path_factory.mktemp("series")
         args["checkpoints"] = str(make_series(save_tiny("bert", root / "base"), root / "further", steps=1))
@@ -93,7 +92,7 @@ def test_a_job_writes_the_files_the_cli_writes(name, example_args, tmp_path, mon
     from cli.main import main
     from jobs.store import JobStore
     from jobs.submit import submit
-    from tests.integration.test_job_kinds import run_job_process
+    from tests.support.jobs import run_job_process
 
     task = TASKS[name]
     out = tmp_path / "cli" / "report.html" if task.output_file else tmp_path / "cli"
@@ -129,7 +128,7 @@ def test_a_job_writes_the_files_the_cli_writes(name, example_args, tmp_path, mon
 
 @pytest.mark.parametrize("name", sorted(TASKS))
 def test_its_page_opens_on_the_demo_model(name):
-    from tests.integration.test_app import run_page
+    from tests.support.pages import run_page
 
     task = TASKS[name]
     if name == "report":

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from cli.main import main
-from tests.conftest import FIXTURES
+from tests.support.data import FIXTURES
 
 
 @pytest.fixture(scope="module")

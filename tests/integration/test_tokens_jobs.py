@@ -17,9 +17,9 @@ from analysis.tokens.vectors import TokenVectors
 from cli.main import main
 from jobs.store import JobStore
 from jobs.submit import SubmitError, job_name, submit, validate
-from tests.conftest import FIXTURES
 from tests.integration.test_job_faults import hook, reached  # noqa: F401  (hook is a fixture)
 from tests.integration.test_jobs import drive
+from tests.support.data import FIXTURES
 
 TRAIN = FIXTURES / "ud_tiny_train.conllu"
 SHARD_ROWS = 40  # the tiny treebank's 232 tokens in 6 shards
@@ -295,7 +295,7 @@ def test_the_jobs_table_and_the_atlas_helpers_show_a_tokens_job(home):
 
 
 def test_the_jobs_page_says_where_a_running_tokens_job_is(home, monkeypatch):
-    from tests.integration.test_app import run_page
+    from tests.support.pages import run_page
 
     store, _, config = home
     monkeypatch.setenv("LAYERLENS_JOBS_NO_WORKER", "1")

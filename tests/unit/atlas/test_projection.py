@@ -184,7 +184,7 @@ def test_representations_are_cached_on_disk(tiny_dirs, tmp_path):
 def test_fingerprint_follows_the_weights(tiny_dirs, tmp_path):
     import shutil
 
-    from tests.conftest import save_tiny
+    from tests.support.models import save_tiny
 
     copy = tmp_path / "copy"
     shutil.copytree(tiny_dirs["bert"], copy)

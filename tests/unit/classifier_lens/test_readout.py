@@ -10,7 +10,7 @@ import torch
 from transformers import AutoModelForSequenceClassification
 
 from analysis.classifier_lens.readout import HubReadout, PoolingReadout, early_exit
-from tests.conftest import TINY_CONFIGS, tiny_tokenizer
+from tests.support.models import TINY_CONFIGS, tiny_tokenizer
 
 TEXTS = ["the film is good", "it was very bad and dull !", "i liked the movie"]
 

@@ -171,7 +171,7 @@ def fine_tuned_classifier(base_dir, out, noise=0.15, seed=3):
     import torch
     from transformers import AutoModelForSequenceClassification
 
-    from tests.conftest import tiny_tokenizer
+    from tests.support.models import tiny_tokenizer
 
     torch.manual_seed(seed)
     model = AutoModelForSequenceClassification.from_pretrained(base_dir, num_labels=2,

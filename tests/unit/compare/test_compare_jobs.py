@@ -16,7 +16,8 @@ from transformers import AutoModel, AutoTokenizer
 
 from analysis.compare.run import CompareConfig
 from jobs.store import JobStore
-from tests.unit.training.test_training import bert4, synthetic, write_tsv  # noqa: F401  (bert4 is a fixture)
+from tests.support.data import synthetic
+from tests.unit.training.test_training import write_tsv
 
 
 @pytest.fixture

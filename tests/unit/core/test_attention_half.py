@@ -12,7 +12,7 @@ from analysis.core.activations import encode, hidden_states, make_batch, state_l
 from analysis.core.inputs import InputError, TextInputs
 from analysis.duplication.plan import duplicate_first, preview
 from models.loading import ModelSpec, load_model
-from tests.conftest import TINY_CONFIGS, save_tiny
+from tests.support.models import TINY_CONFIGS, save_tiny
 
 TEXTS = TextInputs(("the film is good .", "i hated it , very dull !", "fun"))
 

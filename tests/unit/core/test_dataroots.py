@@ -129,7 +129,7 @@ def ewt_folder(tmp_path, monkeypatch):
     (issue 34.12)."""
     import shutil
 
-    from tests.conftest import FIXTURES
+    from tests.support.data import FIXTURES
 
     folder = tmp_path / "ud_english_ewt"
     folder.mkdir()
@@ -161,7 +161,7 @@ def test_added_data_folders_keep_the_bundled_data_and_each_picker_offers_what_it
 def test_the_pages_keep_the_bundled_data_and_default_to_the_sample(ewt_folder, tiny_dirs):
     """Issue 34.12: with the EWT folder added, the Token atlas's default corpus was LICENSE.txt (one text per
     licence line) and the bundled sample and demo sets had vanished from every picker."""
-    from tests.integration.test_app import run_page
+    from tests.support.pages import run_page
 
     at = run_page("pages/8_Token_atlas.py", model=str(tiny_dirs["bert"]))
     assert not at.exception and not at.error, [e.value for e in at.error]

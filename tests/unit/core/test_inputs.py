@@ -3,7 +3,7 @@ import json
 import pytest
 
 from analysis.core.inputs import InputError, columns_of, from_text_area, guess_text_column, parse, read_file
-from tests.conftest import FIXTURES
+from tests.support.data import FIXTURES
 
 SST2_DEV = FIXTURES / "sst2_dev_200.tsv"
 SEMEVAL = FIXTURES / "semeval14_laptop_test_100.tsv"

@@ -11,7 +11,7 @@ import pytest
 
 from analysis.core.inputs import InputError
 from analysis.core.treebank import read_conllu
-from tests.conftest import FIXTURES
+from tests.support.data import FIXTURES
 
 TRAIN, TEST = FIXTURES / "ud_tiny_train.conllu", FIXTURES / "ud_tiny_test.conllu"
 

@@ -8,7 +8,7 @@ from analysis.core.activations import encode, encode_truncated
 from analysis.core.inputs import TextInputs
 from analysis.training.taskdata import prepare
 from models.loading import ModelSpec, load_encoder, load_model
-from tests.conftest import save_tiny, tiny_tokenizer
+from tests.support.models import save_tiny, tiny_tokenizer
 
 TEXTS = ("the film is good .", "a very dull movie ! it was not fun and i hated it , very bad", "fun")
 PAIRS = ("good", "the movie was very bad and dull , not fun", "i liked it")

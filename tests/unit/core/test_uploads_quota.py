@@ -10,7 +10,7 @@ import pytest
 
 from analysis.core.inputs import InputError
 from jobs.store import JobStore
-from tests.integration.test_app import run_page
+from tests.support.pages import run_page
 
 MB = 1 << 20
 

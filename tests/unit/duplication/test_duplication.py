@@ -180,7 +180,7 @@ def test_a_deeper_model_names_its_layers_by_source_through_export_and_fine_tunin
     from analysis.probe.plots import accuracy_curve
     from analysis.training.finetune import Splits, run_finetune
     from analysis.training.train import FinetuneConfig
-    from tests.unit.training.test_training import synthetic
+    from tests.support.data import synthetic
 
     loaded = loaded_of(tiny_dirs["bert"])  # 3 layers
     plan = [0, 0, 1, 2]
@@ -236,7 +236,7 @@ def test_a_refused_export_name_states_the_rule():
 def test_the_page_offers_a_default_name_it_accepts(tiny_dirs, tmp_path):
     import shutil
 
-    from tests.integration.test_app import run_page
+    from tests.support.pages import run_page
 
     path = tmp_path / "_tmp_x" / "model"
     shutil.copytree(tiny_dirs["bert"], path)

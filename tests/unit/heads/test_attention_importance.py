@@ -23,7 +23,7 @@ from analysis.heads.importance import (
 )
 from analysis.heads.model import check_head, head_gates, head_shape
 from models.loading import ModelSpec, load_model
-from tests.conftest import tiny_tokenizer
+from tests.support.models import tiny_tokenizer
 
 TEXTS = TextInputs(("the film is good .", "i liked the movie and it was fun", "not very good , dull",
                     "it was a bad film !", "the movie is very fun and good"))

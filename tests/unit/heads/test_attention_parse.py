@@ -22,7 +22,7 @@ from analysis.heads.parse import DIRECTIONS, Parsing, prim_parents, relations_of
 from analysis.heads.run import analyse
 from analysis.heads.words import word_attention_loop
 from models.loading import ModelSpec
-from tests.conftest import FIXTURES
+from tests.support.data import FIXTURES
 
 
 @pytest.fixture(scope="module")

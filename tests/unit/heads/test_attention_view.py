@@ -16,7 +16,7 @@ from analysis.heads.model import load_eager
 from analysis.heads.run import analyse
 from analysis.heads.view import compare_views, head_rows, head_view, same_tokens
 from models.loading import ModelSpec, load_model
-from tests.conftest import FIXTURES
+from tests.support.data import FIXTURES
 from tests.unit.structure.test_structure_words import families  # noqa: F401  (fixture)
 
 SENTENCE = "the film is good , the film is fun ."

@@ -20,7 +20,7 @@ from transformers import (
 from analysis.core.inputs import InputError, TextInputs
 from analysis.probe.reconstruction import probe
 from models.loading import ModelLoadError, ModelSpec, load_model
-from tests.conftest import TINY_CONFIGS, tiny_tokenizer
+from tests.support.models import TINY_CONFIGS, tiny_tokenizer
 
 TEXTS = TextInputs(("the film is good .", "a very dull movie !", "it was not bad"))
 TASKS = {"sequence": AutoModelForSequenceClassification, "token": AutoModelForTokenClassification,
@@ -196,7 +196,7 @@ def test_fine_tuning_a_classifier_replaces_its_task_head_and_says_so(tiny_dirs, 
 
 
 def test_pages_say_what_a_classifier_has_and_read_it_with_a_borrowed_head(tiny_dirs, tmp_path):
-    from tests.integration.test_app import run_page
+    from tests.support.pages import run_page
     from ui.sidebar import KEY_HEAD_FROM
 
     clf = save_as(tiny_dirs["bert"], AutoModelForSequenceClassification, tmp_path / "clf", num_labels=2,
@@ -253,7 +253,7 @@ def test_a_headless_checkpoint_is_described_as_saved(tiny_dirs, tmp_path, capsys
     """all-MiniLM-L6-v2's case: a BertModel (pooler, no MLM head) is reported as a BertModel with its own
     parameters, pooler included, not as the BertForMaskedLM it is read through with a placeholder head."""
     from cli.main import main
-    from tests.integration.test_app import run_page
+    from tests.support.pages import run_page
 
     path = sentence_transformers_dir(tiny_dirs["bert"], tmp_path / "st", normalize=True)
     plain = AutoModel.from_pretrained(path)

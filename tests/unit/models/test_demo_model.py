@@ -10,7 +10,7 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from models.loading import DEMO_DIR, ModelSpec, load_model
 from models.pretrain import evaluate, pack, read_documents
-from tests.conftest import shared_file
+from tests.support.data import shared_file
 
 pytestmark = pytest.mark.slow  # every test here takes more than ~5 s
 

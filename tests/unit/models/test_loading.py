@@ -4,7 +4,7 @@ from transformers import AutoConfig, AutoModelForMaskedLM, BertModel, GPT2Config
 
 from models.anatomy import layer_name
 from models.loading import ModelLoadError, ModelSpec, load_model, module_nbytes, resolve_device, resolve_dtype
-from tests.conftest import TINY_CONFIGS, save_tiny, tiny_tokenizer
+from tests.support.models import TINY_CONFIGS, save_tiny, tiny_tokenizer
 
 
 def sample_batch(tokenizer):
@@ -256,7 +256,7 @@ def test_an_uncached_hub_name_is_refused_without_a_connection_in_offline_mode(tm
 @pytest.mark.slow  # a fresh Python process importing torch and transformers
 def test_a_cached_hub_model_loads_without_retries_when_the_hub_is_unreachable(tmp_path):
     """A hub model already in the local cache still loads with the hub out of reach, from the cache alone."""
-    from tests.conftest import save_tiny
+    from tests.support.models import save_tiny
 
     repo = tmp_path / "hf_home" / "hub" / "models--layerlens-test--cached-bert"
     commit = "0123456789abcdef0123456789abcdef01234567"

@@ -18,7 +18,7 @@ from models.pretrain import (
     train_tokenizer,
 )
 from models.pretrain import main as pretrain_main
-from tests.conftest import FIXTURES
+from tests.support.data import FIXTURES
 
 CORPUS = FIXTURES / "english_valid_400.txt.gz"  # the first 400 lines of the held-out corpus
 

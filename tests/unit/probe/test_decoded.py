@@ -13,7 +13,7 @@ from tokenizers import ByteLevelBPETokenizer, SentencePieceBPETokenizer
 from transformers import PreTrainedTokenizerFast
 
 from analysis.probe.reconstruction import decoded_table
-from tests.conftest import tiny_tokenizer
+from tests.support.models import tiny_tokenizer
 
 CORPUS = ["the film is good , très bien !", "i liked the movie — and it was fun 😀", "naïve café déjà vu ?",
           "not very good, dull… 東京 and 北京"] * 50

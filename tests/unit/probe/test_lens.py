@@ -17,7 +17,7 @@ from analysis.probe import lens_training as LT
 from analysis.probe.options import LensOptions
 from analysis.probe.reconstruction import ProbeConfig, probe
 from models.loading import ModelSpec, load_model
-from tests.conftest import TINY_CONFIGS, save_tiny
+from tests.support.models import TINY_CONFIGS, save_tiny
 
 WORDS = ["the", "a", "film", "is", "good", "bad", "not", "very", "movie", "and", "it", "was", "i", "liked", "hated",
          "fun", "dull", "."]
@@ -123,7 +123,7 @@ def peak_saved_bytes(layers: int, directory) -> int:
     tiny BERT with ``layers`` layers (a backward frees its graph's saved tensors)."""
     from transformers import AutoModelForMaskedLM, BertConfig
 
-    from tests.conftest import tiny_tokenizer
+    from tests.support.models import tiny_tokenizer
 
     config = BertConfig(vocab_size=99, hidden_size=16, num_hidden_layers=layers, num_attention_heads=2,
                         intermediate_size=32, max_position_embeddings=64)

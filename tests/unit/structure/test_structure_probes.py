@@ -18,7 +18,7 @@ from analysis.core.scores import wilson_interval
 from analysis.core.treebank import read_conllu
 from analysis.structure import mdl, probes
 from analysis.structure.summary import LayerCounts, best_layer, center_of_gravity, resample_weights, summarise
-from tests.conftest import FIXTURES
+from tests.support.data import FIXTURES
 
 SENTENCES = read_conllu(FIXTURES / "ud_tiny_train.conllu").sentences
 OFFSETS = np.concatenate([[0], np.cumsum([len(s) for s in SENTENCES])])

@@ -12,7 +12,7 @@ from analysis.structure.options import StructureOptions
 from analysis.structure.run import run_structure
 from models.loading import load_model
 from models.spec import ModelSpec
-from tests.conftest import FIXTURES
+from tests.support.data import FIXTURES
 
 TRAIN, TEST = read_conllu(FIXTURES / "ud_tiny_train.conllu"), read_conllu(FIXTURES / "ud_tiny_test.conllu")
 

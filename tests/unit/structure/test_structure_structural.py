@@ -12,7 +12,7 @@ from scipy.stats import spearmanr
 from analysis.core.treebank import read_conllu
 from analysis.core.trees import prim_edges
 from analysis.structure import structural
-from tests.conftest import FIXTURES
+from tests.support.data import FIXTURES
 
 TRAIN = read_conllu(FIXTURES / "ud_tiny_train.conllu").sentences
 TEST = read_conllu(FIXTURES / "ud_tiny_test.conllu").sentences

@@ -16,7 +16,7 @@ from analysis.core.store import ArrayStore
 from analysis.core.treebank import read_conllu
 from analysis.structure.words import extract
 from models.loading import ModelSpec, load_model
-from tests.conftest import FIXTURES
+from tests.support.data import FIXTURES
 
 CORPUS = ["the film is good .", "unbelievable things happen , don't they ?", "i liked the movie and it was fun"] * 20
 SENTENCES = [list(s.words) for s in read_conllu(FIXTURES / "ud_tiny_train.conllu").sentences[:6]]

@@ -24,7 +24,7 @@ from analysis.core.treebank import read_conllu
 from analysis.tokens.corpus import from_texts, from_treebank, read_corpus
 from analysis.tokens.vectors import TokenVectors, extract
 from models.loading import ModelSpec, load_model
-from tests.conftest import FIXTURES
+from tests.support.data import FIXTURES
 from tests.unit.structure.test_structure_words import CORPUS, families, reference_tokenizer  # noqa: F401  (a fixture)
 
 ROOT = Path(__file__).resolve().parents[3]

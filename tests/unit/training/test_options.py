@@ -14,8 +14,9 @@ from analysis.training.options import PRESETS, FinetuneOptions, resolve
 from cli.main import main
 from jobs.store import JobStore
 from jobs.submit import SubmitError, submit
-from tests.integration.test_app import run_page
-from tests.unit.training.test_training import bert4, synthetic, write_tsv  # noqa: F401  (bert4 is a fixture)
+from tests.support.data import synthetic
+from tests.support.pages import run_page
+from tests.unit.training.test_training import write_tsv
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from transformers import AutoModelForMaskedLM, BertConfig
+from transformers import AutoModelForMaskedLM
 
 from analysis.core.activations import encode_truncated, truncate_indices
 from analysis.core.inputs import InputError, TextInputs
@@ -16,37 +16,8 @@ from analysis.training.taskdata import label_ids, prepare
 from analysis.training.train import Classifier, FinetuneConfig, evaluate, layer_of, parameter_groups, train
 from cli.main import main
 from models.loading import ModelSpec, load_encoder
-from tests.conftest import tiny_tokenizer
-
-
-@pytest.fixture(scope="module")
-def bert4(tmp_path_factory):
-    """A tiny 4-layer BERT (enough layers for first4/last4 and GRU groups of 1, 2, 4)."""
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("bert4")
-    config = BertConfig(vocab_size=99, hidden_size=16, num_hidden_layers=4, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=64)
-    model = AutoModelForMaskedLM.from_config(config)
-    with torch.no_grad():
-        model.cls.predictions.bias.normal_()  # non-zero, so a lost or re-initialised head bias shows
-    model.save_pretrained(path)
-    tiny_tokenizer().save_pretrained(path)
-    return path
-
-
-def synthetic(n: int, seed: int = 0) -> TextInputs:
-    """An easy task: 'good' -> pos, 'bad' -> neg, among filler words."""
-    rng = np.random.default_rng(seed)
-    filler = ["the", "film", "is", "very", "movie", "and", "it", "was"]
-    texts, labels = [], []
-    for i in range(n):
-        words = list(rng.choice(filler, 5))
-        word, label = ("good", "pos") if i % 2 else ("bad", "neg")
-        words.insert(int(rng.integers(0, 6)), word)
-        texts.append(" ".join(words))
-        labels.append(label)
-    return TextInputs(tuple(texts), labels=tuple(labels))
-
+from tests.support.data import synthetic
+from tests.support.models import tiny_tokenizer
 
 # --- truncation ---------------------------------------------------------------------------------------------
 
