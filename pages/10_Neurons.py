@@ -3,16 +3,16 @@
 import streamlit as st
 
 from analysis.core.csvout import to_csv
-from analysis.core.inputs import InputError, max_rows
+from analysis.core.inputs import max_rows
 from analysis.neurons.ablation import neurons
 from analysis.neurons.options import NeuronsConfig
 from analysis.neurons.plots import ablation_curves
 from analysis.tasks.neurons import NeuronsRun
 from ui.inputs import labelled_inputs
 from ui.report import result_report_button
-from ui.results import chart, result_key, result_store, shared_result, stop_button, table
+from ui.results import chart, result_key, result_store, table
 from ui.sidebar import start_page
-from ui.tasks import task_form
+from ui.tasks import run_on_page, task_form
 
 HEADERS = {
     "accuracy": ("accuracy at this layer", "the layer's own probe on its held-out vectors, the units zeroed"),
@@ -35,16 +35,9 @@ config = task_form("neurons", NeuronsConfig, ["pooling", "layers", "k", "random_
 if inputs is None or config is None:
     st.stop()
 key = result_key("neurons", loaded.spec.resolved().to_dict(), config.to_dict(), inputs.content_hash())
-if st.button("Rank and ablate", type="primary", key="neurons_run") and result_store().get(key) is None:
-    stop_slot = stop_button("Ranking and ablating")
-    try:
-        shared_result(key, "neurons", lambda report: neurons(loaded, inputs, config, progress=lambda stage, done, n:
-                                                                report(done / max(n, 1), f"{stage}: {done}/{n}")))
-    except InputError as exc:
-        st.error(str(exc))
-    except Exception as exc:  # never a traceback in the UI
-        st.error(f"The run failed: {type(exc).__name__}: {exc}")
-    stop_slot.empty()
+if st.button("Rank and ablate", type="primary", key="neurons_run"):
+    run_on_page({key: ("neurons", lambda ctx: neurons(loaded, inputs, config, progress=ctx.progress))},
+                "Ranking and ablating")
 
 if (result := result_store().get(key)) is not None:
     info = result.info

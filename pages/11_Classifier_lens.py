@@ -6,14 +6,14 @@ import streamlit as st
 
 from analysis.classifier_lens.plots import accuracy_curves, decision_histogram, example_figure, kl_curves
 from analysis.core.csvout import to_csv
-from analysis.core.inputs import InputError, max_rows
+from analysis.core.inputs import max_rows
 from analysis.tasks.classifier_lens import ClassifierLens, ClassifierLensKnobs, ClassifierLensOptions
 from ui.inputs import labelled_inputs
 from ui.jobs import finished_classifier_jobs
 from ui.report import result_report_button
-from ui.results import chart, result_key, result_store, shared_result, stop_button, table
+from ui.results import chart, result_key, result_store, table
 from ui.sidebar import start_page
-from ui.tasks import PageContext, task_form
+from ui.tasks import run_on_page, task_form
 
 HEADERS = {
     "accuracy": ("accuracy", "the prediction at this layer is the row's label"),
@@ -83,18 +83,8 @@ def options_for(label: str) -> ClassifierLensOptions:
 keys = {label: result_key("lens classifier", choices[label], knobs.model_dump(mode="json"), inputs.content_hash())
         for label in picked}
 if st.button("Read every layer", type="primary", key="clens_run"):
-    stop_slot = stop_button("Reading the layers")
-    try:
-        for label in picked:
-            if result_store().get(keys[label]) is None:
-                shared_result(keys[label], f"classifier lens: {label}",
-                              lambda report, label=label: ClassifierLens().read(options_for(label), inputs,
-                                                                                PageContext(report)))
-    except InputError as exc:
-        st.error(str(exc))
-    except Exception as exc:  # never a traceback in the UI
-        st.error(f"The run failed: {type(exc).__name__}: {exc}")
-    stop_slot.empty()
+    run_on_page({keys[label]: (f"classifier lens: {label}", lambda ctx, label=label: ClassifierLens().read(
+        options_for(label), inputs, ctx)) for label in picked}, "Reading the layers")
 
 runs = {label: result_store().get(keys[label]) for label in picked}
 runs = {label: run for label, run in runs.items() if run is not None}

@@ -14,9 +14,9 @@ from analysis.tasks.series import ANALYSES, Series, SeriesOptions
 from ui.inputs import server_file
 from ui.jobs import finished_jobs
 from ui.report import result_report_button
-from ui.results import chart, result_key, result_store, shared_result, stop_button, table
+from ui.results import chart, result_key, result_store, table
 from ui.sidebar import start_page
-from ui.tasks import PageContext
+from ui.tasks import run_on_page
 
 TREEBANKS = (".conllu", ".conllu.gz")
 WHAT = {"probe": "reconstruction accuracy", "atlas": "separability and CKA to the last checkpoint",
@@ -71,14 +71,7 @@ except InputError as exc:
 st.caption(f"{len(points)} checkpoints, in this order: " + ", ".join(p.label for p in points))
 key = result_key("series", options.model_dump(mode="json"))
 if st.button("Run the analysis at every checkpoint", type="primary", key="series_run"):
-    stop_slot = stop_button("The series")
-    try:
-        shared_result(key, "series", lambda report: Series().run(options, PageContext(report)))
-    except InputError as exc:
-        st.error(str(exc))
-    except Exception as exc:  # never a traceback in the UI
-        st.error(f"The series failed: {type(exc).__name__}: {exc}")
-    stop_slot.empty()
+    run_on_page({key: ("series", lambda ctx: Series().run(options, ctx))}, "The series")
 
 if (run := result_store().get(key)) is None:
     st.stop()

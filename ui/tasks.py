@@ -44,3 +44,21 @@ class PageContext:
 
     def should_stop(self) -> bool:
         return False
+
+
+def run_on_page(runs: dict, what: str) -> None:
+    """THE runner of a page's task: each ``key -> (label, run)`` whose result is not in the shared store yet is
+    ``run(ctx)`` with a :class:`PageContext` on the page's progress bar, the Stop button shown meanwhile; bad input is
+    its own one line, anything else one line too (the UI never shows a traceback)."""
+    from ui.results import result_store, shared_result, stop_button
+
+    stop_slot = stop_button(what)
+    try:
+        for key, (label, run) in runs.items():
+            if result_store().get(key) is None:
+                shared_result(key, label, lambda report, run=run: run(PageContext(report)))
+    except InputError as exc:
+        st.error(str(exc))
+    except Exception as exc:  # never a traceback in the UI
+        st.error(f"{what} failed: {type(exc).__name__}: {exc}")
+    stop_slot.empty()
