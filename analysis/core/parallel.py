@@ -115,13 +115,25 @@ def ranks(cpu: bool = False) -> Ranks:
     return Ranks(state.process_index, state.num_processes, device)
 
 
+EXIT_WAIT_SECONDS = 30  # how long a process waits at exit for the others of its group
+
+
 def leave_process_group() -> None:
     """Destroy the process group as the process exits. Left to the interpreter's shutdown, gloo's threads were
     destroyed while still joinable: once in a CI run a helper process aborted with "terminate called without an
     active exception" (exit -6) after its work was done."""
+    import datetime
+
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
+        try:
+            if dist.get_backend() == "gloo":  # every process done with its sockets before any tears them down (it
+                # happened once more, with the destroy alone); bounded, so that a process that failed early waits
+                # at most this long for the others
+                dist.monitored_barrier(timeout=datetime.timedelta(seconds=EXIT_WAIT_SECONDS))
+        except (RuntimeError, ValueError):  # another process left already, or failed: leave without waiting
+            pass
         try:
             dist.destroy_process_group()
         except (RuntimeError, ValueError) as exc:  # exiting anyway: say it, do not fail the run
