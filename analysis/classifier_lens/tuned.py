@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from analysis.classifier_lens.lens import kl_to_final, layer_probabilities, predictions
 from analysis.core.activations import Encoded, bucket_indices, make_batch
 from analysis.core.inputs import InputError
 
@@ -48,17 +49,29 @@ class Translators(torch.nn.Module):
         return (x + self.linear[layer](x)).to(h.dtype)
 
 
-def _layer_logits(readout, states, mask, translators: Translators | None) -> list[torch.Tensor]:
-    out = []
-    for layer in range(readout.num_layers + 1):
-        if translators is not None and layer < readout.num_layers:
-            moved = list(states)
-            moved[layer] = translators(states[layer], layer)
-            states_l = moved
-        else:
-            states_l = states
-        out.append(readout.logits(states_l, mask, layer).float())
-    return out
+class Translated:
+    """``readout`` with each layer ``l < L`` moved by its translator before the head: a readout itself, so the raw
+    lens's loop (:func:`analysis.classifier_lens.lens.layer_probabilities`) reads the tuned lens too."""
+
+    def __init__(self, readout, translators: Translators):
+        self.readout, self.translators = readout, translators
+        self.encoder, self.num_layers = readout.encoder, readout.num_layers
+
+    def states(self, inputs: dict):
+        return self.readout.states(inputs)
+
+    def logits(self, states, mask, layer: int) -> torch.Tensor:
+        if layer < self.num_layers:
+            states = list(states)
+            states[layer] = self.translators(states[layer], layer)
+        return self.readout.logits(states, mask, layer)
+
+
+def _subset(encoded: Encoded, rows: np.ndarray) -> Encoded:
+    """The rows ``rows`` of ``encoded``, in that order."""
+    return Encoded([encoded.input_ids[i] for i in rows],
+                   None if encoded.token_type_ids is None else [encoded.token_type_ids[i] for i in rows],
+                   encoded.max_length, 0)
 
 
 def train(readout, encoded: Encoded, rows: np.ndarray, pad_id: int, device: str, epochs: int = 10, lr: float = 1e-3,
@@ -69,9 +82,8 @@ def train(readout, encoded: Encoded, rows: np.ndarray, pad_id: int, device: str,
     hidden = readout.encoder.config.hidden_size
     translators = Translators(readout.num_layers, hidden).to(device)
     optimizer = torch.optim.Adam(translators.parameters(), lr=lr)
-    subset = Encoded([encoded.input_ids[i] for i in rows],
-                     None if encoded.token_type_ids is None else [encoded.token_type_ids[i] for i in rows],
-                     encoded.max_length, 0)
+    tuned = Translated(readout, translators)
+    subset = _subset(encoded, rows)
     batches = list(bucket_indices(subset, batch_size))
     rng = np.random.default_rng(seed)
     total = epochs * len(batches)
@@ -82,7 +94,8 @@ def train(readout, encoded: Encoded, rows: np.ndarray, pad_id: int, device: str,
             batch = make_batch(subset, batches[b], pad_id, device)
             with torch.no_grad():
                 states = readout.states(batch.model_inputs())
-            logits = _layer_logits(readout, states, batch.attention_mask, translators)
+            logits = [tuned.logits(states, batch.attention_mask, layer).float()
+                      for layer in range(readout.num_layers + 1)]
             final = logits[-1].log_softmax(-1)
             loss = sum(torch.nn.functional.kl_div(x.log_softmax(-1), final, log_target=True, reduction="batchmean")
                        for x in logits[:-1]) / max(1, len(logits) - 1)
@@ -93,38 +106,25 @@ def train(readout, encoded: Encoded, rows: np.ndarray, pad_id: int, device: str,
     return translators.eval()
 
 
-@torch.no_grad()
 def tuned_probabilities(readout, translators: Translators, encoded: Encoded, rows: np.ndarray, pad_id: int,
                         device: str, batch_size: int = 32) -> np.ndarray:
     """``(len(rows), L + 1, classes)``: the rows' class probabilities read through the translators."""
-    subset = Encoded([encoded.input_ids[i] for i in rows],
-                     None if encoded.token_type_ids is None else [encoded.token_type_ids[i] for i in rows],
-                     encoded.max_length, 0)
-    out = None
-    for idx in bucket_indices(subset, batch_size):
-        batch = make_batch(subset, idx, pad_id, device)
-        states = readout.states(batch.model_inputs())
-        probs = torch.stack([x.softmax(-1) for x in _layer_logits(readout, states, batch.attention_mask,
-                                                                  translators)], dim=1)
-        if out is None:
-            out = np.empty((len(rows), probs.shape[1], probs.shape[2]))
-        out[idx] = probs.cpu().numpy()
-    return out
+    return layer_probabilities(Translated(readout, translators), _subset(encoded, rows), pad_id, device, batch_size)
 
 
-def tuned_table(raw: np.ndarray, tuned: np.ndarray, kl: Callable[[np.ndarray], np.ndarray],
-                labels: np.ndarray | None) -> pd.DataFrame:
+def tuned_table(raw: np.ndarray, tuned: np.ndarray, labels: np.ndarray | None) -> pd.DataFrame:
     """``tuned.csv``: per layer, on the held-out rows, the KL to the final distribution and the agreement with the
     final prediction, raw and tuned (and the accuracy of each, with labels)."""
     rows = []
-    kl_raw, kl_tuned = kl(raw), kl(tuned)
+    kl_raw, kl_tuned = kl_to_final(raw), kl_to_final(tuned)
+    said_raw, said_tuned = predictions(raw), predictions(tuned)
     for layer in range(raw.shape[1]):
         row = {"layer": layer, "held_out_kl_raw": float(kl_raw[:, layer].mean()),
                "held_out_kl_tuned": float(kl_tuned[:, layer].mean()),
-               "held_out_agreement_raw": float((raw[:, layer].argmax(-1) == raw[:, -1].argmax(-1)).mean()),
-               "held_out_agreement_tuned": float((tuned[:, layer].argmax(-1) == tuned[:, -1].argmax(-1)).mean())}
+               "held_out_agreement_raw": float((said_raw[:, layer] == said_raw[:, -1]).mean()),
+               "held_out_agreement_tuned": float((said_tuned[:, layer] == said_tuned[:, -1]).mean())}
         if labels is not None:
-            row["held_out_accuracy_raw"] = float((raw[:, layer].argmax(-1) == labels).mean())
-            row["held_out_accuracy_tuned"] = float((tuned[:, layer].argmax(-1) == labels).mean())
+            row["held_out_accuracy_raw"] = float((said_raw[:, layer] == labels).mean())
+            row["held_out_accuracy_tuned"] = float((said_tuned[:, layer] == labels).mean())
         rows.append({**row, "n_held_out": len(raw)})
     return pd.DataFrame(rows)

@@ -166,7 +166,7 @@ class ClassifierLens(Task):
                                       ctx.progress, ctx.should_stop)
             moved = tuned.tuned_probabilities(readout, translators, encoded, held, tokenizer.pad_token_id, device,
                                               options.batch_size)
-            tuned_frame = tuned.tuned_table(probs[held], moved, lens.kl_to_final, labels[held])
+            tuned_frame = tuned.tuned_table(probs[held], moved, labels[held])
         facts = {**facts, "model": options.model, "model_spec": options.spec().resolved().to_dict(),
                  "data": str(options.data), "text_column": options.text_column, "pair_column": options.pair_column,
                  "label_column": options.label_column, "classes": names, "rows": len(data),
