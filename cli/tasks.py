@@ -133,12 +133,8 @@ def run_task(task: Task):
         if getattr(args, "out", None) is None and "out" in vars(args):
             raise UserError(f"--out DIR is required: {task.writes}")
         options = options_from_args(task, args)
-        if task.output_file:  # one file, written in place (atomically) by the result
-            result = task.run(options, CliContext(None, task.unit, task.writes))
-            size = result.write_file(options.out)
-            print(f"wrote {options.out} ({size / 1e6:.1f} MB)", file=sys.stderr)
-            return 0
-        ctx = CliContext(args.out, task.unit, task.writes, task.in_place)
+        # a one-file output is the result's to write (in place, atomically): no folder
+        ctx = CliContext(None if task.output_file else args.out, task.unit, task.writes, task.in_place)
         if task.in_place:
             ctx.listen()
         try:
@@ -147,6 +143,10 @@ def run_task(task: Task):
             ctx.close()
         if result is None:  # stopped (Ctrl-C), or a helper process of a launcher
             return 130 if ctx.stopped else 0
+        if task.output_file:
+            size = result.write_file(options.out)
+            print(f"wrote {options.out} ({size / 1e6:.1f} MB)", file=sys.stderr)
+            return 0
         written = result.write(ctx.output())
         summary = result.summary()
         if summary:

@@ -11,6 +11,7 @@ from analysis.series.checkpoints import parse
 from analysis.series.plots import heatmap
 from analysis.tasks.report import figures_for
 from analysis.tasks.series import ANALYSES, Series, SeriesOptions
+from analysis.training.runs import recorded_head
 from ui.inputs import server_file
 from ui.jobs import finished_jobs
 from ui.report import result_report_button
@@ -60,7 +61,7 @@ else:
 if not spec or None in files.values():
     st.stop()
 try:
-    points = parse(spec)
+    points = parse(spec, recorded_head)
     for point in points:  # the browser reaches only the model folders, whichever widget names them
         browser_model(point.model)
     options = SeriesOptions(analysis=analysis, checkpoints=spec, device=loaded.spec.device,

@@ -21,11 +21,9 @@ from models.loading import LoadedModel
 
 def job_checkpoint(loaded: LoadedModel) -> Path | None:
     """The job checkpoint folder ``loaded`` was read from (its ``encoder/``), or None."""
-    folder = Path(loaded.spec.source).parent
-    if Path(loaded.spec.source).name == "encoder" and (folder / "head.json").is_file() \
-            and (folder / "head.safetensors").is_file():
-        return folder
-    return None
+    from analysis.training.runs import classifier_checkpoint
+
+    return classifier_checkpoint(loaded.spec.source) if Path(loaded.spec.source).name == "encoder" else None
 
 
 def own_predictions(loaded: LoadedModel, inputs: TextInputs, max_length: int | None = None,

@@ -18,6 +18,7 @@ import dataclasses
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from analysis.core.inputs import InputError
@@ -46,8 +47,10 @@ def step_of(name: str) -> int | None:
     return int(round(float(value) * {"": 1, "k": 1_000, "K": 1_000, "m": 1_000_000, "M": 1_000_000}[unit]))
 
 
-def parse(spec: str) -> list[Checkpoint]:
-    """The checkpoints ``spec`` names (module docstring), in order; a one-line error for a series that cannot be."""
+def parse(spec: str, job_head: Callable[[Path], str | None]) -> list[Checkpoint]:
+    """The checkpoints ``spec`` names (module docstring), in order; a one-line error for a series that cannot be.
+    ``job_head(folder)``: the MLM head a fine-tuning run's folder records
+    (:func:`analysis.training.runs.recorded_head`, passed in by the task layer: a technique imports no other)."""
     spec = spec.strip()
     if not spec:
         raise InputError("--checkpoints is empty: give a folder of checkpoints, job:N, MODEL@rev1,rev2 or A,B,C")
@@ -57,7 +60,7 @@ def parse(spec: str) -> list[Checkpoint]:
         return _at_least_two([Checkpoint(r, step_of(r), model.strip(), r) for r in revs], spec)
     path = Path(spec).expanduser()
     if path.is_dir() and (path / "epochs").is_dir() and not (path / "config.json").is_file():
-        return _at_least_two(job_epochs(path), spec)
+        return _at_least_two(job_epochs(path, job_head(path)), spec)
     if path.is_dir() and not (path / "config.json").is_file():
         return _at_least_two(folder(path), spec)
     if "," in spec:
@@ -84,14 +87,8 @@ def folder(path: Path) -> list[Checkpoint]:
     return sorted((Checkpoint(p.name, step_of(p.name), str(p)) for p in found), key=lambda c: (c.step, c.label))
 
 
-def job_epochs(artifacts: Path) -> list[Checkpoint]:
-    """A fine-tuning job's saved epochs (``epochs/<e>/encoder``), read by the MLM head it records."""
-    metrics = artifacts / "metrics.json"
-    head = json.loads(metrics.read_text()).get("mlm_head_from") if metrics.is_file() else None
-    if head and not Path(head).is_absolute() and (artifacts / head).is_dir():  # its own further pre-training
-        head = str(artifacts / head)
-    elif head and Path(head).is_absolute() and not Path(head).exists() and (artifacts / Path(head).name).is_dir():
-        head = str(artifacts / Path(head).name)  # recorded before the relative record: its staging folder's path
+def job_epochs(artifacts: Path, head: str | None) -> list[Checkpoint]:
+    """A fine-tuning job's saved epochs (``epochs/<e>/encoder``), read by ``head``, the MLM head it records."""
     epochs = sorted(int(p.name) for p in (artifacts / "epochs").iterdir()
                     if p.name.isdigit() and (p / "encoder" / "config.json").is_file())
     if not epochs:

@@ -69,25 +69,16 @@ class ClassifierLensRun(Result):
         return self.layers
 
 
-def job_checkpoint(source: str) -> Path | None:
-    """The job checkpoint folder ``source`` names (the folder with ``head.json``, or its ``encoder/``), or None."""
-    path = Path(source)
-    for folder in (path, path.parent):
-        if (folder / "head.json").is_file() and (folder / "head.safetensors").is_file() \
-                and (folder / "encoder").is_dir():
-            return folder
-    return None
-
-
 def load_classifier(options: ClassifierLensOptions):
     """``(readout, tokenizer, class names, length limit, truncation, facts)`` of the classifier the options name;
     a one-line error for a model without a classification head."""
     from analysis.classifier_lens.readout import HubReadout, PoolingReadout
     from analysis.core.activations import position_limit
+    from analysis.training.runs import classifier_checkpoint
     from models.loading import DTYPES, ModelLoadError, config_and_family
 
     spec = options.spec().resolved()
-    checkpoint = job_checkpoint(spec.source)
+    checkpoint = classifier_checkpoint(spec.source)
     if checkpoint is not None:
         from analysis.training.finetune import load_checkpoint
 

@@ -161,7 +161,6 @@ def cka_to_final(options: SeriesOptions, points: list[Checkpoint], ctx: Context)
     from models.loading import load_model
 
     data = read_file(options.input, options.text_column, label_column=options.label_column)
-    task, _ = analysis_options(options, points[-1])
     reps = []
     for i, point in enumerate(points):
         _, atlas_options = analysis_options(options, point)
@@ -191,7 +190,9 @@ class Series(Task):
 
         _need(options, *{"probe": ("input",), "atlas": ("input",), "heads": ("input",),
                          "structure": ("train", "test")}[options.analysis])
-        points = parse(options.checkpoints)
+        from analysis.training.runs import recorded_head
+
+        points = parse(options.checkpoints, recorded_head)
         identity = check_one_model(points)
         ctx.output()
         parts, folders, reused = [], {}, []

@@ -4,6 +4,7 @@ its fine-tuned encoder (:func:`fine_tuned`), read by the comparisons without kno
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +52,23 @@ def head_from(artifacts: Path, metrics: dict | None) -> str | None:
     if head and Path(head).is_absolute() and not Path(head).exists() and (Path(artifacts) / Path(head).name).is_dir():
         return str(Path(artifacts) / Path(head).name)  # a run before the relative record: its staging folder's path
     return head
+
+
+def recorded_head(artifacts: Path) -> str | None:
+    """The MLM head a run folder's ``metrics.json`` records (:func:`head_from`), or None (no metrics.json)."""
+    metrics = Path(artifacts) / "metrics.json"
+    return head_from(artifacts, json.loads(metrics.read_text())) if metrics.is_file() else None
+
+
+def classifier_checkpoint(source: str | Path) -> Path | None:
+    """The folder of a fine-tuning job's saved classifier that ``source`` names (the folder holding ``head.json``,
+    ``head.safetensors`` and ``encoder/``, given as itself or as its ``encoder/``), or None."""
+    path = Path(source)
+    for folder in (path, path.parent):
+        if (folder / "head.json").is_file() and (folder / "head.safetensors").is_file() \
+                and (folder / "encoder").is_dir():
+            return folder
+    return None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,6 +13,8 @@ import pytest
 
 from analysis.core.inputs import InputError
 from analysis.series import checkpoints
+from analysis.series.checkpoints import parse
+from analysis.training.runs import recorded_head
 from cli.main import main
 from tests.support.models import make_series, save_tiny
 
@@ -109,7 +111,7 @@ def test_checkpoints_of_another_model_are_one_line(series_dir, tmp_path, capsys,
 def test_steps_are_read_from_names_and_a_name_without_one_is_refused(tmp_path):
     assert [checkpoints.step_of(n) for n in ("step_20k", "checkpoint-500", "epoch 3", "main", "step-1.5M")] == \
         [20_000, 500, 3, None, 1_500_000]
-    points = checkpoints.parse("org/model@step_2k,step_20k,step_200")
+    points = parse("org/model@step_2k,step_20k,step_200", recorded_head)
     assert [(p.label, p.step, p.revision) for p in points] == [("step_2k", 2000, "step_2k"),
                                                               ("step_20k", 20000, "step_20k"),
                                                               ("step_200", 200, "step_200")]
@@ -117,11 +119,11 @@ def test_steps_are_read_from_names_and_a_name_without_one_is_refused(tmp_path):
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text("{}")
     with pytest.raises(InputError, match="cannot order final"):
-        checkpoints.parse(str(tmp_path))
+        parse(str(tmp_path), recorded_head)
     shutil.rmtree(tmp_path / "final")
-    assert [p.label for p in checkpoints.parse(str(tmp_path))] == ["step-2", "step-10"]
+    assert [p.label for p in parse(str(tmp_path), recorded_head)] == ["step-2", "step-10"]
     with pytest.raises(InputError, match="a series needs at least two"):
-        checkpoints.parse("org/model@main")
+        parse("org/model@main", recorded_head)
 
 
 def test_a_jobs_saved_epochs_are_a_series(tmp_path, tiny_dirs):
@@ -133,7 +135,7 @@ def test_a_jobs_saved_epochs_are_a_series(tmp_path, tiny_dirs):
     artifacts = tmp_path / "artifacts"
     run_finetune(ModelSpec(str(tiny_dirs["bert"]), device="cpu"), Splits(synthetic(16), synthetic(8, seed=1)),
                  FinetuneConfig(epochs=2, batch_size=8, save_epoch_checkpoints=True), artifacts)
-    points = checkpoints.parse(str(artifacts))
+    points = parse(str(artifacts), recorded_head)
     assert [(p.label, p.step) for p in points] == [("epoch 0", 0), ("epoch 1", 1), ("epoch 2", 2)]
     assert points[0].model == str(tiny_dirs["bert"])  # the model it was fine-tuned from
     assert all(p.head_from == str(tiny_dirs["bert"]) for p in points[1:])
@@ -152,10 +154,10 @@ def test_a_cli_runs_further_pretraining_is_found_after_its_out_is_renamed(tmp_pa
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["mlm_head_from"] == "further_pretrained"
     assert fine_tuned(out, metrics)[1] == str(out / "further_pretrained")
-    assert all(p.head_from == str(out / "further_pretrained") for p in checkpoints.parse(str(out))[1:])
+    assert all(p.head_from == str(out / "further_pretrained") for p in parse(str(out), recorded_head)[1:])
     assert series(tmp_path / "s", "--analysis", "probe", "--checkpoints", str(out), "--input", str(DATA)) == 0
     # a run from before the relative record named its staging folder: its own further_pretrained is found
     metrics["mlm_head_from"] = str(tmp_path / ".run.staging-1-abc" / "further_pretrained")
     (out / "metrics.json").write_text(json.dumps(metrics))
     assert fine_tuned(out, metrics)[1] == str(out / "further_pretrained")
-    assert checkpoints.parse(str(out))[0].model == str(out / "further_pretrained")
+    assert parse(str(out), recorded_head)[0].model == str(out / "further_pretrained")
