@@ -2,6 +2,7 @@
 
     python scripts/equivalence.py run OUTDIR      # every command below, each into OUTDIR/<name>/, LAYERLENS_HOME
                                                   # in OUTDIR/home; exit codes and output lines in OUTDIR/<name>.json
+    python scripts/equivalence.py run OUTDIR heads   # only the commands whose name starts with "heads"
     python scripts/equivalence.py diff A B        # the same files; every integer and text cell identical; floats
                                                   # within 1e-5 (1e-3 for trained artefacts); the same exit codes and
                                                   # messages; exits 1 naming each difference
@@ -59,12 +60,31 @@ COMMANDS: dict[str, tuple[list[str], bool]] = {
                            "--word", "the", "--exact", "--out", "{out}"], False),
     "tokens_geometry": (["tokens", "geometry", "--model", "demo", "--input", CORPUS, "--limit", "200",
                          "--seed", "0", "--out", "{out}"], False),
+    "heads_stats": (["heads", "stats", "--model", "demo", "--input", UD, "--out", "{out}"], False),
+    "heads_stats_texts": (["heads", "stats", "--model", "demo", "--input", DATA, "--limit", "40", "--no-clusters",
+                           "--out", "{out}"], False),
+    "heads_parse": (["heads", "parse", "--model", "demo", "--treebank", UD_TEST, "--min-count", "2",
+                     "--out", "{out}"], False),
+    "heads_importance": (["heads", "importance", "--model", "demo", "--input", DATA, "--limit", "24", "--steps", "4",
+                          "--random-orders", "1", "--out", "{out}"], False),
+    "heads_view": (["heads", "view", "--model", "demo", "--text", "the cat sat on the mat .", "--layer", "2",
+                    "--head", "1", "--out", "{out}"], False),
+    "heads_view_compare": (["heads", "view", "--model", "demo", "--text", "a dog ran .", "--compare", "random:demo",
+                            "--out", "{out}"], False),
     # bad inputs: the exit code and the message must stay the same
     "bad_probe_missing": (["probe", "--model", "demo", "--input", "no/such/file.txt", "--out", "{out}"], False),
     "bad_atlas_missing": (["atlas", "--model", "demo", "--data", "no/such.csv", "--out", "{out}"], False),
     "bad_model": (["info", "--model", "no/such/model", "--out", "{out}"], False),
     "bad_compare_one": (["compare", "--model", "demo", "--data", DATA, "--out", "{out}"], False),
     "bad_structure": (["structure", "--model", "demo", "--train", "no.conllu", "--out", "{out}"], False),
+    "bad_heads_no_out": (["heads", "stats", "--model", "demo", "--input", UD], False),
+    "bad_heads_head": (["heads", "view", "--model", "demo", "--text", "a dog .", "--head", "1", "--out", "{out}"],
+                       False),
+    "bad_heads_treebank": (["heads", "parse", "--model", "demo", "--treebank", DATA, "--out", "{out}"], False),
+    "bad_heads_importance": (["heads", "importance", "--model", "demo", "--input", "no/such.txt", "--out", "{out}"],
+                             False),
+    "bad_heads_layer": (["heads", "view", "--model", "demo", "--text", "a dog .", "--layer", "9", "--out", "{out}"],
+                        False),
     "bad_layers": (["probe", "--model", "demo", "--input", DATA, "--layers", "99", "--out", "{out}"], False),
 }
 
@@ -82,12 +102,16 @@ def volatile(key: str) -> bool:
 FLOAT_TOL, TRAINED_TOL = 1e-5, 1e-3
 
 
-def run(root: Path) -> None:
+def _chosen(prefix: str) -> dict:
+    return {name: command for name, command in COMMANDS.items() if name.startswith(prefix)}
+
+
+def run(root: Path, prefix: str = "") -> None:
     root = root.absolute()
     root.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, LAYERLENS_HOME=str(root / "home"), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
                PYTHONHASHSEED="0")
-    for name, (args, _) in COMMANDS.items():
+    for name, (args, _) in _chosen(prefix).items():
         out = root / name
         argv = [a.format(out=out, root=root) for a in args]
         done = subprocess.run([sys.executable, "-m", "analysis", *argv], cwd=REPO, env=env, capture_output=True,
@@ -169,10 +193,11 @@ def _frames(a: pd.DataFrame, b: pd.DataFrame, tol: float, where: str, problems: 
                             f"{a[col].iloc[i]!r} vs {b[col].iloc[i]!r}")
 
 
-def diff(a_root: Path, b_root: Path) -> int:
+def diff(a_root: Path, b_root: Path, prefix: str = "") -> int:
     problems: list[str] = []
     skipped: set[str] = set()
-    for name, (_, trained) in COMMANDS.items():
+    chosen = _chosen(prefix)
+    for name, (_, trained) in chosen.items():
         tol = TRAINED_TOL if trained else FLOAT_TOL
         ra, rb = (json.loads((r / f"{name}.json").read_text()) for r in (a_root, b_root))
         if (ra["rc"], _untimed(_norm(ra["stderr_last"], a_root))) != (rb["rc"],
@@ -199,17 +224,27 @@ def diff(a_root: Path, b_root: Path) -> int:
                 x, y = np.load(pa), np.load(pb)
                 if x.shape != y.shape or not np.allclose(x, y, rtol=tol, atol=tol, equal_nan=True):
                     problems.append(f"{where}: arrays differ")
+            elif rel.endswith(".npz"):
+                x, y = np.load(pa), np.load(pb)
+                if sorted(x.files) != sorted(y.files):
+                    problems.append(f"{where}: arrays {sorted(x.files)} vs {sorted(y.files)}")
+                for key in set(x.files) & set(y.files):
+                    u, v = x[key], y[key]
+                    same = (u.shape == v.shape and (np.array_equal(u, v) if u.dtype.kind in "USOb" else
+                                                    np.allclose(u, v, rtol=tol, atol=tol, equal_nan=True)))
+                    if not same:
+                        problems.append(f"{where}[{key}]: arrays differ")
     print(f"left out of the comparison (when/where a run happened): {', '.join(sorted(skipped))}")
     for p in problems:
         print(p)
-    print(f"{len(problems)} differences in {len(COMMANDS)} commands")
+    print(f"{len(problems)} differences in {len(chosen)} commands")
     return 1 if problems else 0
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "run":
-        run(Path(sys.argv[2]))
-    elif len(sys.argv) == 4 and sys.argv[1] == "diff":
-        sys.exit(diff(Path(sys.argv[2]), Path(sys.argv[3])))
+    if len(sys.argv) in (3, 4) and sys.argv[1] == "run":
+        run(Path(sys.argv[2]), *sys.argv[3:])
+    elif len(sys.argv) in (4, 5) and sys.argv[1] == "diff":
+        sys.exit(diff(Path(sys.argv[2]), Path(sys.argv[3]), *sys.argv[4:]))
     else:
         sys.exit(__doc__)
