@@ -28,7 +28,6 @@ from cli.common import (
 from cli.compare import add_compare_arguments, cmd_compare
 from cli.dashboard import add_dashboard_arguments, cmd_dashboard
 from cli.finetune import add_finetune_arguments, cmd_finetune
-from cli.heads import add_heads_arguments, cmd_heads
 from cli.info import cmd_info
 from cli.jobs import add_jobs_arguments, cmd_jobs
 from cli.tasks import add_task_arguments, run_task, subcommands
@@ -50,9 +49,6 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str, Callable[[ar
                 "that moved most, aligned maps", add_compare_arguments),
     "tokens": (cmd_tokens, "token vectors of a corpus per layer on disk, nearest tokens per layer, each layer's "
                "geometry (extract | index | neighbours | geometry)", add_tokens_arguments),
-    "heads": (cmd_heads, "attention heads: per-head statistics and the head map, heads as parsers on UD, head "
-              "importance and pruning, one sentence's attention (stats | parse | importance | view)",
-              add_heads_arguments),
     "cache": (cmd_cache, "the shared cache: verify every vector set (manifest, shard sizes and checksums)",
               add_cache_arguments),
     "dashboard": (cmd_dashboard, "start the dashboard in the browser (from a clone or the installed package)",
@@ -61,7 +57,9 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str, Callable[[ar
 
 
 # commands made only of tasks (a task named "GROUP ACTION" is ACTION of GROUP): their help
-GROUPS = {"lens": "lenses: train a tuned lens read by the MLM head (train; probe --lens uses it), read every layer "
+GROUPS = {"heads": "attention heads: per-head statistics and the head map, heads as parsers on UD, head importance "
+                   "and pruning, one sentence's attention (stats | parse | importance | view)",
+          "lens": "lenses: train a tuned lens read by the MLM head (train; probe --lens uses it), read every layer "
                   "through a classifier's own head (classifier)"}
 
 
@@ -74,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     parent = model_options()
     for name, (func, help_text, add_arguments) in COMMANDS.items():
         # their models are their own options (heads, tokens: each action's parser has the model flags)
-        own_models = name in ("jobs", "finetune", "compare", "dashboard", "heads", "tokens", "cache") or (
+        own_models = name in ("jobs", "finetune", "compare", "dashboard", "tokens", "cache") or (
             name in TASKS and not TASKS[name].model_flags)
         parents = [] if own_models else [parent]
         p = sub.add_parser(name, parents=parents, help=help_text, description=help_text)

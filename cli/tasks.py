@@ -94,6 +94,9 @@ class CliContext:
     def should_stop(self) -> bool:
         return self.stopped
 
+    def keep(self, name: str) -> Path | None:
+        return None
+
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
@@ -111,7 +114,7 @@ def options_from_args(task: Task, args: argparse.Namespace):
         if unknown:
             raise UserError(f"{args.config}: unknown option(s) {', '.join(unknown)}")
         values = {**given, **values}
-    if any(str(values.get(name) or "").startswith("job:") for name in ("model", "checkpoints")):
+    if any(str(values.get(name) or "").startswith("job:") for name in ("model", "compare", "checkpoints")):
         from analysis.tasks.kind import resolve_job_refs
         from cli.common import find_job
         from jobs.store import JobStore

@@ -24,10 +24,10 @@ A kind is a module (or any object) with:
 
 from __future__ import annotations
 
-from analysis.heads import job as heads  # what every attention head does (analysis.heads)
 from analysis.probe import job as lens  # train a tuned lens (analysis.probe.lens)
 from analysis.structure import job as structure  # probe each layer for linguistic structure (analysis.structure)
 from analysis.tasks import TASKS  # the task layer: every task runs as a job too
+from analysis.tasks.heads import KIND as heads  # what every attention head does (analysis.heads)
 from analysis.tasks.kind import TaskKind
 from analysis.tokens import job as tokens  # extract a corpus's token vectors, index them (analysis.tokens)
 from analysis.training import job as finetune  # fine-tune a head (analysis.training)

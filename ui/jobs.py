@@ -320,13 +320,13 @@ def heads_job_form(spec, key: str = "heads_job") -> int | None:
     import streamlit as st
 
     from analysis.core.dataroots import TEXT_SUFFIXES, TREEBANK_SUFFIXES
-    from analysis.heads.job import LABELS
     from analysis.heads.options import HeadsJobOptions
+    from analysis.tasks.heads import KIND
     from jobs.submit import SubmitError, submit
     from ui.inputs import server_file
     from ui.options import option_input
 
-    action = st.radio("Job", list(HEADS_FORM), horizontal=True, key=f"{key}_action", format_func=LABELS.get)
+    action = st.radio("Job", list(HEADS_FORM), horizontal=True, key=f"{key}_action", format_func=KIND.LABELS.get)
     suffixes = TREEBANK_SUFFIXES if action == "parse" else TEXT_SUFFIXES + (
         TREEBANK_SUFFIXES if action == "stats" else ())
     path = server_file(f"{key}_file_{action}", suffixes=suffixes)
@@ -335,7 +335,7 @@ def heads_job_form(spec, key: str = "heads_job") -> int | None:
               for col, name in zip(st.columns(len(names)), names, strict=True)}
     c1, c2, c3, c4 = st.columns(4)
     placement = placement_inputs(c1, (c2, c3, c4), key)
-    st.caption(f"The job runs {LABELS[action]} of **{spec.name}** (the sidebar's model) over the whole file in a "
+    st.caption(f"The job runs {KIND.LABELS[action]} of **{spec.name}** (the sidebar's model) over the whole file in a "
                "process of its own, and goes on when this page is closed. Its stage shows below and on the "
                "Fine-tuning jobs page (Cancel, log); a cancelled job goes on from where it stopped when the same "
                "options are submitted again. When it has finished, open it with **A finished job** below.")

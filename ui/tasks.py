@@ -45,6 +45,9 @@ class PageContext:
     def should_stop(self) -> bool:
         return False
 
+    def keep(self, name: str):
+        return None
+
 
 def run_on_page(runs: dict, what: str) -> None:
     """THE runner of a page's task: each ``key -> (label, run)`` whose result is not in the shared store yet is

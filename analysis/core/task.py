@@ -62,6 +62,10 @@ class Context(Protocol):
     def should_stop(self) -> bool:
         """Whether the user asked the run to stop (a page's Stop, a job's Cancel)."""
 
+    def keep(self, name: str) -> Path | None:
+        """A folder where a stopped run keeps what it has computed, for the same run started again to go on from (a
+        job's: ``LAYERLENS_HOME/cache/<name>``), or None: nothing is kept (the CLI, a page)."""
+
 
 @dataclasses.dataclass
 class QuietContext:
@@ -84,6 +88,9 @@ class QuietContext:
 
     def should_stop(self) -> bool:
         return False
+
+    def keep(self, name: str) -> Path | None:
+        return None
 
 
 @dataclasses.dataclass
@@ -166,6 +173,10 @@ class Task(abc.ABC):
     @abc.abstractmethod
     def run(self, options: Options, ctx: Context) -> Result | None:
         """The work. None in the helper processes of a launcher (only the main process has the result)."""
+
+    def job_config(self, values: dict) -> dict:
+        """The job JSON of a run with the options ``values``: its kind, and the options."""
+        return {"kind": self.kind or self.name, **values}
 
 
 def check_requirements(task: Task, loaded, options: Options) -> None:

@@ -11,7 +11,10 @@ from analysis.core.task import Task
 
 
 class JobContext:
-    """A task's reports into its job: the job's log, its progress line, Cancel as the stop request."""
+    """A task's reports into its job: the job's log, its progress (``stage``, ``step`` of ``total_steps``, the
+    ``fraction`` of the stage done: the jobs table's bar and :meth:`TaskKind.stage`), Cancel as the stop request
+    (and at the next progress report, :class:`jobs.run.Cancelled` through ``control.check``), what a stopped run
+    keeps under ``LAYERLENS_HOME/cache``."""
 
     def __init__(self, out: Path, control):
         self.out, self.control = out, control
@@ -25,17 +28,33 @@ class JobContext:
         self.control.log(message)
 
     def progress(self, stage: str, done: int, total: int) -> None:
-        self.report(f"{stage}: {done:,} of {total:,}", {"stage": stage, "done": done, "total": total},
-                    force=done == total)
+        self.control.check()
+        self.report(f"{stage}: {done:,} of {total:,}", {"stage": stage, "step": done, "total_steps": total,
+                                                        "fraction": done / max(total, 1)}, force=done == total)
 
     def should_stop(self) -> bool:
         return self.control.stopped()
+
+    def run(self, task: Task, options):
+        """``task.run(options, self)``; a run that ends in an exception after Cancel (a task that stopped at its
+        ``should_stop``, having kept what it can) ends the job as cancelled."""
+        try:
+            return task.run(options, self)
+        except Exception:
+            self.control.check()
+            raise
+
+    def keep(self, name: str) -> Path:
+        from analysis.core.home import cache_dir
+
+        return cache_dir() / name
 
 
 def resolve_job_refs(task: Task, values: dict, find_job) -> dict:
     """``values`` (a task's options as given) with ``job:N`` resolved, as every door resolves it: a ``model`` to the
     job's fine-tuned encoder (:func:`analysis.compare.modelref.resolve`; ``head_from`` the MLM head it lends, where
-    the task reads one), a series' ``checkpoints`` to the job's folder (its saved epochs). ``find_job(N)``: the job
+    the task reads one), a second model (``compare``) to the job's encoder, a series' ``checkpoints`` to the job's
+    folder (its saved epochs). ``find_job(N)``: the job
     record or None."""
     from analysis.compare.modelref import is_job, resolve
     from analysis.core.inputs import InputError
@@ -47,6 +66,9 @@ def resolve_job_refs(task: Task, values: dict, find_job) -> dict:
         values["model"] = ref.name
         if "head_from" in task.Options.model_fields:
             values["head_from"] = ref.head_from
+    second = str(values.get("compare") or "")  # a second model (heads view --compare job:N)
+    if is_job(second):
+        values["compare"] = resolve(second, model, find_job).name
     checkpoints = str(values.get("checkpoints") or "")
     if is_job(checkpoints):
         job = find_job(int(checkpoints.split(":", 1)[1]))
@@ -75,6 +97,11 @@ class TaskKind:
     def label(self, config: dict) -> str:
         return self.task.help.split(":")[0]
 
+    def stage(self, progress: dict) -> str:
+        """``probing layers: 3 of 5``: where a running job of the task is."""
+        p = progress or {}
+        return f"{p['stage']}: {p.get('step', 0):,} of {p.get('total_steps', 0):,}" if p.get("stage") else ""
+
     def describe(self, config: dict) -> list[str]:
         source = config.get("input") or config.get("corpus") or config.get("data")
         return [Path(str(source)).name] if source else []
@@ -96,7 +123,7 @@ class TaskKind:
     def run(self, config: dict, out: Path, control) -> dict:
         """The task's run with its files in ``out``; the job's metrics: the files written."""
         control.listen()
-        result = self.task.run(self.options(config), JobContext(out, control))
+        result = JobContext(out, control).run(self.task, self.options(config))
         if result is None:
             raise SystemExit(1)
         files = result.write(out)

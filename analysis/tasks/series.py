@@ -103,21 +103,10 @@ def analysis_options(options: SeriesOptions, point: Checkpoint):
         extra = {"max_epochs": options.max_epochs} if options.max_epochs else {}
         return Structure(), StructureTaskOptions(**_model(point, options), train=str(options.train),
                                                  test=str(options.test), **extra)
-    return None, _model(point, options)
+    from analysis.tasks.heads import HeadsStats, HeadsStatsOptions  # no head map
 
-
-def run_heads(options: SeriesOptions, point: Checkpoint, folder: Path, ctx: Context) -> None:
-    """``layerlens heads stats`` at ``point`` (no head map): heads.csv and run.json."""
-    from analysis.heads.actions import read_corpus, stats
-    from analysis.heads.model import load_eager
-    from models.spec import ModelSpec
-
-    loaded = load_eager(ModelSpec(point.model, revision=point.revision, device=options.device, dtype=options.dtype,
-                                  allow_pickle=options.allow_pickle))
-    output = stats(loaded, read_corpus(options.input, options.text_column, options.max_rows), clusters=False,
-                   batch_size=options.batch_size)
-    output.write(folder)
-    RunRecord("heads stats", {**output.model, **output.info}).write(folder)
+    return HeadsStats(), HeadsStatsOptions(**_model(point, options), input=str(options.input),
+                                           text_column=options.text_column, limit=options.max_rows, clusters=False)
 
 
 def metrics(analysis: str, point: Checkpoint, folder: Path) -> list[dict]:
@@ -198,20 +187,14 @@ class Series(Task):
         parts, folders, reused = [], {}, []
         for i, point in enumerate(points):
             task, single = analysis_options(options, point)
-            key_options = single.model_dump(mode="json", exclude={"model", "revision", "head_from", "device"}) \
-                if task is not None else {k: v for k, v in single.items() if k not in ("model", "revision",
-                                                                                      "head_from", "device")}
+            key_options = single.model_dump(mode="json", exclude={"model", "revision", "head_from", "device"})
             key_options = {**key_options, "inputs": [str(p) for p in (options.input, options.train, options.test)]}
             folder = table.cached(options.analysis, key_options, point)
             if (folder / table.DONE).is_file():
                 reused.append(point.label)
             else:
                 folder.mkdir(parents=True, exist_ok=True)
-                if task is None:
-                    run_heads(options, point, folder, ctx)
-                else:
-                    result = task.run(single, QuietContext(folder))
-                    result.write(folder)
+                task.run(single, QuietContext(folder)).write(folder)
                 (folder / table.DONE).write_text(json.dumps({"checkpoint": point.label, "model": point.model,
                                                              "revision": point.revision}) + "\n")
             parts.append(metrics(options.analysis, point, folder))

@@ -153,7 +153,10 @@ def test_importance_of_a_fine_tuning_jobs_classifier_from_the_cli(bert4, tmp_pat
     base = pruning[(pruning.order == "importance") & (pruning.masked == 0)]["accuracy"].item()
     assert base == pytest.approx(expected)
     info = json.loads((out / "run.json").read_text())
-    assert info["model"] == job.label and "fine-tuning job's classifier" in info["loss"]
+    # job:N is resolved by the door to the job's encoder; the classifier read is the job's saved one beside it
+    assert Path(info["model"]) == job.artifacts / "checkpoint" / "encoder"
+    assert Path(info["model_spec"]["checkpoint"]) == job.artifacts / "checkpoint"
+    assert "fine-tuning job's classifier" in info["loss"]
     assert len(pd.read_csv(out / "importance.csv")) == 4 * 2  # bert4: 4 layers x 2 heads
     mlm = tmp_path / "mlm"  # --input: the fine-tuned encoder read by the MLM head it started from
     assert main(["heads", "importance", "--model", f"job:{job.id}", "--input", str(tmp_path / "val.tsv"),
@@ -190,8 +193,8 @@ def test_a_cancelled_stats_job_submitted_again_resumes_and_writes_what_the_cli_w
     monkeypatch.setattr(job_run.Reporter, "__call__", real)
     assert len(list((tmp_path / "home" / "cache" / "heads_progress").glob("*.npz"))) == 1
     art = run_in_process(store, submit(options, store, start_worker=False))
-    # Cancel came after the first report; the job saw it at its second, the second sentence summed and kept
-    assert json.loads((art / "run.json").read_text())["resumed_after"] == 2
+    # Cancel came after the first report; the job saw it before its second sentence (should_stop), the first kept
+    assert json.loads((art / "run.json").read_text())["resumed_after"] == 1
     assert not list((tmp_path / "home" / "cache" / "heads_progress").glob("*.npz"))
     cli = tmp_path / "cli"
     assert main(["heads", "stats", "--model", str(model), "--device", "cpu", "--batch-size", "1", "--input",

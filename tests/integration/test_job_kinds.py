@@ -23,7 +23,7 @@ from tests.support.jobs import run_job_process
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULES = {"finetune": "analysis.training.job", "lens": "analysis.probe.job", "structure": "analysis.structure.job",
-           "tokens": "analysis.tokens.job", "heads": "analysis.heads.job"}
+           "tokens": "analysis.tokens.job", "heads": "analysis.tasks.heads"}
 
 
 def test_the_registry_lists_each_kind_once_in_the_order_the_messages_name_them():

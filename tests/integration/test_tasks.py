@@ -104,7 +104,7 @@ def test_a_job_writes_the_files_the_cli_writes(name, example_args, tmp_path, mon
     store = JobStore(tmp_path / "jobs")
     model = {"model": "demo"} if task.model_flags else {}
     device = {"device": "cpu"} if "device" in task.Options.model_fields else {}
-    job_id = submit({"kind": task.kind or name, **model, **device, **example_args}, store, start_worker=False)
+    job_id = submit(task.job_config({**model, **device, **example_args}), store, start_worker=False)
     assert run_job_process(store, job_id, monkeypatch) == 0
     job = store.get(job_id)
     assert job.status == "succeeded", job.error
