@@ -85,6 +85,13 @@ COMMANDS: dict[str, tuple[list[str], bool]] = {
                              False),
     "bad_heads_layer": (["heads", "view", "--model", "demo", "--text", "a dog .", "--layer", "9", "--out", "{out}"],
                         False),
+    "bad_finetune_train": (["finetune", "--model", "demo", "--out", "{out}"], False),
+    "bad_finetune_backend": (["finetune", "--model", "demo", "--train", "demo", "--backend", "slurm",
+                              "--out", "{out}"], False),
+    "bad_finetune_preset": (["finetune", "--train", "demo", "--preset", "nope", "--out", "{out}"], False),
+    "bad_finetune_config": (["finetune", "--config", "no/such.yaml", "--out", "{out}"], False),
+    "bad_finetune_no_out": (["finetune", "--train", "demo"], False),
+    "bad_finetune_value": (["finetune", "--train", "demo", "--epochs", "0", "--out", "{out}"], False),
     "bad_layers": (["probe", "--model", "demo", "--input", DATA, "--layers", "99", "--out", "{out}"], False),
 }
 
