@@ -27,7 +27,6 @@ from cli.common import (
 )
 from cli.compare import add_compare_arguments, cmd_compare
 from cli.dashboard import add_dashboard_arguments, cmd_dashboard
-from cli.finetune import add_finetune_arguments, cmd_finetune
 from cli.info import cmd_info
 from cli.jobs import add_jobs_arguments, cmd_jobs
 from cli.tasks import add_task_arguments, run_task, subcommands
@@ -42,8 +41,6 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str, Callable[[ar
     "info": (cmd_info, "describe a model: family, layers, hidden size, vocabulary, device, bytes (writes info.json)",
              lambda p: None),
     **{name: (run_task(task), task.help, add_task_arguments(task)) for name, task in TASKS.items() if " " not in name},
-    "finetune": (cmd_finetune, "fine-tune a layer-pooling classifier head and the encoder on labelled data",
-                 add_finetune_arguments),
     "jobs": (cmd_jobs, "background fine-tuning jobs: submit, list, show, cancel, logs", add_jobs_arguments),
     "compare": (cmd_compare, "compare checkpoints layer by layer on the same rows: CKA, probe accuracy, the examples "
                 "that moved most, aligned maps", add_compare_arguments),
@@ -72,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     parent = model_options()
     for name, (func, help_text, add_arguments) in COMMANDS.items():
         # their models are their own options (heads, tokens: each action's parser has the model flags)
-        own_models = name in ("jobs", "finetune", "compare", "dashboard", "tokens", "cache") or (
+        own_models = name in ("jobs", "compare", "dashboard", "tokens", "cache") or (
             name in TASKS and not TASKS[name].model_flags)
         parents = [] if own_models else [parent]
         p = sub.add_parser(name, parents=parents, help=help_text, description=help_text)

@@ -81,7 +81,10 @@ class CliContext:
         signal.signal(signal.SIGINT, stop)
 
     def log(self, message: str) -> None:
-        print(message, file=sys.stderr)
+        if self.bar is not None:  # above the bar, which stays at the bottom
+            self.bar.write(message, file=sys.stderr)
+        else:
+            print(message, file=sys.stderr)
 
     def progress(self, stage: str, done: int, total: int) -> None:
         from tqdm.auto import tqdm
@@ -125,7 +128,7 @@ def options_from_args(task: Task, args: argparse.Namespace):
         except InputError as exc:
             raise UserError(str(exc)) from None
     try:
-        return task.Options(**values)
+        return task.build(values)
     except (InputError, ValueError) as exc:
         raise UserError(str(exc)) from None
 

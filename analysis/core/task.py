@@ -29,6 +29,7 @@ from typing import Any, ClassVar, Protocol
 
 from pydantic import Field
 
+from analysis.core.inputs import InputError
 from analysis.core.options import ModelOptions, Options
 
 
@@ -93,6 +94,36 @@ class QuietContext:
         return None
 
 
+MAX_RUN_JSON = 20_000_000  # bytes: a run.json is facts, never data
+
+
+def read_run(run_dir: Path) -> dict:
+    """``run_dir``'s ``run.json`` as a dict, or an :class:`InputError` of one line saying why it is not a run."""
+    run_dir = Path(run_dir)
+    if not run_dir.exists():
+        raise InputError(f"{run_dir} does not exist: give a LayerLens run folder (a run's --out)")
+    if not run_dir.is_dir():
+        raise InputError(f"{run_dir} is not a folder: give a LayerLens run folder (a run's --out)")
+    path = run_dir / "run.json"
+    if not path.is_file():
+        raise InputError(f"{run_dir} has no run.json: not a LayerLens run folder (a run's --out)")
+    if path.stat().st_size > MAX_RUN_JSON:
+        raise InputError(f"{path} is {path.stat().st_size:,} bytes: too large for a run's record (at most "
+                         f"{MAX_RUN_JSON:,}); not a LayerLens run.json")
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise InputError(f"{path} is not UTF-8 text: not a LayerLens run.json") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path} is not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}): a LayerLens "
+                         "run writes it whole; run the task again") from None
+    except OSError as exc:
+        raise InputError(f"{path} cannot be read: {exc.strerror or exc}") from None
+    if not isinstance(record, dict):
+        raise InputError(f"{path} holds a JSON {type(record).__name__}, not an object: not a LayerLens run.json")
+    return record
+
+
 @dataclasses.dataclass
 class RunRecord:
     """THE ``run.json``: the task's own facts at the top level (as every run.json had them), with the task's name and
@@ -115,7 +146,8 @@ class RunRecord:
 
     @classmethod
     def read(cls, out: Path) -> RunRecord:
-        facts = json.loads((Path(out) / "run.json").read_text())
+        """The record of the run folder ``out`` (:func:`read_run`: one line when it is not a run's)."""
+        facts = read_run(out)
         return cls(task=facts.pop("task", ""), versions=facts.pop("versions", None), facts=facts)
 
 
@@ -173,6 +205,10 @@ class Task(abc.ABC):
     @abc.abstractmethod
     def run(self, options: Options, ctx: Context) -> Result | None:
         """The work. None in the helper processes of a launcher (only the main process has the result)."""
+
+    def build(self, values: dict) -> Options:
+        """The run's options from the values given (a config file's, then the flags'): the schema's check."""
+        return self.Options(**values)
 
     def job_config(self, values: dict) -> dict:
         """The job JSON of a run with the options ``values``: its kind, and the options."""

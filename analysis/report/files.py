@@ -4,15 +4,11 @@ machine, and the report is made to be shared), at most :data:`MAX_FILES` of them
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from pathlib import Path
 
-from analysis.core.inputs import InputError
-
 MAX_FILES = 500  # files listed in a report (a fine-tuning run's checkpoint folder may hold many)
 MAX_DEPTH = 3  # folders below the run folder that are looked into
-MAX_RUN_JSON = 20_000_000  # bytes: a run.json is facts, never data
 TABLE_SUFFIXES = (".csv", ".tsv", ".parquet")
 
 
@@ -29,33 +25,6 @@ class RunFile:
     @property
     def suffix(self) -> str:
         return self.path.suffix.lower()
-
-
-def read_run(run_dir: Path) -> dict:
-    """``run_dir``'s ``run.json`` as a dict, or an :class:`InputError` of one line saying why it is not a run."""
-    run_dir = Path(run_dir)
-    if not run_dir.exists():
-        raise InputError(f"{run_dir} does not exist: give a LayerLens run folder (a run's --out)")
-    if not run_dir.is_dir():
-        raise InputError(f"{run_dir} is not a folder: give a LayerLens run folder (a run's --out)")
-    path = run_dir / "run.json"
-    if not path.is_file():
-        raise InputError(f"{run_dir} has no run.json: not a LayerLens run folder (a run's --out)")
-    if path.stat().st_size > MAX_RUN_JSON:
-        raise InputError(f"{path} is {path.stat().st_size:,} bytes: too large for a run's record (at most "
-                         f"{MAX_RUN_JSON:,}); not a LayerLens run.json")
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise InputError(f"{path} is not UTF-8 text: not a LayerLens run.json") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path} is not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}): a LayerLens "
-                         "run writes it whole; run the task again") from None
-    except OSError as exc:
-        raise InputError(f"{path} cannot be read: {exc.strerror or exc}") from None
-    if not isinstance(record, dict):
-        raise InputError(f"{path} holds a JSON {type(record).__name__}, not an object: not a LayerLens run.json")
-    return record
 
 
 def run_files(run_dir: Path) -> tuple[list[RunFile], bool]:

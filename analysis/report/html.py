@@ -23,7 +23,8 @@ import secrets
 from pathlib import Path
 
 from analysis.core.inputs import InputError
-from analysis.report.files import TABLE_SUFFIXES, RunFile, read_run, read_table, run_files
+from analysis.core.task import read_run
+from analysis.report.files import TABLE_SUFFIXES, RunFile, read_table, run_files
 
 EMBEDDED = {".csv": "text/csv", ".tsv": "text/tab-separated-values", ".json": "application/json",
             ".jsonl": "application/x-ndjson", ".txt": "text/plain", ".conllu": "text/plain",

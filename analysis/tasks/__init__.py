@@ -9,6 +9,7 @@ from analysis.tasks import report
 from analysis.tasks.atlas import Atlas
 from analysis.tasks.classifier_lens import ClassifierLens
 from analysis.tasks.duplicate import Duplicate
+from analysis.tasks.finetune import Finetune
 from analysis.tasks.heads import TASKS as HEADS
 from analysis.tasks.lens_train import LensTrain
 from analysis.tasks.neurons import Neurons
@@ -17,8 +18,8 @@ from analysis.tasks.report import Report
 from analysis.tasks.series import Series
 from analysis.tasks.structure import Structure
 
-TASKS: dict[str, Task] = {task.name: task for task in (Probe(), Atlas(), Duplicate(), Structure(), Neurons(),
-                                                          *HEADS.values(), LensTrain(), ClassifierLens(),
+TASKS: dict[str, Task] = {task.name: task for task in (Probe(), Atlas(), Duplicate(), Structure(), Finetune(),
+                                                          Neurons(), *HEADS.values(), LensTrain(), ClassifierLens(),
                                                           Series(), Report())}
 
 report.REGISTRY.update(TASKS)  # the report rebuilds a run's command line from its task's schema

@@ -303,7 +303,7 @@ class Report(Task):
     unit = "file"
 
     def run(self, options: ReportOptions, ctx: Context) -> ReportResult:
-        from analysis.report.files import read_run
+        from analysis.core.task import read_run
         from analysis.report.html import build_report
 
         run_dir, out = options.run_dir.expanduser().resolve(), options.out.expanduser().resolve()

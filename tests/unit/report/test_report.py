@@ -60,7 +60,7 @@ class Tags(HTMLParser):
 
 
 def report_of(folder: Path, **kw) -> str:
-    from analysis.report.files import read_run
+    from analysis.core.task import read_run
     from analysis.tasks.report import command_for, figures_for
 
     record = read_run(folder)
