@@ -46,7 +46,8 @@ positive_int, nonnegative_int = int_at_least(1), int_at_least(0)
 MODEL_FIELDS = ("model", "revision", "device", "dtype", "allow_pickle")
 
 
-def add_option_flag(group, name: str, suppress: bool = False, schema=None, flag: str | None = None) -> None:
+def add_option_flag(group, name: str, suppress: bool = False, schema=None, flag: str | None = None,
+                    aliases: tuple[str, ...] = ()) -> None:
     """``--name`` (or ``flag``, its value still ``args.name``) for a field of an options schema (default
     :class:`analysis.training.options.FinetuneOptions`): its default (or none given unless typed, with
     ``suppress``), its choices, its help. Values are checked by the schema, not by argparse."""
@@ -57,7 +58,7 @@ def add_option_flag(group, name: str, suppress: bool = False, schema=None, flag:
     kind, default = options.kind(name, schema), options.field_info(name, schema).default
     extra = ({"action": argparse.BooleanOptionalAction} if kind == "bool" else
              {"choices": options.choices(name, schema)} if kind == "choice" else {"metavar": name.upper()})
-    group.add_argument(flag or f"--{name.replace('_', '-')}", dest=name,
+    group.add_argument(*aliases, flag or f"--{name.replace('_', '-')}", dest=name,
                        default=argparse.SUPPRESS if suppress else default,
                        help=options.help_text(name, schema).replace("%", "%%"), **extra)
 

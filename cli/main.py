@@ -30,7 +30,6 @@ from cli.dashboard import add_dashboard_arguments, cmd_dashboard
 from cli.info import cmd_info
 from cli.jobs import add_jobs_arguments, cmd_jobs
 from cli.tasks import add_task_arguments, run_task, subcommands
-from cli.tokens import add_tokens_arguments, cmd_tokens
 from jobs.store import StoreError
 from models.spec import ModelLoadError
 
@@ -44,8 +43,6 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str, Callable[[ar
     "jobs": (cmd_jobs, "background fine-tuning jobs: submit, list, show, cancel, logs", add_jobs_arguments),
     "compare": (cmd_compare, "compare checkpoints layer by layer on the same rows: CKA, probe accuracy, the examples "
                 "that moved most, aligned maps", add_compare_arguments),
-    "tokens": (cmd_tokens, "token vectors of a corpus per layer on disk, nearest tokens per layer, each layer's "
-               "geometry (extract | index | neighbours | geometry)", add_tokens_arguments),
     "cache": (cmd_cache, "the shared cache: verify every vector set (manifest, shard sizes and checksums)",
               add_cache_arguments),
     "dashboard": (cmd_dashboard, "start the dashboard in the browser (from a clone or the installed package)",
@@ -54,7 +51,9 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str, Callable[[ar
 
 
 # commands made only of tasks (a task named "GROUP ACTION" is ACTION of GROUP): their help
-GROUPS = {"heads": "attention heads: per-head statistics and the head map, heads as parsers on UD, head importance "
+GROUPS = {"tokens": "token vectors of a corpus per layer on disk, nearest tokens per layer, each layer's geometry "
+                    "and token map (extract | index | neighbours | geometry | map)",
+          "heads": "attention heads: per-head statistics and the head map, heads as parsers on UD, head importance "
                    "and pruning, one sentence's attention (stats | parse | importance | view)",
           "lens": "lenses: train a tuned lens read by the MLM head (train; probe --lens uses it), read every layer "
                   "through a classifier's own head (classifier)"}
@@ -69,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     parent = model_options()
     for name, (func, help_text, add_arguments) in COMMANDS.items():
         # their models are their own options (heads, tokens: each action's parser has the model flags)
-        own_models = name in ("jobs", "compare", "dashboard", "tokens", "cache") or (
+        own_models = name in ("jobs", "compare", "dashboard", "cache") or (
             name in TASKS and not TASKS[name].model_flags)
         parents = [] if own_models else [parent]
         p = sub.add_parser(name, parents=parents, help=help_text, description=help_text)

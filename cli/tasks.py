@@ -41,7 +41,8 @@ def add_task_arguments(task: Task):
                                        metavar=name.upper(), **required,
                                        help=schema_fields.help_text(name, task.Options).replace("%", "%%"))
             else:  # with a config file, only a typed flag overrides it (its value, else the file's, else the default)
-                add_option_flag(g, name, schema=task.Options, flag=flag, suppress=task.config_file)
+                add_option_flag(g, name, schema=task.Options, flag=flag, suppress=task.config_file,
+                                aliases=task.aliases.get(name, ()))
     return add
 
 
@@ -136,7 +137,7 @@ def options_from_args(task: Task, args: argparse.Namespace):
 def run_task(task: Task):
     """The sub-command's function: options from the flags, the run, the files, the summary."""
     def command(args: argparse.Namespace) -> int:
-        if getattr(args, "out", None) is None and "out" in vars(args):
+        if getattr(args, "out", None) is None and "out" in vars(args) and not task.out_optional:
             raise UserError(f"--out DIR is required: {task.writes}")
         options = options_from_args(task, args)
         # a one-file output is the result's to write (in place, atomically): no folder
@@ -153,10 +154,11 @@ def run_task(task: Task):
             size = result.write_file(options.out)
             print(f"wrote {options.out} ({size / 1e6:.1f} MB)", file=sys.stderr)
             return 0
-        written = result.write(ctx.output())
+        written = result.write(ctx.output()) if args.out is not None else []  # no --out: printed only
         summary = result.summary()
         if summary:
             print(summary)
-        print(result.done_line(str(args.out), written), file=sys.stderr)
+        if line := result.done_line(str(args.out), written):
+            print(line, file=sys.stderr)
         return 0
     return command

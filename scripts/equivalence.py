@@ -30,8 +30,11 @@ REPO = Path(__file__).resolve().parents[1]
 TIMING = re.compile(r"\[\d+:\d+<[^\]]*\]\s*$")  # a progress bar's closing [elapsed<left, rate]: a time, no result
 
 
+BAR = re.compile(r"^(.*?):\s+\d+%\|.*$")  # a progress bar's last drawing: where it stopped redrawing is timing
+
+
 def _untimed(line: str) -> str:
-    return TIMING.sub("", line)
+    return BAR.sub(r"\1: <progress bar>", TIMING.sub("", line))
 
 DATA = "analysis/data/demo_sentiment.csv"
 WORDORDER = "analysis/data/demo_wordorder.csv"
@@ -206,6 +209,8 @@ def _frames(a: pd.DataFrame, b: pd.DataFrame, tol: float, where: str, problems: 
         return
     for col in a.columns:
         x, y = a[col], b[col]
+        if volatile(col):  # a timing column (build_seconds): when, not what
+            continue
         if pd.api.types.is_float_dtype(x) or pd.api.types.is_float_dtype(y):
             x, y = x.to_numpy(float), y.to_numpy(float)
             bad = ~(np.isclose(x, y, rtol=tol, atol=tol) | (np.isnan(x) & np.isnan(y)))
@@ -227,6 +232,8 @@ def diff(a_root: Path, b_root: Path, prefix: str = "") -> int:
         if (ra["rc"], _untimed(_norm(ra["stderr_last"], a_root))) != (rb["rc"],
                                                                      _untimed(_norm(rb["stderr_last"], b_root))):
             problems.append(f"{name}: exit {ra['rc']} {ra['stderr_last']!r} vs {rb['rc']} {rb['stderr_last']!r}")
+        if ra.get("stdout_lines") != rb.get("stdout_lines"):
+            problems.append(f"{name}: {ra.get('stdout_lines')} vs {rb.get('stdout_lines')} lines on stdout")
         fa, fb = _files(a_root / name), _files(b_root / name)
         if fa != fb:
             problems.append(f"{name}: files only in A {sorted(fa - fb)[:5]}, only in B {sorted(fb - fa)[:5]}")

@@ -184,12 +184,14 @@ class Task(abc.ABC):
     Options: ClassVar[type[Options]]
     requires: ClassVar[tuple[Requirement, ...]] = ()
     flags: ClassVar[dict[str, str]] = {}  # option -> its flag where the flag is not --option-name (kept for users)
+    aliases: ClassVar[dict[str, tuple[str, ...]]] = {}  # option -> more flags for it (tokens neighbours' -k)
     # options whose flags the CLI's shared model parser already adds (the model block, --head-from, --batch-size)
     shared: ClassVar[tuple[str, ...]] = ("model", "revision", "device", "dtype", "allow_pickle", "head_from",
                                          "batch_size")
     hidden: ClassVar[tuple[str, ...]] = ()  # options with no flag (set by a job or a page only)
     model_flags: ClassVar[bool] = True  # False: no model block (a series names its own models), so no shared parser
     positional: ClassVar[tuple[str, ...]] = ()  # options given without a flag, in this order (`report RUN_DIR`)
+    out_optional: ClassVar[bool] = False  # True: --out may be left out (the result printed, nothing written)
     output_file: ClassVar[bool] = False  # True: its ``out`` option is one file (written by ``Result.write_file``)
     in_place: ClassVar[bool] = False  # True: it writes into its output folder as it goes and resumes from it (no
     # staging; Ctrl-C asks it to stop at its next step, through ``should_stop``)

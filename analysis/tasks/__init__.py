@@ -17,10 +17,11 @@ from analysis.tasks.probe import Probe
 from analysis.tasks.report import Report
 from analysis.tasks.series import Series
 from analysis.tasks.structure import Structure
+from analysis.tasks.tokens import TASKS as TOKENS
 
 TASKS: dict[str, Task] = {task.name: task for task in (Probe(), Atlas(), Duplicate(), Structure(), Finetune(),
-                                                          Neurons(), *HEADS.values(), LensTrain(), ClassifierLens(),
-                                                          Series(), Report())}
+                                                          Neurons(), *TOKENS, *HEADS.values(), LensTrain(),
+                                                          ClassifierLens(), Series(), Report())}
 
 report.REGISTRY.update(TASKS)  # the report rebuilds a run's command line from its task's schema
 
