@@ -57,3 +57,18 @@ def test_structure_and_tokens_stages_come_from_their_kinds(tmp_path):
     store.update_progress(b, {"stage": "index", "step": 1, "total_steps": 5, "fraction": 0.6})
     assert kinds.stage(store.get(a)) == "probes: 3 of 20 steps · 72% of the job"
     assert kinds.stage(store.get(b)) == "index: layer 2 of 5 · 60% of the job"
+
+
+def test_a_running_task_job_shows_the_stage_and_progress_its_task_reports(tmp_path):
+    """A task's job (issue 45: every task is a job kind) reports through its context: the jobs table shows the
+    task's stage and a bar (it showed neither while the context wrote other keys than the table reads)."""
+    from analysis.tasks.kind import JobContext
+    from jobs.run import Control
+
+    store = JobStore(tmp_path / "jobs")
+    job_id = store.submit({"kind": "probe", "model": "demo", "input": "x.csv"}, "cpu", "probe")
+    store.claim("cpu", 1)
+    JobContext(tmp_path / "out", Control(store, store.get(job_id))).progress("probing layers", 2, 5)
+    job = store.get(job_id)
+    row = job_table([job]).iloc[0]
+    assert kinds.stage(job) == row["stage"] == "probing layers: 2 of 5" and row["progress"] == 0.4
