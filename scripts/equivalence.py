@@ -70,6 +70,9 @@ COMMANDS: dict[str, tuple[list[str], bool]] = {
     "tokens_neighbours_row": (["tokens", "neighbours", "--model", "demo", "--input", CORPUS, "--limit", "200",
                                "--row", "5", "-k", "3", "--standardize", "--layers", "1,3", "--out", "{out}"], False),
     "tokens_extract_no_out": (["tokens", "extract", "--model", "demo", "--input", CORPUS, "--limit", "50"], False),
+    "compare_three": (["compare", "--model", "demo", "--model", "random:demo", "--model", "demo", "--data", DATA,
+                       "--pair-layers", "relative", "--bootstrap", "5", "--no-reconstruction", "--out", "{out}"],
+                      False),
     "heads_stats": (["heads", "stats", "--model", "demo", "--input", UD, "--out", "{out}"], False),
     "heads_stats_texts": (["heads", "stats", "--model", "demo", "--input", DATA, "--limit", "40", "--no-clusters",
                            "--out", "{out}"], False),
@@ -112,6 +115,13 @@ COMMANDS: dict[str, tuple[list[str], bool]] = {
                           "--out", "{out}"], False),
     "bad_tokens_row": (["tokens", "neighbours", "--model", "demo", "--input", CORPUS, "--limit", "50", "--row",
                         "999999", "--out", "{out}"], False),
+    "bad_compare_modes": (["compare", "--model", "demo", "--model", "demo", "--group", "g", "--out", "{out}"], False),
+    "bad_compare_no_data": (["compare", "--model", "demo", "--model", "random:demo", "--out", "{out}"], False),
+    "bad_compare_job": (["compare", "--job", "99", "--out", "{out}"], False),
+    "bad_compare_job_data": (["compare", "--job", "99", "--data", DATA, "--out", "{out}"], False),
+    "bad_compare_group": (["compare", "--group", "nope", "--out", "{out}"], False),
+    "bad_compare_ref": (["compare", "--model", "demo", "--model", "job:7", "--data", DATA, "--out", "{out}"], False),
+    "bad_compare_no_out": (["compare", "--model", "demo", "--model", "demo", "--data", DATA], False),
     "bad_layers": (["probe", "--model", "demo", "--input", DATA, "--layers", "99", "--out", "{out}"], False),
 }
 
