@@ -57,7 +57,8 @@ def add_option_flag(group, name: str, suppress: bool = False, schema=None, flag:
     schema = schema or FinetuneOptions
     kind, default = options.kind(name, schema), options.field_info(name, schema).default
     extra = ({"action": argparse.BooleanOptionalAction} if kind == "bool" else
-             {"choices": options.choices(name, schema)} if kind == "choice" else {"metavar": name.upper()})
+             {"choices": options.choices(name, schema)} if kind == "choice" else
+             {"action": "append", "metavar": name.upper()} if kind == "list" else {"metavar": name.upper()})
     group.add_argument(*aliases, flag or f"--{name.replace('_', '-')}", dest=name,
                        default=argparse.SUPPRESS if suppress else default,
                        help=options.help_text(name, schema).replace("%", "%%"), **extra)

@@ -25,7 +25,6 @@ from cli.common import (
     finish_outputs,
     model_options,
 )
-from cli.compare import add_compare_arguments, cmd_compare
 from cli.dashboard import add_dashboard_arguments, cmd_dashboard
 from cli.info import cmd_info
 from cli.jobs import add_jobs_arguments, cmd_jobs
@@ -41,8 +40,6 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str, Callable[[ar
              lambda p: None),
     **{name: (run_task(task), task.help, add_task_arguments(task)) for name, task in TASKS.items() if " " not in name},
     "jobs": (cmd_jobs, "background fine-tuning jobs: submit, list, show, cancel, logs", add_jobs_arguments),
-    "compare": (cmd_compare, "compare checkpoints layer by layer on the same rows: CKA, probe accuracy, the examples "
-                "that moved most, aligned maps", add_compare_arguments),
     "cache": (cmd_cache, "the shared cache: verify every vector set (manifest, shard sizes and checksums)",
               add_cache_arguments),
     "dashboard": (cmd_dashboard, "start the dashboard in the browser (from a clone or the installed package)",
@@ -68,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     parent = model_options()
     for name, (func, help_text, add_arguments) in COMMANDS.items():
         # their models are their own options (heads, tokens: each action's parser has the model flags)
-        own_models = name in ("jobs", "compare", "dashboard", "cache") or (
+        own_models = name in ("jobs", "dashboard", "cache") or (
             name in TASKS and not TASKS[name].model_flags)
         parents = [] if own_models else [parent]
         p = sub.add_parser(name, parents=parents, help=help_text, description=help_text)

@@ -101,6 +101,18 @@ class CliContext:
     def keep(self, name: str) -> Path | None:
         return None
 
+    def job(self, job_id: int):
+        from analysis.core.task import store_job
+        from jobs.store import JobStore
+
+        return store_job(JobStore(), job_id)
+
+    def jobs(self) -> tuple[list, str]:
+        from jobs.store import JobStore
+
+        store = JobStore()
+        return store.list(limit=1_000_000), str(store.root)
+
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()

@@ -48,6 +48,18 @@ class PageContext:
     def keep(self, name: str):
         return None
 
+    def job(self, job_id: int):
+        from analysis.core.task import store_job
+        from jobs.store import JobStore
+
+        return store_job(JobStore(), job_id)
+
+    def jobs(self) -> tuple[list, str]:
+        from jobs.store import JobStore
+
+        store = JobStore()
+        return store.list(limit=1_000_000), str(store.root)
+
 
 def run_on_page(runs: dict, what: str) -> None:
     """THE runner of a page's task: each ``key -> (label, run)`` whose result is not in the shared store yet is

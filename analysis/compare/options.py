@@ -4,11 +4,20 @@ from it)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import ConfigDict, Field
 
-from analysis.core.options import MAX_SEED, POOLINGS, Options, batch_size_field, command_flags, max_length_field
+from analysis.core.options import (
+    MAX_SEED,
+    POOLINGS,
+    ModelOptions,
+    Options,
+    batch_size_field,
+    command_flags,
+    max_length_field,
+)
 
 NEIGHBOURS = 10
 PAIRINGS = ("index", "relative")  # how layers pair when depths differ: analysis.compare.checks.layer_pairs
@@ -41,3 +50,31 @@ class CompareConfig(Options):
                                        "depth (layer / L: every layer of the shallower model with the deeper one's "
                                        "nearest); run.json lists the pairs and the layers left out (cka_cross.csv "
                                        "has every pair)")
+
+
+class CompareInputs(ModelOptions):
+    """What ``layerlens compare`` compares: two or more models (``model``, the first is the reference A), a
+    fine-tuning job's epochs (``job``) or a sweep group's jobs (``group``); the rows; where the models run."""
+
+    model: list[str] | None = Field(None, title="models", description="a checkpoint (hub id, directory, demo, "
+                                    "random:NAME, job:N: job N's fine-tuned model read by the MLM head it started "
+                                    "from); give it twice or more: the first is the reference A, each other one is "
+                                    "compared with it")
+    job: int | None = Field(None, ge=0, title="job", description="instead of --model: the epochs of fine-tuning job "
+                            "N against the model it started from, from the vectors each epoch saved (epochs/<e>/, "
+                            "not recomputed), on the job's validation rows (no --data)")
+    group: str | None = Field(None, title="sweep group", description="instead of --model: every finished job of "
+                              "sweep group G against the model they started from (--data, or the held-out rows of "
+                              "the group's first job)")
+    head_from: str | None = Field(None, title="MLM head from", description="lend this masked LM's MLM head to every "
+                                  "compared model that has none of its own (a fine-tuned classifier: the model it "
+                                  "was fine-tuned from), for the reconstruction columns; a model with its own head "
+                                  "keeps it")
+    data: Path | None = Field(None, title="rows", description="rows: .txt, .csv, .tsv or .jsonl (labels optional)")
+    text_column: str = Field("text", min_length=1, title="text column", description="column holding the texts")
+    pair_column: str | None = Field(None, title="second text column", description="column holding the second text "
+                                    "of a pair")
+    label_column: str = Field("label", min_length=1, title="label column", description="column holding the class "
+                              "labels, if any (without it the probe columns are left out)")
+    bootstrap: int | None = Field(None, ge=1, title="bootstrap", description="ignored: the CKA interval is a "
+                                  "delete-one jackknife over the rows now (kept so that older command lines run)")

@@ -200,10 +200,13 @@ def choices(name: str, schema: type[BaseModel]) -> tuple | None:
 
 
 def kind(name: str, schema: type[BaseModel]) -> str:
-    """``bool``, ``int``, ``float``, ``choice`` or ``str``."""
+    """``bool``, ``int``, ``float``, ``choice``, ``list`` (given once per value: ``compare --model A --model B``) or
+    ``str``."""
     if choices(name, schema):
         return "choice"
     annotation = field_info(name, schema).annotation
+    if any(typing.get_origin(t) is list for t in (annotation, *typing.get_args(annotation))):
+        return "list"
     for t in (bool, int, float):
         if annotation is t or t in typing.get_args(annotation):
             return t.__name__

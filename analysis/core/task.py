@@ -67,6 +67,14 @@ class Context(Protocol):
         """A folder where a stopped run keeps what it has computed, for the same run started again to go on from (a
         job's: ``LAYERLENS_HOME/cache/<name>``), or None: nothing is kept (the CLI, a page)."""
 
+    def job(self, job_id: int):
+        """Job ``job_id`` of the job store (its ``id``, ``label``, ``status``, ``group``, ``config``, ``metrics``,
+        ``artifacts``), or an :class:`InputError` naming the store: a task that takes ``job:N`` or a sweep group
+        looks jobs up here (the door knows the store; a task never imports ``jobs``)."""
+
+    def jobs(self) -> tuple[list, str]:
+        """Every job of the store, and where the store is (for a message)."""
+
 
 @dataclasses.dataclass
 class QuietContext:
@@ -92,6 +100,20 @@ class QuietContext:
 
     def keep(self, name: str) -> Path | None:
         return None
+
+    def job(self, job_id: int):
+        raise InputError(f"job:{job_id}: a run from code has no job store (run it from the CLI, a page or a job)")
+
+    def jobs(self) -> tuple[list, str]:
+        raise InputError("a run from code has no job store (run it from the CLI, a page or a job)")
+
+
+def store_job(store, job_id: int):
+    """Job ``job_id`` of ``store`` (a :class:`jobs.store.JobStore`), or the one line every door says."""
+    job = store.get(job_id)
+    if job is None:
+        raise InputError(f"no job {job_id} under {store.root} (layerlens jobs list)")
+    return job
 
 
 MAX_RUN_JSON = 20_000_000  # bytes: a run.json is facts, never data

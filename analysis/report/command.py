@@ -79,7 +79,10 @@ def _from_schema(record: dict, options: dict, schema, flags: dict, hidden) -> tu
                 all(isinstance(v, (int, float, str)) and not isinstance(v, bool) for v in value):
             value = ",".join(map(str, value))  # a resolved list (layers: 0,4,8) as the text option takes it
         flag = flags.get(name, f"--{name.replace('_', '-')}")
-        words = _flag_value(flag, value, kind(name, schema) == "bool")
+        if kind(name, schema) == "list" and isinstance(value, list):  # given once per value
+            words = [w for v in value for w in (flag, str(v))]
+        else:
+            words = _flag_value(flag, value, kind(name, schema) == "bool")
         if words is None:
             unflagged.append(f"{name}={_short(value)}")
         else:

@@ -8,6 +8,7 @@ from analysis.core.task import Task
 from analysis.tasks import report
 from analysis.tasks.atlas import Atlas
 from analysis.tasks.classifier_lens import ClassifierLens
+from analysis.tasks.compare import Compare
 from analysis.tasks.duplicate import Duplicate
 from analysis.tasks.finetune import Finetune
 from analysis.tasks.heads import TASKS as HEADS
@@ -20,7 +21,7 @@ from analysis.tasks.structure import Structure
 from analysis.tasks.tokens import TASKS as TOKENS
 
 TASKS: dict[str, Task] = {task.name: task for task in (Probe(), Atlas(), Duplicate(), Structure(), Finetune(),
-                                                          Neurons(), *TOKENS, *HEADS.values(), LensTrain(),
+                                                          Compare(), Neurons(), *TOKENS, *HEADS.values(), LensTrain(),
                                                           ClassifierLens(), Series(), Report())}
 
 report.REGISTRY.update(TASKS)  # the report rebuilds a run's command line from its task's schema

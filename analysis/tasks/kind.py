@@ -49,6 +49,14 @@ class JobContext:
 
         return cache_dir() / name
 
+    def job(self, job_id: int):
+        from analysis.core.task import store_job
+
+        return store_job(self.control.store, job_id)
+
+    def jobs(self) -> tuple[list, str]:
+        return self.control.store.list(limit=1_000_000), str(self.control.store.root)
+
 
 def resolve_job_refs(task: Task, values: dict, find_job) -> dict:
     """``values`` (a task's options as given) with ``job:N`` resolved, as every door resolves it: a ``model`` to the

@@ -97,7 +97,8 @@ def test_a_job_writes_the_files_the_cli_writes(name, example_args, tmp_path, mon
     task = TASKS[name]
     out = tmp_path / "cli" / "report.html" if task.output_file else tmp_path / "cli"
     positional = [str(example_args[k]) for k in task.positional]
-    flags = [f"--{k.replace('_', '-')}={v}" for k, v in example_args.items() if k not in (*task.positional, "out")]
+    flags = [f"--{k.replace('_', '-')}={x}" for k, v in example_args.items() if k not in (*task.positional, "out")
+             for x in (v if isinstance(v, list) else [v])]  # a list option is given once per value
     common = ["--model", "demo"] * task.model_flags + ["--device", "cpu"] * ("device" in task.Options.model_fields
                                                                               or task.model_flags)
     monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path / "home-cli"))  # each door from a cold cache
