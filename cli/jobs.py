@@ -15,8 +15,11 @@ from cli.configfile import read_config_file
 
 def add_jobs_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    s = sub.add_parser("submit", help="queue a fine-tuning job (prints its id last) and start a worker if needed")
-    s.add_argument("--config", type=Path, required=True, help="the options file finetune --config takes")
+    s = sub.add_parser("submit", help="queue a job (prints its id last) and start a worker if needed")
+    s.add_argument("--config", type=Path, required=True, help="a .yaml or .json file of the job's options: its "
+                   "\"kind\" (finetune when absent, or any command: probe, atlas, structure, heads with its "
+                   "\"action\", tokens, \"tokens index\", compare, ...) and that command's options, named as its "
+                   "flags with underscores")
     s.add_argument("--grid", nargs="+", metavar="KEY=V1,V2", help="a sweep: one job per combination, e.g. --grid "
                    "head=cls,attention,lstm lr=2e-5,5e-5 (6 jobs in one group)")
     s.add_argument("--group", help="the sweep's name (default: 'sweep <time>: <keys>')")
@@ -34,7 +37,7 @@ def add_jobs_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    """Background fine-tuning jobs: submit, list, show, cancel, logs (state under LAYERLENS_HOME)."""
+    """Background jobs: submit, list, show, cancel, logs (state under LAYERLENS_HOME)."""
     from jobs import backends
     from jobs.store import JobStore
 

@@ -197,9 +197,13 @@ def live() -> None:
     if not jobs:
         st.caption("No jobs yet.")
         return
-    st.dataframe(shown(job_table(jobs)), hide_index=True, width="stretch", column_config={
-        "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0, width="small"),
+    table = job_table(jobs)
+    table["progress"] = (100 * table["progress"]).round()  # whole percents: "49%", not "49.36%"
+    st.dataframe(shown(table), hide_index=True, width="stretch", column_config={
+        "progress": st.column_config.ProgressColumn("progress", min_value=0, max_value=100, format="%d%%",
+                                                    width="small"),
         "name": st.column_config.TextColumn("name", width="medium"),
+        "stage": st.column_config.TextColumn("stage", width="large"),
         "batch loss": st.column_config.NumberColumn("batch loss", help="the last mini-batch's loss (live); the "
                                                     "curves below show each epoch's mean")})
     labels = {j.id: f"#{j.id} {j.name} ({j.status})" for j in jobs}

@@ -318,7 +318,11 @@ with tab_corpus:
         st.subheader("Heads as parsers")
         direction = st.radio("Direction", list(DIRECTIONS), horizontal=True, key="heads_direction",
                              format_func=DIRECTIONS.get)
-        chart(plots.relations_figure(main.relations, direction), "heads_relations")
+        if main.relations.empty:  # every relation under the minimum count: say so, not an empty chart
+            st.info(f"No relation has {info['min_count']} words in both splits (selection, held-out), so none is "
+                    "scored: use a larger treebank, or lower **Minimum count**.")
+        else:
+            chart(plots.relations_figure(main.relations, direction), "heads_relations")
         best = info["best_tree"]
         tree = "a_ij + a_ji" if info["symmetry"] == "sum" else "max(a_ij, a_ji)"
         st.caption("The sentences alternate between a **selection** split, where each relation's best head and best "

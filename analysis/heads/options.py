@@ -27,7 +27,8 @@ class HeadsModel(ReadingOptions):
 
 class Limit(Options):
     limit: int | None = Field(None, ge=1, json_schema_extra={"browser_max": 1_000_000}, title="limit",
-                              description="read at most this many texts (sentences): the first")
+                              description="read at most this many texts (sentences), from the "
+                              "start")
 
 
 class Corpus(Limit):
@@ -35,8 +36,8 @@ class Corpus(Limit):
 
 
 class Seed(Options):
-    seed: int = Field(0, ge=0, le=MAX_SEED, title="seed", description="the head map's sample and MDS; the MLM "
-                      "masking")
+    seed: int = Field(0, ge=0, le=MAX_SEED, title="seed", description="stats: the head map's sample and MDS; "
+                      "importance: the MLM masking")
 
 
 class HeadsStatsOptions(Seed, Corpus, HeadsModel):

@@ -206,3 +206,26 @@ def test_the_server_reads_at_most_its_cap_and_offers_a_job(tiny_dirs, monkeypatc
     monkeypatch.setenv("LAYERLENS_MAX_SERVER_TEXTS", "100")
     at.button(key="heads_run").click().run()  # all three texts now: read again
     assert not at.exception and [b for b in at.button if b.key == "heads_importance_run"]
+
+
+def test_a_parse_job_with_no_relation_over_the_minimum_count_says_so_instead_of_an_empty_chart(tiny_dirs, tmp_path,
+                                                                                               monkeypatch):
+    """A new user's walk found an empty chart and an empty table when every relation was under the minimum count:
+    the page says why nothing is scored and what to change."""
+    from jobs import run as job_run
+    from jobs.store import JobStore
+    from jobs.submit import submit
+
+    monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path / "home"))
+    store = JobStore(tmp_path / "home" / "jobs")
+    model = str(tiny_dirs["bert"])
+    job_id = submit({"kind": "heads", "action": "parse", "model": model, "device": "cpu",
+                     "treebank": str(FIXTURES / "ud_tiny_train.conllu"), "min_count": 1000}, store, start_worker=False)
+    store.claim("cpu", 1)
+    out = store.get(job_id).artifacts
+    out.mkdir(parents=True, exist_ok=True)
+    store.finish(job_id, "succeeded", metrics=job_run.run_job(store, store.get(job_id), out))
+    at = run_page(PAGE, model=model)
+    at.radio(key="heads_corpus").set_value("A finished job").run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert any("No relation has 1000 words" in i.value and "Minimum count" in i.value for i in at.info)
