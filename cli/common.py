@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
-
-from tqdm.auto import tqdm
 
 from analysis import versions  # noqa: F401  (re-exported for the sub-commands)
 from analysis.core.inputs import InputError
@@ -82,15 +79,6 @@ def spec_from_args(args: argparse.Namespace, device: str | None = None) -> Model
                      allow_pickle=args.allow_pickle, head_from=getattr(args, "head_from", None))
 
 
-def launched(args: argparse.Namespace):
-    """``(ranks, spec)``: this process's place under ``accelerate launch`` / ``torchrun`` (one process otherwise)
-    and the model on this process's device (:mod:`analysis.core.parallel`)."""
-    from analysis.core.parallel import ranks_for
-
-    ranks = ranks_for(args.device)
-    return ranks, spec_from_args(args, ranks.device_for(args.device))
-
-
 _STAGED: list = []  # the staging folders of this command, made into their outputs when it succeeds
 
 
@@ -126,61 +114,3 @@ def write_json(out: Path | None, filename: str, payload: dict) -> Path | None:
     path = out / filename
     path.write_text(json.dumps(payload, indent=2) + "\n")
     return path
-
-
-def processes_note(ranks) -> str:
-    """`` (N processes)`` for a progress bar's name when the run is shared by several processes; its count is
-    the whole run's."""
-    return f" ({ranks.count} processes)" if ranks.count > 1 else ""
-
-
-# --- sub-commands -------------------------------------------------------------------------------------------
-
-
-class StageBars:
-    """A ``(stage, done, total)`` progress callback drawing one tqdm bar per stage on stderr."""
-
-    def __init__(self, note: str = ""):
-        self.bar, self.stage, self.note = None, None, note
-
-    def __call__(self, stage: str, done: int, total: int) -> None:
-        if stage != self.stage:
-            self.close()
-            self.stage, self.bar = stage, tqdm(total=total, desc=stage + self.note, file=sys.stderr, leave=False)
-        self.bar.update(done - self.bar.n)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-# --- the second model of a command: a name, random, job:N (analysis.compare.modelref) ----------------------
-
-def find_job(store, job_id: int):
-    """Job ``job_id`` of ``store``, or a one-line error."""
-    job = store.get(job_id)
-    if job is None:
-        raise UserError(f"no job {job_id} under {store.root} (layerlens jobs list)")
-    return job
-
-
-def model_spec(name: str, base: str, store, args: argparse.Namespace):
-    """``(spec, label)`` of ``--model name`` next to the first model ``base``: a model, ``random`` (``base``'s
-    architecture with random weights) or ``job:N`` (job N's fine-tuned encoder read by the MLM head it started
-    from, or ``--head-from``'s), resolved as the pages resolve it (:func:`analysis.compare.modelref.resolve`)."""
-    from analysis.compare.modelref import is_job, resolve
-    from models.spec import ModelSpec
-
-    if is_job(name) and store is None:
-        from jobs.store import JobStore
-
-        store = JobStore()
-    ref = resolve(name, base, lambda job_id: find_job(store, job_id), head_from=args.head_from)
-    return ModelSpec(ref.name, device=args.device, dtype=args.dtype, allow_pickle=args.allow_pickle,
-                     head_from=ref.head_from), ref.label

@@ -131,13 +131,13 @@ def options_from_args(task: Task, args: argparse.Namespace):
             raise UserError(f"{args.config}: unknown option(s) {', '.join(unknown)}")
         values = {**given, **values}
     if any(str(values.get(name) or "").startswith("job:") for name in ("model", "compare", "checkpoints")):
+        from analysis.core.task import store_job
         from analysis.tasks.kind import resolve_job_refs
-        from cli.common import find_job
         from jobs.store import JobStore
 
         store = JobStore()
         try:  # job:N, resolved as a job's door resolves it
-            values = resolve_job_refs(task, values, lambda job_id: find_job(store, job_id))
+            values = resolve_job_refs(task, values, lambda job_id: store_job(store, job_id))
         except InputError as exc:
             raise UserError(str(exc)) from None
     try:

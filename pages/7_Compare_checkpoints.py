@@ -6,8 +6,6 @@ import dataclasses
 import numpy as np
 import streamlit as st
 
-from analysis.compare.epochs import compare_epochs, validation_rows
-from analysis.compare.modelref import resolve_group
 from analysis.compare.options import CompareConfig
 from analysis.compare.plots import (
     aligned_map,
@@ -17,12 +15,14 @@ from analysis.compare.plots import (
     paired_accuracy_curves,
     paired_cka_curve,
 )
-from analysis.compare.run import compare
 from analysis.core.csvout import to_csv
 from analysis.core.dataroots import browser_model
 from analysis.core.figures import cka_heatmap, plain
 from analysis.core.inputs import InputError, max_rows
 from analysis.core.task import Tables
+from analysis.tasks.comparing import compare
+from analysis.tasks.epochs import compare_epochs, validation_rows
+from analysis.tasks.modelref import resolve_group
 from analysis.training.runs import fine_tuned, job_run
 from jobs.store import JobStore, StoreError
 from models.anatomy import layer_name

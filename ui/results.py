@@ -147,7 +147,7 @@ def compared_model(compare: str, base: str) -> tuple[str, str | None, str]:
     seeded random weights, head included); anything else is a model name labelled as itself, with its own head.
     Every model it names passes :func:`analysis.core.dataroots.browser_model`, a job's recorded base (its lent head,
     which a job submitted from the CLI may have named anywhere) and its checkpoint included."""
-    from analysis.compare.modelref import resolve
+    from analysis.tasks.modelref import resolve
 
     ref = resolve(compare, base, lambda job_id: find_job(job_id, missing_ok=True), allowed=browser_model,
                   need_head=True)

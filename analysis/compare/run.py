@@ -32,7 +32,6 @@ from threadpoolctl import threadpool_limits
 from analysis.compare.checks import check_rows, layer_pairs, pairing_info, same_tokenizer, same_tokens
 from analysis.compare.movers import mcnemar, movement, neighbour_overlap, procrustes_rotation
 from analysis.compare.options import CompareConfig
-from analysis.compare.predictions import own_predictions
 from analysis.compare.recon import COLUMNS, RESAMPLES, reconstruction_rows
 from analysis.core.cka import constant_layer, cross_cka, paired_cka
 from analysis.core.inputs import InputError, TextInputs
@@ -221,42 +220,6 @@ def few_rows(n: int, models: list[LoadedModel]) -> dict:
                         "too (debiased CKA is not)"}
 
 
-def reconstructions(models: list[LoadedModel], inputs: TextInputs, config: CompareConfig, progress=None,
-                    pairs: list[tuple[int, int]] | None = None,
-                    names: list[str] | None = None) -> tuple[dict[int, object], dict[int, str]]:
-    """Each model's reconstruction probe on ``inputs`` (:mod:`analysis.compare.recon`): ``({model index: per-token
-    table}, {model index: which head read it, or why it was not read})``. A model listed twice is probed once.
-    ``pairs`` (default: the first model with each other): a model is read only when it is in a pair whose two
-    models both have an MLM head (own or lent): the change needs both, and a checkpoint without a head against its
-    ``random:`` twin (whose random head it lacks) would otherwise spend the probe's time on one side only."""
-    from analysis.probe.reconstruction import ProbeConfig, probe, require_mlm_head
-
-    names = names or [m.spec.name for m in models]
-    pairs = pairs or [(0, i) for i in range(1, len(models))]
-    headed = [m.mlm_head is not None for m in models]
-    needed = {k for pair in pairs if all(headed[k] for k in pair) for k in pair}
-    probe_config = ProbeConfig(top_k=1, batch_size=config.batch_size, max_length=config.max_length)
-    tokens, why, done = {}, {}, {}
-    for i, m in enumerate(models):
-        try:
-            require_mlm_head(m)
-        except InputError as exc:
-            why[i] = f"not read: {exc}"
-            continue
-        if i not in needed:
-            lacking = list(dict.fromkeys(names[k] for pair in pairs if i in pair for k in pair if not headed[k]))
-            why[i] = (f"not read (skipped): '{', '.join(lacking)}' has no MLM head (its own or a lent one), and the "
-                      "reconstruction change needs both models of a pair read by a head")
-            continue
-        key = m.spec.resolved()
-        if key not in done:
-            report = (lambda k, n, name=m.spec.name: progress(f"reconstruction of {name}", k, n)) if progress else None
-            done[key] = probe(m, inputs, probe_config, progress=report).tokens
-        tokens[i] = done[key]
-        why[i] = "read by its own MLM head" if m.mlm_head == "own" else f"read by the MLM head {m.mlm_head}"
-    return tokens, why
-
-
 def add_reconstruction(summary: list[dict], tokens_a, tokens_b, n_texts: int, seed: int) -> None:
     """Add :data:`analysis.compare.recon.COLUMNS` to a pair's per-layer rows, at each row's pair of layers
     (``layer``, ``layer_b``); blank unless both sides were read."""
@@ -283,9 +246,14 @@ def add_head_predictions(movers: list[pd.DataFrame], a: list[str] | None, b: lis
 
 
 def compare(models: list[LoadedModel], inputs: TextInputs, config: CompareConfig | None = None,
-            progress=None, names: list[str] | None = None) -> CompareResult:
+            progress=None, names: list[str] | None = None, reconstruct=None, predict=None) -> CompareResult:
     """Compare ``models[1:]`` each with ``models[0]`` on ``inputs`` (module docstring). ``names``: how the tables
-    name each model (default its ``spec.name``; ``job #3 (cls, demo)`` for a job's checkpoint)."""
+    name each model (default its ``spec.name``; ``job #3 (cls, demo)`` for a job's checkpoint). What another
+    technique reads is passed in (the task layer's :func:`analysis.tasks.comparing.compare` passes both):
+    ``reconstruct(models, inputs, config, progress, names=...)``, each model's reconstruction probe as
+    ``({model index: per-token table}, {model index: how it was read, or why not})``, and ``predict(model, inputs,
+    max_length, batch_size)``, a model's own classifier's ``(class per row, which head)``. Without them the
+    reconstruction columns are blank (run.json says why) and there are no head predictions."""
     config = config or CompareConfig()
     from analysis.core.vectors import representations
 
@@ -303,8 +271,13 @@ def compare(models: list[LoadedModel], inputs: TextInputs, config: CompareConfig
     # memory-mapped from the cache: the comparison reads two layers at a time (compare_pair)
     reps = [representations(m, inputs, config.pooling, config.max_length, config.batch_size, progress,
                             mmap=True)[0] for m in models]
-    tokens, why = reconstructions(models, inputs, config, progress, names=names) if config.reconstruction else ({}, {})
-    own = [own_predictions(m, inputs, config.max_length, config.batch_size) for m in models]
+    if not config.reconstruction:
+        tokens, why = {}, {}
+    elif reconstruct is None:
+        tokens, why = {}, dict.fromkeys(range(len(models)), "not read: no reconstruction probe was given")
+    else:
+        tokens, why = reconstruct(models, inputs, config, progress, names=names)
+    own = [predict(m, inputs, config.max_length, config.batch_size) if predict else (None, None) for m in models]
     cross, summary, movers, coords = [], [], [], []
     oof_a: dict = {}
     for i, b in enumerate(reps[1:], start=1):

@@ -72,7 +72,7 @@ def extract(loaded: LoadedModel, inputs: TextInputs, pooling: str = "cls", max_l
 
     ``truncation``: which tokens of a text over ``max_length`` are kept (``head``, ``tail``, ``head+tail``:
     :func:`analysis.core.activations.encode_truncated`); a fine-tuning job's own choice when its vectors are compared
-    with these (:mod:`analysis.compare.epochs`)."""
+    with these (:mod:`analysis.tasks.epochs`)."""
     if pooling == "model":
         if loaded.pooling is None:
             raise InputError(f"'{loaded.spec.name}' has no pooling of its own (it is not a sentence-transformers "

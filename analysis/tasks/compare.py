@@ -3,7 +3,7 @@ cka_cross.csv, layer_summary.csv, movers.csv, coords_aligned.csv, run.json. Two 
 once per model), a fine-tuning job's epochs against its base (``--job N``) or a sweep group's jobs against the model
 they started from (``--group G``). A ``job:N`` among the models, the job and the group are looked up in the job
 store through the run's context, and resolved by the one resolver of a second model
-(:func:`analysis.compare.modelref.resolve`), so the tables name a job by its label."""
+(:func:`analysis.tasks.modelref.resolve`), so the tables name a job by its label."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ class Compare(Task):
 
     def run(self, options: CompareOptions, ctx: Context) -> CompareRun:
         from analysis.compare.checks import check_rows
-        from analysis.compare.run import compare
+        from analysis.tasks.comparing import compare
 
         modes = [flag for flag, given in (("--model", options.model), ("--job", options.job is not None),
                                           ("--group", options.group)) if given]
@@ -110,8 +110,8 @@ class Compare(Task):
 
     @staticmethod
     def _epochs(options: CompareOptions, config: CompareConfig, ctx: Context):
-        """``--job N``: the job's epochs against its base (:mod:`analysis.compare.epochs`)."""
-        from analysis.compare.epochs import compare_epochs
+        """``--job N``: the job's epochs against its base (:mod:`analysis.tasks.epochs`)."""
+        from analysis.tasks.epochs import compare_epochs
         from analysis.training.runs import job_run
 
         if options.data is not None:
@@ -132,7 +132,7 @@ class Compare(Task):
     def _group(options: CompareOptions, ctx: Context):
         """``--group G``: ``(specs, names, rows, info)``: the model the group's jobs started from, then each finished
         job's fine-tuned model; the rows of ``--data``, else the first job's held-out rows."""
-        from analysis.compare.modelref import resolve_group
+        from analysis.tasks.modelref import resolve_group
         from analysis.training.finetune import held_out_rows
         from analysis.training.options import resolve
         from models.spec import ModelSpec
@@ -163,7 +163,7 @@ class Compare(Task):
 def _second_model(name: str, base: str, options: CompareOptions, ctx: Context):
     """``(spec, label)`` of a model next to the reference ``base``: a model, ``random`` or ``job:N`` (job N's
     fine-tuned encoder read by the MLM head it started from, or ``head_from``'s), by the one resolver."""
-    from analysis.compare.modelref import resolve
+    from analysis.tasks.modelref import resolve
     from models.spec import ModelSpec
 
     ref = resolve(name, base, ctx.job, head_from=options.head_from)

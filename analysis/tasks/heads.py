@@ -216,10 +216,10 @@ class HeadsView(HeadsTask):
     unit = "model"
 
     def run(self, options: HeadsViewOptions, ctx: Context) -> ViewRun:
-        from analysis.compare.modelref import resolve
         from analysis.heads.actions import model_facts
         from analysis.heads.model import check_head, load_eager
         from analysis.heads.view import compare_views, head_view
+        from analysis.tasks.modelref import resolve
         from models.spec import ModelSpec
 
         if options.head is not None and options.layer is None:

@@ -60,12 +60,12 @@ class JobContext:
 
 def resolve_job_refs(task: Task, values: dict, find_job) -> dict:
     """``values`` (a task's options as given) with ``job:N`` resolved, as every door resolves it: a ``model`` to the
-    job's fine-tuned encoder (:func:`analysis.compare.modelref.resolve`; ``head_from`` the MLM head it lends, where
+    job's fine-tuned encoder (:func:`analysis.tasks.modelref.resolve`; ``head_from`` the MLM head it lends, where
     the task reads one), a second model (``compare``) to the job's encoder, a series' ``checkpoints`` to the job's
     folder (its saved epochs). ``find_job(N)``: the job
     record or None."""
-    from analysis.compare.modelref import is_job, resolve
     from analysis.core.inputs import InputError
+    from analysis.tasks.modelref import is_job, resolve
 
     values = dict(values)
     model = str(values.get("model") or "")

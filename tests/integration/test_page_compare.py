@@ -5,8 +5,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.compare.run import CompareConfig, compare
+from analysis.compare.run import CompareConfig
 from analysis.core.inputs import read_file
+from analysis.tasks.comparing import compare
 from models.loading import ModelSpec, load_model
 from tests.support.pages import run_page
 from tests.unit.compare.test_compare_jobs import run_job
@@ -66,7 +67,7 @@ def test_a_classifier_is_read_with_the_head_named_for_b_and_its_own_predictions_
 
 @pytest.mark.slow
 def test_the_jobs_page_opens_a_jobs_epochs_and_a_group_on_the_compare_page(home, bert4, tmp_path):  # noqa: F811
-    from analysis.compare.epochs import compare_epochs
+    from analysis.tasks.epochs import compare_epochs
     from analysis.training.runs import job_run
 
     job = run_job(home, bert4, tmp_path, group="sweep-1")

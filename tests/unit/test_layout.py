@@ -4,10 +4,10 @@ Every package is covered: the CLI is a leaf nothing imports; streamlit only in a
 build no figure (no plotly import: ui.results.chart draws what the techniques' plots modules build); no two files
 import each other in a loop; no private name (``_x``) is imported across packages; no module over 500 lines
 (tests and benchmarks aside); ``analysis.core`` imports only itself and ``models``; a technique (a package under
-``analysis/`` other than ``core`` and ``tasks``) imports only itself, ``core`` and ``models`` (``compare`` may
-import the techniques it compares), never a task; ``analysis/tasks`` (the task layer) may import any technique;
-``models`` imports none of the others; the library never imports ``jobs``; ``jobs`` reaches the techniques only
-through ``jobs/kinds.py``.
+``analysis/`` other than ``core`` and ``tasks``) imports only itself, ``core`` and ``models``, never a task
+(``compare`` too: what it reads through another technique, the task layer passes in); ``analysis/tasks`` (the
+task layer) may import any technique; ``models`` imports none of the others; the library never imports
+``jobs``; ``jobs`` reaches the techniques only through ``jobs/kinds.py``.
 
 ``KNOWN`` lists the violations the tree still has while the redesign is under way: the test fails on a new one
 and on a listed one that is gone (remove it from the list), so the list only shrinks.
@@ -113,7 +113,7 @@ def violations() -> set[str]:
             if mine == "core" and theirs not in ("core", "models"):
                 found.add(f"core: {file} -> {target}")
             if mine.startswith("analysis/") and theirs.startswith("analysis/") and theirs != mine \
-                    and mine not in ("analysis/compare", TASKS):
+                    and mine != TASKS:
                 found.add(f"technique: {file} -> {target}")
             if mine == "models" and theirs != "models":
                 found.add(f"models: {file} -> {target}")

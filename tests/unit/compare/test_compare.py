@@ -8,9 +8,10 @@ from scipy.linalg import orthogonal_procrustes
 from scipy.stats import ortho_group
 
 from analysis.compare.movers import cosine_distance, mcnemar, movement, nearest, neighbour_overlap
-from analysis.compare.run import CompareConfig, aligned_maps, compare, compare_pair, same_tokenizer
+from analysis.compare.run import CompareConfig, aligned_maps, compare_pair, same_tokenizer
 from analysis.core.cka import _gram_cka, debiased_cka, linear_cka, paired_cka
 from analysis.core.inputs import InputError, TextInputs
+from analysis.tasks.comparing import compare
 from models.loading import ModelSpec, load_model
 
 

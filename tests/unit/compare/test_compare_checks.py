@@ -14,8 +14,9 @@ from scipy.linalg import orthogonal_procrustes
 from scipy.stats import ortho_group
 from transformers import AutoModel, AutoTokenizer
 
-from analysis.compare.run import CompareConfig, compare, compare_pair
+from analysis.compare.run import CompareConfig, compare_pair
 from analysis.core.inputs import InputError, TextInputs, read_file
+from analysis.tasks.comparing import compare
 from models.loading import ModelSpec, load_model
 from models.spec import DEMO_DIR
 from tests.unit.compare.test_compare_jobs import plain_cka, plain_cls

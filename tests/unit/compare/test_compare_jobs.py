@@ -1,4 +1,4 @@
-"""Comparison of a fine-tuning job's epochs with its base (analysis.compare.epochs) and of a sweep group: each number
+"""Comparison of a fine-tuning job's epochs with its base (analysis.tasks.epochs) and of a sweep group: each number
 against a plain computation on a tiny job run in-process."""
 
 import json
@@ -63,7 +63,7 @@ def plain_probe(x, labels, folds, seed):
 
 @pytest.mark.slow
 def test_a_jobs_epochs_against_its_base_from_the_vectors_on_disk(home, bert4, tmp_path):  # noqa: F811
-    from analysis.compare.epochs import compare_epochs, validation_rows
+    from analysis.tasks.epochs import compare_epochs, validation_rows
     from analysis.training.runs import job_run
     from models.loading import ModelSpec, load_model
 
@@ -201,7 +201,7 @@ def test_the_cli_reads_job_models_and_lends_a_head_with_head_from(home, bert4, t
 def test_movers_carry_each_models_out_of_fold_probe_prediction_and_a_classifiers_own_prediction(bert4, tmp_path):  # noqa: F811
     from transformers import AutoModelForSequenceClassification
 
-    from analysis.compare.run import compare
+    from analysis.tasks.comparing import compare
     from models.loading import ModelSpec, load_model
     from tests.unit.compare.test_compare import fine_tuned_classifier
 
@@ -230,8 +230,8 @@ def test_movers_carry_each_models_out_of_fold_probe_prediction_and_a_classifiers
 
 
 def test_a_jobs_own_predictions_are_its_head_on_the_rows(home, bert4, tmp_path):  # noqa: F811
-    from analysis.compare.run import compare
     from analysis.core.inputs import read_file
+    from analysis.tasks.comparing import compare
     from models.loading import ModelSpec, load_model
 
     job = run_job(home, bert4, tmp_path)

@@ -1,4 +1,4 @@
-"""The one resolver of a second model (analysis/compare/modelref.py): the pages, ``compare --model`` and a job's
+"""The one resolver of a second model (analysis/tasks/modelref.py): the pages, ``compare --model`` and a job's
 epochs name a model, ``random`` or ``job:N`` the same way; ``random`` works in the CLI too."""
 
 import json
@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from analysis.compare.modelref import ModelRef, resolve
 from analysis.core.inputs import InputError
+from analysis.tasks.modelref import ModelRef, resolve
 from cli.main import main
 
 

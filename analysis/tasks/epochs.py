@@ -26,17 +26,16 @@ from threadpoolctl import threadpool_limits
 
 from analysis.compare.checks import check_rows
 from analysis.compare.options import CompareConfig
-from analysis.compare.predictions import own_predictions
 from analysis.compare.run import (
     CompareResult,
     add_head_predictions,
     add_reconstruction,
     aligned_maps_many,
     compare_pair,
-    reconstructions,
     run_info,
 )
 from analysis.core.inputs import InputError, TextInputs
+from analysis.tasks.comparing import own_predictions, reconstructions
 from analysis.training.runs import JobRun
 from models.loading import LoadedModel
 
