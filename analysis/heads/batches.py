@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from analysis.core.activations import encode, max_input_length
+from analysis.core.activations import Encoded, encode, make_batch, max_input_length
 from analysis.core.inputs import InputError, TextInputs
 from models.loading import LoadedModel
 
@@ -24,22 +24,18 @@ class LossBatch:
     labels: torch.Tensor
 
 
-def _pad(rows: list[list[int]], value: int) -> torch.Tensor:
-    out = torch.full((len(rows), max(map(len, rows))), value, dtype=torch.long)
-    for b, r in enumerate(rows):
-        out[b, :len(r)] = torch.tensor(r)
-    return out
+def _padded(rows: list[list[int]], idx: list[int], fill: int) -> torch.Tensor:
+    """Rows ``idx`` padded with ``fill`` (the one batch builder, :func:`analysis.core.activations.make_batch`)."""
+    return make_batch(Encoded(rows, None, 0, 0), idx, fill).input_ids
 
 
 def _batched(ids: list[list[int]], types: list[list[int]] | None, pad: int, batch_size: int):
+    """Length-sorted batches of ``ids`` (their input positions and model inputs)."""
+    encoded = Encoded(ids, types, 0, 0)
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
-        inputs = {"input_ids": _pad([ids[i] for i in idx], pad),
-                  "attention_mask": _pad([[1] * len(ids[i]) for i in idx], 0)}
-        if types is not None:
-            inputs["token_type_ids"] = _pad([types[i] for i in idx], 0)
-        yield idx, inputs
+        yield idx, make_batch(encoded, idx, pad).model_inputs()
 
 
 def mlm_batches(loaded: LoadedModel, texts: TextInputs, batch_size: int = 16, mask_prob: float = 0.15,
@@ -68,7 +64,7 @@ def mlm_batches(loaded: LoadedModel, texts: TextInputs, batch_size: int = 16, ma
         raise InputError("the corpus is empty: no text has a token to mask")
     types = encoded.token_type_ids
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    return [LossBatch(inputs, _pad([labels[i] for i in idx], -100))
+    return [LossBatch(inputs, _padded(labels, idx, -100))
             for idx, inputs in _batched(ids, [types[r] for r in kept] if types else None, pad, batch_size)]
 
 

@@ -29,10 +29,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 
-from analysis.core.activations import encode, encode_words, max_input_length
+from analysis.core.activations import encode, encode_words, make_batch, max_input_length
 from analysis.core.inputs import InputError, TextInputs
 from analysis.core.store import key_of
 from analysis.core.treebank import Treebank
@@ -149,20 +150,11 @@ def analyse(loaded: LoadedModel, source: TextInputs | Treebank, *, statistics: b
                 checkpoint.save(step, force=True)
                 raise Stopped("stopped")
             rows = [kept[k] for k in idx]
-            width = max(lengths[k] for k in idx)
-            ids = torch.full((len(idx), width), pad, dtype=torch.long)
-            for b, r in enumerate(rows):
-                ids[b, :len(encoded.input_ids[r])] = torch.tensor(encoded.input_ids[r])
+            batch = make_batch(encoded, rows, pad, loaded.spec.device)  # the one batch builder
+            ids, mask = torch.from_numpy(batch.host_ids), torch.from_numpy(batch.host_mask.astype(np.int64))
+            width = ids.shape[1]
             n = torch.tensor([lengths[k] for k in idx])
-            mask = (torch.arange(width)[None, :] < n[:, None]).long()
-            inputs = {"input_ids": ids, "attention_mask": mask}
-            if encoded.token_type_ids is not None:
-                types = torch.zeros_like(ids)
-                for b, r in enumerate(rows):
-                    types[b, :len(encoded.token_type_ids[r])] = torch.tensor(encoded.token_type_ids[r])
-                inputs["token_type_ids"] = types
-            device = loaded.spec.device
-            maps = attentions(model, {k: v.to(device) for k, v in inputs.items()}, f"'{loaded.spec.name}'")
+            maps = attentions(model, batch.model_inputs(), f"'{loaded.spec.name}'")
             if len(maps) != layers:
                 raise RuntimeError(f"the model returned {len(maps)} attention maps for {layers} layers")
             flags = torch.stack([ids == (cls_id if cls_id is not None else -1),
