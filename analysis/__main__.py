@@ -1,3 +1,5 @@
+"""``python -m analysis``: the command line, the same as ``layerlens`` (:mod:`cli.main`)."""
+
 import sys
 
 try:  # installed (pip install .): the CLI is layerlens.cli; in a bare clone, the top-level cli package
