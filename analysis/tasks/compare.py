@@ -50,7 +50,8 @@ class CompareRun(Result):
         lines = []
         for p in self.result.info.get("layer_pairs", []):
             if p["left_out_a"] or p["left_out_b"]:
-                lines.append(f"note: {p['model_b']}: layers paired by {p['pairing']} (depths {p['depths'][0]} and "
+                by = "relative depth" if p["pairing"] == "relative" else p["pairing"]
+                lines.append(f"note: {p['model_b']}: layers paired by {by} (depths {p['depths'][0]} and "
                              f"{p['depths'][1]}); left out: "
                              + "; ".join(f"{side}'s {', '.join(map(str, p[f'left_out_{side.lower()}']))}"
                                          for side in "AB" if p[f"left_out_{side.lower()}"])
@@ -71,7 +72,6 @@ class Compare(Task):
     flags = {name: flag for name, flag in COMPARE_FLAGS.items() if flag != f"--{name.replace('_', '-')}"}
     page = "pages/7_Compare_checkpoints.py"
     example = {"model": ["demo", "random:demo"], "data": "analysis/data/demo_sentiment.csv"}
-    unit = "layer"
 
     def run(self, options: CompareOptions, ctx: Context) -> CompareRun:
         from analysis.compare.checks import check_rows
