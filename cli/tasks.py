@@ -13,6 +13,7 @@ from analysis.core import options as schema_fields
 from analysis.core.inputs import InputError
 from analysis.core.task import Task
 from cli.common import UserError, add_option_flag, prepare_out
+from jobs.store import StoreJobs
 
 
 def add_task_arguments(task: Task):
@@ -56,8 +57,9 @@ def _type(name: str, task: Task):
     return Path if annotation is Path or annotation == Path | None else str
 
 
-class CliContext:
-    """The task's reports on a terminal: a tqdm bar per stage, notes on stderr, ``--out`` staged."""
+class CliContext(StoreJobs):
+    """The task's reports on a terminal: a tqdm bar per stage, notes on stderr, ``--out`` staged; jobs looked up in
+    the user's job store."""
 
     def __init__(self, out: Path | None, unit: str, what: str, in_place: bool = False):
         self.out, self.unit, self.what, self.in_place = out, unit, what, in_place
@@ -101,18 +103,6 @@ class CliContext:
     def keep(self, name: str) -> Path | None:
         return None
 
-    def job(self, job_id: int):
-        from analysis.core.task import store_job
-        from jobs.store import JobStore
-
-        return store_job(JobStore(), job_id)
-
-    def jobs(self) -> tuple[list, str]:
-        from jobs.store import JobStore
-
-        store = JobStore()
-        return store.list(limit=1_000_000), str(store.root)
-
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
@@ -131,13 +121,11 @@ def options_from_args(task: Task, args: argparse.Namespace):
             raise UserError(f"{args.config}: unknown option(s) {', '.join(unknown)}")
         values = {**given, **values}
     if any(str(values.get(name) or "").startswith("job:") for name in ("model", "compare", "checkpoints")):
-        from analysis.core.task import store_job
         from analysis.tasks.kind import resolve_job_refs
         from jobs.store import JobStore
 
-        store = JobStore()
         try:  # job:N, resolved as a job's door resolves it
-            values = resolve_job_refs(task, values, lambda job_id: store_job(store, job_id))
+            values = resolve_job_refs(task, values, JobStore().find)
         except InputError as exc:
             raise UserError(str(exc)) from None
     try:

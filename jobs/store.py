@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from analysis.core.home import jobs_dir
+from analysis.core.inputs import InputError
 from analysis.core.staging import clean_stale, pid_alive
 
 PROGRESS_WAIT_S = 5.0  # how long a progress write waits for a lock before it is skipped
@@ -242,6 +243,17 @@ class JobStore:
             rows = db.execute("SELECT * FROM jobs ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
         return [self._job(r) for r in rows]
 
+    def find(self, job_id: int) -> Job:
+        """Job ``job_id``, or the one line every door says when there is none (an :class:`InputError`)."""
+        job = self.get(job_id)
+        if job is None:
+            raise InputError(f"no job {job_id} under {self.root} (layerlens jobs list)")
+        return job
+
+    def everything(self) -> tuple[list[Job], str]:
+        """Every job, newest first, and where the store is (for a message): a task's ``Context.jobs``."""
+        return self.list(limit=1_000_000), str(self.root)
+
     def start(self, job_id: int, pid: int) -> bool:
         """A job another backend started (a Slurm job): queued -> running with its process id; False when it was
         cancelled (or started) before."""
@@ -347,3 +359,14 @@ class JobStore:
         with contextlib.suppress(OSError):
             note_path.unlink(missing_ok=True)
         return [j.id for j in lost]
+
+
+class StoreJobs:
+    """A task's ``Context.job`` and ``Context.jobs`` (:class:`analysis.core.task.Context`) read from this user's job
+    store: the CLI's and a page's contexts (a job's reads the store its worker opened)."""
+
+    def job(self, job_id: int) -> Job:
+        return JobStore().find(job_id)
+
+    def jobs(self) -> tuple[list[Job], str]:
+        return JobStore().everything()

@@ -23,7 +23,7 @@ from analysis.core.task import Tables
 from analysis.tasks.comparing import compare
 from analysis.tasks.epochs import compare_epochs, validation_rows
 from analysis.tasks.modelref import resolve_group
-from analysis.training.runs import fine_tuned, job_run
+from analysis.training.runs import job_run
 from jobs.store import JobStore, StoreError
 from models.anatomy import layer_name
 from models.loading import ModelLoadError, ModelSpec
@@ -436,7 +436,8 @@ else:
         st.stop()
     group = st.selectbox("Sweep group", groups, key="compare_group")
     try:  # the one resolver of a group, as `layerlens compare --group` resolves it
-        members = list(resolve_group(jobs, group).members)
+        found = resolve_group(jobs, group)
+        members = list(found.members)
     except InputError as exc:
         st.error(md_plain(str(exc)))
         st.stop()
@@ -456,10 +457,7 @@ else:
         "Compare the group", type="primary", key="compare_group_run"), (group, inputs, config),
         f"Choose the rows (the held-out rows of job #{members[0].id} are offered), then compare.")
     try:  # each run's fine-tuned encoder, read by the head of the model it started from when it had one
-        specs = []
-        for j in members:
-            encoder, lent = fine_tuned(j.artifacts, j.metrics)
-            specs.append((str(encoder), lent, j.label))
+        specs = [(ref.name, ref.head_from, ref.label) for ref in found.refs()]
         for name, lent, _ in specs:
             checked(ModelSpec(name, head_from=lent))
         base_spec = dataclasses.replace(loaded.spec, name=browser_model(base_name), revision=None, head_from=None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import streamlit as st
 
 from analysis.core.inputs import InputError
+from jobs.store import StoreJobs
 from ui.options import option_input
 
 
@@ -24,11 +25,11 @@ def task_form(prefix: str, schema, names: list[str] | None = None, columns: int 
         return None
 
 
-class PageContext:
+class PageContext(StoreJobs):
     """A task's reports on a page (:class:`analysis.core.task.Context`): progress on the page's bar (``report``:
     fraction and text, as :func:`ui.results.shared_result` gives it), notes kept for the page to show. The page
     keeps the result in memory, so the task writes no folder; Stop reruns the page, which ends the run at its next
-    progress report."""
+    progress report. Jobs are looked up in the user's job store."""
 
     def __init__(self, report):
         self.report, self.notes = report, []
@@ -47,18 +48,6 @@ class PageContext:
 
     def keep(self, name: str):
         return None
-
-    def job(self, job_id: int):
-        from analysis.core.task import store_job
-        from jobs.store import JobStore
-
-        return store_job(JobStore(), job_id)
-
-    def jobs(self) -> tuple[list, str]:
-        from jobs.store import JobStore
-
-        store = JobStore()
-        return store.list(limit=1_000_000), str(store.root)
 
 
 def run_on_page(runs: dict, what: str) -> None:

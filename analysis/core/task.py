@@ -108,14 +108,6 @@ class QuietContext:
         raise InputError("a run from code has no job store (run it from the CLI, a page or a job)")
 
 
-def store_job(store, job_id: int):
-    """Job ``job_id`` of ``store`` (a :class:`jobs.store.JobStore`), or the one line every door says."""
-    job = store.get(job_id)
-    if job is None:
-        raise InputError(f"no job {job_id} under {store.root} (layerlens jobs list)")
-    return job
-
-
 MAX_RUN_JSON = 20_000_000  # bytes: a run.json is facts, never data
 
 

@@ -96,11 +96,10 @@ class Compare(Task):
         else:
             if options.data is None:
                 raise InputError("--data FILE is required: the rows both models read")
-            specs, names = [], []
-            for name in options.model:
-                spec, label = _second_model(name, options.model[0], options, ctx)
-                specs.append(spec)
-                names.append(label)
+            from analysis.tasks.modelref import resolve
+
+            refs = [resolve(name, options.model[0], ctx.job, head_from=options.head_from) for name in options.model]
+            specs, names = [_spec(ref, options) for ref in refs], [ref.label for ref in refs]
             data = read_rows(options, ctx)
         check_rows(data, config.folds, config.debiased)  # before any model is loaded
         models = [_load(spec, options) for spec in specs]
@@ -144,10 +143,9 @@ class Compare(Task):
         specs = [ModelSpec(base.name, revision=base.revision, device=options.device, dtype=options.dtype,
                            allow_pickle=options.allow_pickle)]
         names = [base.name]
-        for job in done:
-            spec, label = _second_model(f"job:{job.id}", base.name, options, ctx)
-            specs.append(spec)
-            names.append(label)
+        for ref in found.refs(head_from=options.head_from):
+            specs.append(_spec(ref, options))
+            names.append(ref.label)
         if options.data is not None:
             rows, where = read_rows(options, ctx), str(options.data)
         else:
@@ -160,15 +158,14 @@ class Compare(Task):
         return specs, names, rows, {"group": options.group, "jobs": [j.id for j in done], "rows_are": where}
 
 
-def _second_model(name: str, base: str, options: CompareOptions, ctx: Context):
-    """``(spec, label)`` of a model next to the reference ``base``: a model, ``random`` or ``job:N`` (job N's
-    fine-tuned encoder read by the MLM head it started from, or ``head_from``'s), by the one resolver."""
-    from analysis.tasks.modelref import resolve
+def _spec(ref, options: CompareOptions):
+    """The model a resolved reference names (:class:`analysis.tasks.modelref.ModelRef`: a model, ``random`` or
+    ``job:N``, job N's fine-tuned encoder read by the MLM head it started from, or ``head_from``'s), on the options'
+    device and dtype."""
     from models.spec import ModelSpec
 
-    ref = resolve(name, base, ctx.job, head_from=options.head_from)
     return ModelSpec(ref.name, device=options.device, dtype=options.dtype, allow_pickle=options.allow_pickle,
-                     head_from=ref.head_from), ref.label
+                     head_from=ref.head_from)
 
 
 def _load(spec, options: CompareOptions):

@@ -50,12 +50,10 @@ class JobContext:
         return cache_dir() / name
 
     def job(self, job_id: int):
-        from analysis.core.task import store_job
-
-        return store_job(self.control.store, job_id)
+        return self.control.store.find(job_id)
 
     def jobs(self) -> tuple[list, str]:
-        return self.control.store.list(limit=1_000_000), str(self.control.store.root)
+        return self.control.store.everything()
 
 
 def resolve_job_refs(task: Task, values: dict, find_job) -> dict:

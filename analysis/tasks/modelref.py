@@ -76,6 +76,12 @@ class Group:
     members: tuple
     skipped: tuple[int, ...]
 
+    def refs(self, allowed: Callable[[str], str] = str, head_from: str | None = None) -> list[ModelRef]:
+        """Each member's fine-tuned model, resolved as its ``job:N`` is (:func:`resolve`, from the member records
+        already read): the encoder, the MLM head it lends (else ``head_from``), the job's label."""
+        by_id = {j.id: j for j in self.members}
+        return [resolve(f"{JOB_PREFIX}{j.id}", self.base, by_id.get, allowed, head_from) for j in self.members]
+
 
 def resolve_group(jobs, group: str, where: str = "") -> Group:
     """The :class:`Group` ``group`` of ``jobs`` (job records: ``id``, ``group``, ``status``, ``config``,
