@@ -17,7 +17,7 @@ from analysis.heads.options import (
     HeadsStatsOptions,
     HeadsViewOptions,
 )
-from analysis.tasks.kind import JobContext, resolve_job_refs
+from analysis.tasks.kind import JobContext, TaskKind
 
 PAGE = "pages/9_Attention_heads.py"
 RESUME = "heads_progress"  # the folder under LAYERLENS_HOME/cache where a cancelled job keeps its sums
@@ -246,40 +246,26 @@ class HeadsView(HeadsTask):
 TASKS = {task.name.split()[1]: task for task in (HeadsStats(), HeadsParse(), HeadsImportance(), HeadsView())}
 
 
-class HeadsKind:
+class HeadsKind(TaskKind):
     """The ``heads`` job kind (:mod:`jobs.kinds`): ``{"kind": "heads", "action": ..., <that action's options>}``
     (:class:`analysis.heads.options.HeadsJobOptions`), run by the action's task with a job's context, so a job
     writes the files and ``run.json`` the CLI writes for the same options. Checked at submit: the options, the
     action's one input (read whole as the job will read it: a malformed line is refused now) and the model's
     config. Cancel stops it at its next progress report; what it computed is kept (:data:`RESUME`)."""
 
-    NAME = "heads"
-    OPTIONS = HeadsJobOptions
-    STAGED = True  # one process; the artifacts appear whole when complete
     BROWSER_FILES = ("input", "treebank", "data")  # from the browser: files under the data roots
     LABELS = {"stats": "head statistics", "parse": "heads as parsers", "importance": "head importance",
               "view": "attention view"}
     UNITS = {"attention": "sentences", "importance": "batches", "pruning": "passes", "layers": "layers"}
 
     def __init__(self):
+        super().__init__(TASKS["stats"])  # its job:N resolved as any heads task's (the four share the model block)
+        self.NAME, self.OPTIONS = "heads", HeadsJobOptions
         self.__name__ = __name__  # the module that defines the kind (jobs.kinds lists kinds by module)
-
-    @staticmethod
-    def _options(config: dict) -> HeadsJobOptions:
-        return HeadsJobOptions(**{k: v for k, v in config.items() if k != "kind"})
 
     def label(self, config: dict) -> str:
         """What the store and the pages call the job's work."""
         return self.LABELS.get(str(config.get("action")), "attention heads")
-
-    def describe(self, config: dict) -> list[str]:
-        """The job name's parts after its label and model: the input file."""
-        source = config.get("input") or config.get("treebank") or config.get("data")
-        return [Path(str(source)).name] if source else []
-
-    def resolve_refs(self, config: dict, find_job) -> dict:
-        """``config`` with ``job:N`` resolved as the CLI resolves it (:func:`analysis.tasks.kind.resolve_job_refs`)."""
-        return resolve_job_refs(TASKS["stats"], config, find_job)
 
     def _read(self, options: HeadsJobOptions):
         """The action's input as the job reads it (a refusal now rather than a failed job)."""
@@ -305,7 +291,7 @@ class HeadsKind:
         """(the options to store, with ``kind``, the device the job will run on); a refusal is an
         :class:`InputError`, a ``ModelLoadError`` or a ``ValueError`` whose message says why (``browser``: the
         browser's check of the options, applied before anything is read)."""
-        options = self._options(config)
+        options = self.options(config)
         if browser:
             options = browser(options, files=self.BROWSER_FILES)
         try:
@@ -321,7 +307,7 @@ class HeadsKind:
     def run(self, config: dict, out: Path, control) -> dict:
         """The action's task on the job's options, reporting to the job; its files and ``run.json`` in ``out``.
         Returns the job's metrics: the files and what ``run.json`` says beside them."""
-        options = self._options(config)
+        options = self.options(config)
         control.listen()
         name, path = options.source()
         control.log(f"heads {options.action} of {options.model} on {path}")

@@ -98,7 +98,7 @@ class TaskKind:
         return resolve_job_refs(self.task, config, find_job)
 
     def options(self, config: dict):
-        return self.task.Options(**{k: v for k, v in config.items() if k != "kind"})
+        return self.OPTIONS(**{k: v for k, v in config.items() if k != "kind"})
 
     def label(self, config: dict) -> str:
         return self.task.help.split(":")[0]
@@ -109,7 +109,7 @@ class TaskKind:
         return f"{p['stage']}: {p.get('step', 0):,} of {p.get('total_steps', 0):,}" if p.get("stage") else ""
 
     def describe(self, config: dict) -> list[str]:
-        source = config.get("input") or config.get("corpus") or config.get("data")
+        source = config.get("input") or config.get("corpus") or config.get("treebank") or config.get("data")
         return [Path(str(source)).name] if source else []
 
     def validate(self, config: dict, browser, model_config) -> tuple[dict, str]:
