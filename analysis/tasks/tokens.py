@@ -25,8 +25,8 @@ CORPUS = "tests/data/english_valid_400.txt.gz"
 
 
 def extract(options: TokensExtractOptions, ctx: Context):
-    """``(vectors, corpus, seconds)`` of ``options.input`` (into the shared cache; a launcher's processes share
-    the work), or None in a launcher's helper process."""
+    """``(vectors, corpus, seconds, processes)`` of ``options.input`` (into the shared cache; a launcher's processes
+    share the work), or None in a launcher's helper process."""
     from analysis.core.activations import max_input_length
     from analysis.core.layers import parse_layers
     from analysis.core.parallel import ranks_for
@@ -47,7 +47,7 @@ def extract(options: TokensExtractOptions, ctx: Context):
     tv = extract_vectors(loaded, corpus, sorted(layers), options.batch_size, options.shard_rows,
                          (lambda stage, done, total: ctx.progress(stage + note, done, total)) if ranks.is_main
                          else None, ranks=ranks)
-    return None if tv is None else (tv, corpus, time.perf_counter() - start)
+    return None if tv is None else (tv, corpus, time.perf_counter() - start, ranks.count)
 
 
 def vectors(options, action: str, ctx: Context):
@@ -123,18 +123,15 @@ class TokensExtract(TokensTask):
         done = extract(options, ctx)
         if done is None:
             return None
-        tv, corpus, seconds = done
+        tv, corpus, seconds, processes = done
         src = corpus.source
         if src.get("truncated"):
             ctx.log(f"note: {src['truncated']} text(s) cut to the model's {corpus.encoded.max_length} tokens")
         if src.get("dropped_too_long") or src.get("dropped_no_subword"):
             ctx.log(f"note: left out {src['dropped_too_long']} sentence(s) over the model's limit and "
                     f"{src['dropped_no_subword']} with a word without subwords")
-        from analysis.core.parallel import ranks_for
-
         facts = tv.run_info(input=str(options.input), source=src, seconds=round(seconds, 3),
-                            disk_bytes=tv.disk_bytes(), shards=len(tv.manifest["shards"]),
-                            processes=ranks_for(options.device).count)
+                            disk_bytes=tv.disk_bytes(), shards=len(tv.manifest["shards"]), processes=processes)
         said = (f"{tv.rows} tokens x {len(tv.layers)} layers x {tv.hidden} ({tv.storage}, "
                 f"{tv.disk_bytes() / 2**20:.1f} MiB) in {seconds:.1f} s")
         return TokensRun("extract", {}, facts, str(tv.directory), said)
