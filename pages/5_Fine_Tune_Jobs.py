@@ -204,7 +204,7 @@ def live() -> None:
                                                     width="small"),
         "name": st.column_config.TextColumn("name", width="medium"),
         "stage": st.column_config.TextColumn("stage", width="large"),
-        "batch loss": st.column_config.NumberColumn("batch loss", help="the last mini-batch's loss (live); the "
+        "batch loss": st.column_config.TextColumn("batch loss", help="the last mini-batch's loss (live); the "
                                                     "curves below show each epoch's mean")})
     labels = {j.id: f"#{j.id} {j.name} ({j.status})" for j in jobs}
     chosen = st.selectbox("Job", list(labels), format_func=labels.get, key="job_view")

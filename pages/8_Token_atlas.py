@@ -103,7 +103,7 @@ def grid(frame: pd.DataFrame, key: str, helps: dict | None = None) -> None:
     config = {c: st.column_config.NumberColumn(c, help=helps.get(c), format="%d" if is_integer_dtype(frame[c])
                                                else "%.4f") if is_numeric_dtype(frame[c])
               else st.column_config.TextColumn(c, help=helps.get(c)) for c in frame.columns}
-    st.dataframe(safe(frame), hide_index=True, width="stretch", column_config=config, key=key)
+    st.dataframe(safe(frame), hide_index=True, width="stretch", column_config=config, key=key, placeholder="—")
 
 
 # --- which vectors -------------------------------------------------------------------------------------------------

@@ -56,14 +56,26 @@ SCORE_COLUMNS = ("batch loss", "val accuracy", "accuracy", "majority class", "ma
                  "layer decay")
 
 
-def shown(table: pd.DataFrame):
-    """``table`` as the page shows it: numbers to 3 significant places, and an empty cell (not "None" or
-    "nan") where a job has no such value yet."""
-    numbers = [c for c in table.columns if c in SCORE_COLUMNS]
-    table = safe(table)  # text cells formula-neutralised, as in our CSV files: the toolbar download is safe too
-    return table.style.format(lambda v: "" if v is None or v != v else f"{v:.3g}" if abs(v) < 1e-2 else
-                              f"{v:.3f}", subset=numbers, na_rep="").format(na_rep="", subset=[
-                                  c for c in table.columns if c not in numbers and table[c].dtype == object])
+def _number(v) -> str:
+    return "" if v is None or v != v else f"{v:.3g}" if abs(v) < 1e-2 else f"{v:.3f}"
+
+
+def shown(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` as the page shows it: scores to 3 significant places as text, and an empty cell where a job has
+    no such value (Streamlit draws a missing number as a grey "None" whatever a Styler says, so no cell is left
+    missing); "one class" reads yes or no for a job with a score and is empty otherwise. Text cells are formula-
+    neutralised, as in our CSV files, so the table toolbar's download is safe too."""
+    table = safe(table).copy()
+    scored = table["accuracy"].notna() if "accuracy" in table.columns else pd.Series(False, index=table.index)
+    for column in table.columns:
+        if column in SCORE_COLUMNS:
+            table[column] = [_number(v) for v in table[column]]
+        elif column == "one class":
+            table[column] = [("yes" if v else "no") if s else "" for v, s in zip(table[column], scored, strict=True)]
+        elif table[column].dtype == object or table[column].isna().any():  # some kinds leave it empty (epochs)
+            table[column] = ["" if v is None or v != v else f"{v:g}" if isinstance(v, float) else v
+                             for v in table[column]]
+    return table
 
 
 def comparison_table(jobs) -> pd.DataFrame:

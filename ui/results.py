@@ -188,7 +188,8 @@ def table(frame, headers: dict[str, tuple[str, str]], container=None, **kwargs) 
     """A dataframe whose columns carry the analysis' own header names and help (``headers``: column -> (header, help)),
     numbers to 4 decimals, layer indices as whole numbers (text columns as text). Text cells are shown formula-
     neutralised (:func:`analysis.core.csvout.safe`), so the download in Streamlit's table toolbar is as safe as
-    our own CSV files."""
+    our own CSV files. A value that is not defined (a layer left out, a score with no rows) is drawn as a dash, not as
+    Streamlit's grey "None"."""
     from pandas.api.types import is_numeric_dtype
 
     def layer_like(col: str) -> bool:  # a layer index, even where a missing pair made the column float
@@ -197,6 +198,7 @@ def table(frame, headers: dict[str, tuple[str, str]], container=None, **kwargs) 
     config = {col: st.column_config.NumberColumn(name, help=text, format="%d" if layer_like(col) else "%.4f")
               if is_numeric_dtype(frame[col]) else st.column_config.TextColumn(name, help=text)
               for col, (name, text) in headers.items() if col in frame.columns}
+    kwargs.setdefault("placeholder", "—")
     (container or st).dataframe(safe(frame), hide_index=True, width="stretch", column_config=config, **kwargs)
 
 

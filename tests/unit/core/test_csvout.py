@@ -61,4 +61,22 @@ def test_the_jobs_table_shows_names_neutralised(tmp_path):
 
     store = JobStore(tmp_path / "jobs")
     store.submit({"model": "demo", "train": "demo"}, "cpu", "=HYPERLINK(\"http://x\")")
-    assert shown(job_table(store.list())).data["name"].tolist() == ["'=HYPERLINK(\"http://x\")"]
+    assert shown(job_table(store.list()))["name"].tolist() == ["'=HYPERLINK(\"http://x\")"]
+
+
+def test_an_undefined_value_in_a_page_table_is_a_dash_not_none():
+    """Streamlit draws a missing number as a grey 'None' (a Styler's na_rep does not reach it): the pages' tables
+    (ui.results.table) ask for a dash instead, and keep the number column numeric."""
+    from streamlit.testing.v1 import AppTest
+
+    def page():
+        import pandas as pd
+
+        from ui.results import table
+
+        table(pd.DataFrame({"layer": [1, 2], "cka": [0.5, float("nan")]}), {"cka": ("CKA", "help")})
+
+    at = AppTest.from_function(page).run()
+    assert not at.exception
+    assert at.dataframe[0].proto.placeholder == "—"
+    assert at.dataframe[0].value["cka"].isna().tolist() == [False, True]
