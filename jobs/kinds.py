@@ -17,6 +17,7 @@ A kind is a module (or any object) with:
 - ``run(config, out, control)``: the job's work with its artifacts in ``out``, returning its metrics;
   ``control`` (:class:`jobs.run.Control`) brings the log, the progress reporter, the stop request (Cancel), the
   earlier jobs' artifacts and the store's JSON conversion, so a kind never imports ``jobs``;
+- optionally ``OPENED_ON``: (page, how) where a finished job's results open (:func:`opened_on`);
 - optionally ``sweepable()``: the options a sweep from the browser may vary (none without it);
 - optionally ``stage(progress)``: where a running job is, in words (``probes: 3 of 20 steps · 72% of the job``),
   and ``note(metrics)``: what a finished one adds (``resumed after 4 passes of an earlier job``).
@@ -57,6 +58,12 @@ def label(config: dict) -> str:
     """What the store and the pages call a job's work (``linguistic structure``; a fine-tuning job's head)."""
     return of(config).label(config)
 
+
+
+def opened_on(job) -> tuple[str, str] | None:
+    """(the page, how) where ``job``'s results open once it has succeeded, or None (its files and report are on the
+    jobs page)."""
+    return getattr(of(job.config), "OPENED_ON", None) if job.status == "succeeded" else None
 
 
 def stage(job) -> str:

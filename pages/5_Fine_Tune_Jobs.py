@@ -23,7 +23,7 @@ from ui.navigation import prefill
 from ui.options import option_input, reset_form
 from ui.report import report_button
 from ui.results import chart, md_plain
-from ui.sidebar import start_page
+from ui.sidebar import ANALYSES, start_page
 
 loaded = start_page("Fine-tuning jobs", (
     "Fine-tune the encoder with a **layer-pooling head** as a background job: it runs in its own process, "
@@ -212,8 +212,15 @@ def live() -> None:
     left, right = st.columns([3, 1])
     if stage := kinds.stage(job):  # 'extract: shard 3 of 9 (...) · 30% of the job', 'cancelling…', 'resumed after 4'
         left.caption(stage)
-    if job.status == "succeeded" and job.config.get("kind") == "tokens":
-        left.caption(f"{tokens_summary(job)}: open it on the Token atlas page.")
+    if (opens := kinds.opened_on(job)) is not None:  # its kind's page opens it (a tokens job: the Token atlas)
+        page, how = opens
+        title = next((p.title for p in ANALYSES if p.file == page), page)
+        left.page_link(page, label=f"{(tokens_summary(job) + ': ') if tokens_summary(job) else ''}{how} on the "
+                       f"{title} page", icon=":material/open_in_new:")
+    elif job.status == "succeeded" and not (job.metrics and "accuracy" in job.metrics):  # a task's files
+        left.caption(f"Its files ({', '.join((job.metrics or {}).get('files', [])) or 'none listed'}) are in "
+                     f"`{job.artifacts}`.")
+        report_button(job.artifacts, f"job_{job.id}_files", left)
     if job.progress.get("history"):
         chart(history_chart(job.progress["history"]), f"job{job.id}_curves", left, key=f"curve_{job.id}")
     if job.status not in FINISHED and right.button("Cancel", key=f"cancel_{job.id}"):

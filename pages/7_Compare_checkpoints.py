@@ -254,6 +254,11 @@ def show(result, texts: dict, epochs: bool = False) -> None:
     st.subheader("Per layer")
     drop = ["model_a"] + (["model_b"] if len(bs) == 1 else [])
     table(summary.drop(columns=drop), HEADERS)
+    if ((summary["cka"] < 0.9) & (summary["mean_movement"] < 0.01)).any():  # both defined, and they disagree
+        st.caption("Read movement with CKA: at a layer where CKA is low but the rows barely moved, the two models "
+                   "share one direction that every row points along, and the rotation lines those up. Movement is an "
+                   "uncentred cosine distance, so that direction dominates it; CKA and the neighbours changed say "
+                   "how differently the rows are arranged (docs/compare.md, 'How to read movement').")
     st.download_button("layer_summary.csv", to_csv(summary), "layer_summary.csv", key="compare_dl")
     result_report_button(Tables("compare", {"layer_summary.csv": summary, "cka_cross.csv": cross}, info),
                          "compare")

@@ -170,14 +170,23 @@ def within_roots(path: Path | str, roots: list[Path] | None = None) -> Path:
 
 def server_files(suffixes: tuple[str, ...] = TEXT_SUFFIXES, roots: list[Path] | None = None) -> list[Path]:
     """The files under the roots whose names end in one of ``suffixes`` (the types the page reads: texts by default)
-    and that resolve inside the roots, root by root (the bundled data first), sorted, at most :data:`MAX_LISTED`."""
+    and that resolve inside the roots, root by root (the bundled data first), sorted, at most :data:`MAX_LISTED`.
+    A LayerLens run's own files (a folder with a ``run.json``, and below it: ``layers.csv``, ``predictions.csv``) are
+    results, not data, and are not listed."""
     roots = data_roots() if roots is None else roots
-    found = []
+    found, runs = [], {}
+
+    def in_a_run(folder: Path, root: Path) -> bool:
+        if folder not in runs:
+            runs[folder] = (folder / "run.json").is_file() or (folder != root and folder.parent != folder
+                                                                and in_a_run(folder.parent, root))
+        return runs[folder]
+
     for root in roots:
         if not root.is_dir():
             continue
         for path in sorted(root.rglob("*")):
-            if path.name.lower().endswith(suffixes) and path.is_file():
+            if path.name.lower().endswith(suffixes) and path.is_file() and not in_a_run(path.parent, root):
                 try:
                     found.append(within_roots(path, roots))
                 except InputError:

@@ -216,6 +216,8 @@ class Task(abc.ABC):
     exclusive_optional: ClassVar[tuple[str, ...]] = ()  # options of which at most one is given (an optional group)
     unit: ClassVar[str] = "it"  # what the progress counts (the CLI's bars)
     page: ClassVar[str | None] = None  # the dashboard page that runs it (its form: the same schema)
+    opened_on: ClassVar[tuple[str, str] | None] = None  # (page, how): where a finished job of it opens (None: its
+    # files and report, on the jobs page)
     example: ClassVar[dict] = {}  # its required options for a run on the bundled demo data (docs, contract tests)
 
     @abc.abstractmethod

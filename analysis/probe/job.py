@@ -18,6 +18,7 @@ from analysis.probe.options import LensOptions
 NAME = "lens"
 OPTIONS = LensOptions
 STAGED = False  # checkpoints go straight to the artifacts (to resume), file by file
+OPENED_ON = ("pages/1_Reconstruction.py", "its lens is offered under 'Tuned lens'")
 
 
 def label(config: dict) -> str:

@@ -17,6 +17,7 @@ from analysis.structure.options import StructureJobOptions
 NAME = "structure"
 OPTIONS = StructureJobOptions
 STAGED = True  # one process; the artifacts appear whole when complete
+OPENED_ON = ("pages/6_Linguistic_structure.py", "open it under 'Open a finished job'")
 BROWSER_FILES = ("train", "test", "label_data")  # from the browser: files under the data roots
 
 

@@ -67,6 +67,7 @@ class HeadsTask(Task):
 
     kind = "heads"
     page = PAGE
+    opened_on = (PAGE, "open it under 'A finished job'")
 
     def job_config(self, values: dict) -> dict:
         return {"kind": "heads", "action": self.name.split()[1], **values}

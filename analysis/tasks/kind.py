@@ -90,7 +90,7 @@ class TaskKind:
     STAGED = True  # its files appear whole, when the run is complete
 
     def __init__(self, task: Task):
-        self.task, self.NAME, self.OPTIONS = task, task.name, task.Options
+        self.task, self.NAME, self.OPTIONS, self.OPENED_ON = task, task.name, task.Options, task.opened_on
         self.__name__ = type(task).__module__
 
     def resolve_refs(self, config: dict, find_job) -> dict:

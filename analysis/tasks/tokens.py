@@ -142,6 +142,8 @@ class TokensIndex(TokensTask):
     help = "a nearest-neighbour index per layer"
     writes = "tokens index writes index.csv, run.json"
     Options = TokensIndexOptions
+    opened_on = (PAGE, "its index lies beside the vector set it indexed: open that extraction among the finished "
+                 "token jobs there")
     example = {"input": CORPUS, "limit": 20, "layers": "0,2"}
 
     def run(self, options: TokensIndexOptions, ctx: Context) -> TokensRun | None:

@@ -19,6 +19,7 @@ from analysis.tokens.options import TokensJobOptions
 NAME = "tokens"
 OPTIONS = TokensJobOptions
 STAGED = True  # one process; the vectors go to the cache, shard by shard, the artifacts appear whole
+OPENED_ON = ("pages/8_Token_atlas.py", "open it among the finished token jobs")
 BROWSER_FILES = ("corpus",)  # from the browser: a file under the data roots
 
 

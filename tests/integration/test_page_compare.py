@@ -169,6 +169,7 @@ def test_a_model_against_itself_on_the_page_gives_cka_1_no_movement_and_b_on_a(m
     assert defined.sum() == len(s) - 1  # layer 0's [CLS]: undefined
     np.testing.assert_allclose(s.loc[defined, "cka"], 1, atol=1e-5)
     np.testing.assert_allclose(s.loc[defined, "mean_movement"], 0, atol=1e-6)
+    assert not any("Read movement with CKA" in c.value for c in at.caption)  # CKA 1: nothing to warn of
     (shared,) = [f for f in figures(at) if "PC 1" in (f.layout.xaxis.title.text or "")]
     (ax, ay), (bx, by) = ((values(t.x), values(t.y)) for t in shared.data[:2])
     assert len(ax) == len(bx) == 40
@@ -225,6 +226,7 @@ def test_the_page_says_what_the_map_layer_0_and_few_rows_mean_and_draws_the_prob
     assert "rotated onto A" in said  # the map is drawn as movement is measured
     assert "same vector for every text" in said  # why layer 0's cells are empty
     assert "40 rows" in said and "256" in said  # Procrustes with fewer rows than dimensions
+    assert "Read movement with CKA" in said  # unrelated models barely 'move' ([CLS], uncentred): said next to it
     s = shown_summary(at)
     assert s.loc[s["layer"] == 0, ["cka", "mean_movement", "neighbours_mostly_changed"]].isna().all(axis=None)
     (probe,) = [f for f in figures(at) if "Linear-probe" in (f.layout.title.text or "")]

@@ -337,3 +337,27 @@ def test_model_folders_typed_in_the_browser_stay_in_the_model_roots(home, tiny_d
     at.text_input(key="job_model").set_value(str(tiny_dirs["bert"])).run()
     at.sidebar.text_input(key=KEY_HEAD_FROM).set_value(outside).run()
     assert not at.exception and any("model folders" in e.value for e in at.sidebar.error)
+
+
+@pytest.mark.parametrize(("config", "page"), [
+    ({"kind": "tokens index", "model": "demo", "input": "job:1"}, "pages/8_Token_atlas.py"),
+    ({"kind": "heads", "action": "parse", "model": "demo", "treebank": "t.conllu"}, "pages/9_Attention_heads.py"),
+    ({"kind": "structure", "model": "demo"}, "pages/6_Linguistic_structure.py"),
+    ({"kind": "probe", "model": "demo", "input": "x.csv"}, None)])
+def test_a_finished_job_says_where_it_opens(home, config, page):
+    """A succeeded job of a kind some page opens links there with how (a 'tokens index' job's index lies beside its
+    extraction: it said nothing); a task's job no page opens names its files and offers its report."""
+    job_id = home.submit(config, "cpu", config["kind"])
+    home.claim("cpu", 1)
+    (home.directory(job_id) / "artifacts").mkdir(parents=True, exist_ok=True)
+    (home.directory(job_id) / "artifacts" / "run.json").write_text("{}")
+    home.finish(job_id, "succeeded", metrics={"kind": config["kind"], "files": ["layers.csv", "run.json"]})
+    at = run_page(JOBS)
+    assert not at.exception
+    links = [el.proto for el in at.get("page_link") if " on the " in el.proto.label]  # not the sidebar's
+    if page is None:
+        assert not links
+        assert any("layers.csv, run.json" in c.value and "artifacts" in c.value for c in at.caption)
+        assert at.button(key=f"job_{job_id}_files_report") is not None
+    else:
+        assert len(links) == 1 and links[0].page == page.split("/")[1].split("_", 1)[1].removesuffix(".py"), links

@@ -34,6 +34,19 @@ def test_files_under_the_roots_and_nothing_else(root, tmp_path):
         assert "password" not in str(err.value)  # never the file's content
 
 
+def test_a_runs_own_files_are_not_offered_as_data(tmp_path):
+    """A LayerLens run folder under a data root (a folder with run.json) holds results: its layers.csv and the
+    files below it are not offered as texts or labelled rows; a corpus beside it still is."""
+    (tmp_path / "corpus.txt").write_text("a text\n")
+    run = tmp_path / "runs" / "probe1"
+    (run / "artifacts").mkdir(parents=True)
+    (run / "run.json").write_text("{}")
+    (run / "layers.csv").write_text("layer,accuracy\n0,0.5\n")
+    (run / "artifacts" / "predictions.csv").write_text("text,label\nx,1\n")
+    (tmp_path / "runs" / "texts.csv").write_text("text\nx\n")
+    assert server_files(roots=[tmp_path]) == [tmp_path / "corpus.txt", tmp_path / "runs" / "texts.csv"]
+
+
 def test_default_roots_are_the_bundled_data_and_the_uploads(monkeypatch, tmp_path):
     monkeypatch.delenv("LAYERLENS_DATA_DIRS", raising=False)
     monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path))
