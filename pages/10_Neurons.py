@@ -3,16 +3,17 @@
 import streamlit as st
 
 from analysis.core.csvout import to_csv
-from analysis.core.inputs import max_rows
-from analysis.neurons.ablation import neurons
+from analysis.core.inputs import InputError, max_rows
 from analysis.neurons.options import NeuronsConfig
 from analysis.neurons.plots import ablation_curves
-from analysis.tasks.neurons import NeuronsRun
+from analysis.tasks import TASKS
 from ui.inputs import labelled_inputs
 from ui.report import result_report_button
-from ui.results import chart, result_key, result_store, table
+from ui.results import chart, result_store, table
 from ui.sidebar import start_page
-from ui.tasks import run_on_page, task_form
+from ui.tasks import page_options, run_on_page, source_values, task_form, task_key
+
+NEURONS = TASKS["neurons"]
 
 HEADERS = {
     "accuracy": ("accuracy at this layer", "the layer's own probe on its held-out vectors, the units zeroed"),
@@ -34,12 +35,17 @@ inputs = labelled_inputs("neurons", max_rows())
 config = task_form("neurons", NeuronsConfig, ["pooling", "layers", "k", "random_seeds", "test_fraction", "seed"])
 if inputs is None or config is None:
     st.stop()
-key = result_key("neurons", loaded.spec.resolved().to_dict(), config.to_dict(), inputs.content_hash())
+try:  # the task's options: the sidebar's model, the rows' source, the form's knobs
+    options = page_options(NEURONS, loaded.spec, **source_values(NEURONS, inputs), **config.to_dict())
+except InputError as exc:
+    st.error(str(exc))
+    st.stop()
+key = task_key(NEURONS, options, inputs)
 if st.button("Rank and ablate", type="primary", key="neurons_run"):
-    run_on_page({key: ("neurons", lambda ctx: neurons(loaded, inputs, config, progress=ctx.progress))},
-                "Ranking and ablating")
+    run_on_page({key: ("neurons", lambda ctx: NEURONS.compute(loaded, inputs, options, ctx))}, "Ranking and ablating")
 
-if (result := result_store().get(key)) is not None:
+if (run := result_store().get(key)) is not None:
+    result = run.result
     info = result.info
     st.caption(f"{info['train_rows']} training rows, {info['test_rows']} held out (stratified, seed {config.seed}); "
                f"k = {config.k}; {config.random_seeds} random draws; majority class '{info['majority_class']}'.")
@@ -58,5 +64,4 @@ if (result := result_store().get(key)) is not None:
         top = result.ranking[result.ranking["rank"] <= config.k]
         table(top, {"score": ("score", "largest absolute class weight of the standardised probe")})
         st.download_button("ranking.csv", to_csv(result.ranking), "ranking.csv", "text/csv", key="neurons_dl_r")
-    result_report_button(NeuronsRun(result, {**info, "model_spec": loaded.spec.resolved().to_dict(),
-                                             **config.to_dict()}), "neurons")
+    result_report_button(run, "neurons")

@@ -112,14 +112,14 @@ def labelled_inputs(key: str, row_limit: int) -> TextInputs | None:
         elif source == "Demo sentiment set":
             pair = st.checkbox("Add the aspect term as a second text ([CLS] sentence [SEP] aspect [SEP]); keeps only "
                                "the rows that have one", key=f"{key}_demo_pair")
-            inputs = parse(DEMO_LABELLED.read_bytes(), DEMO_LABELLED.name, "text", "aspect" if pair else None,
+            inputs = parse(DEMO_LABELLED, DEMO_LABELLED.name, "text", "aspect" if pair else None,
                            label_column="label")
             st.caption(f"{len(inputs)} short reviews written for LayerLens: positive, negative and neutral, five "
                        "domains, most naming an aspect term. **Lexically easy**: one opinion word decides the label, "
                        "so even the embedding layer separates the classes well and layers differ little; the "
                        "*Demo word-order set* is one where they do.")
         elif source == "Demo word-order set":
-            inputs = parse(DEMO_WORDORDER.read_bytes(), DEMO_WORDORDER.name, "text", None, label_column="label")
+            inputs = parse(DEMO_WORDORDER, DEMO_WORDORDER.name, "text", None, label_column="label")
             st.caption(f"{len(inputs)} sentences of UD English-EWT (CC BY-SA 4.0), in half of which two adjacent "
                        "words were swapped: Conneau et al. (2018)'s *bigram shift*. Every word stays in the "
                        "sentence, so a bag of words says almost nothing (the embedding layer sits near chance, "

@@ -50,6 +50,46 @@ class PageContext(StoreJobs):
         return None
 
 
+def page_options(task, spec, **values):
+    """``task``'s options for a run on a page: the model block from ``spec`` (the sidebar's model, or the one to
+    compare with) and the page's ``values``, checked by the task's schema (an :class:`InputError` of one line)."""
+    spec = spec.resolved()
+    model = {"model": spec.name, "revision": spec.revision, "device": spec.device, "dtype": spec.dtype,
+             "allow_pickle": spec.allow_pickle, "head_from": spec.head_from}
+    return task.Options(**{k: v for k, v in model.items() if k in task.Options.model_fields}, **values)
+
+
+def source_values(task, data) -> dict:
+    """The options of ``task`` that name its rows' source (its input file and columns), from what the page read
+    (``data.source`` and ``data.columns``), so the page's ``run.json`` says where its rows came from."""
+    fields = task.Options.model_fields
+    text, pair, label = data.columns
+    values = {"input" if "input" in fields else "data": data.source or "page rows",
+              "column" if "column" in fields else "text_column": text, "pair_column": pair, "label_column": label}
+    return {k: v for k, v in values.items() if k in fields and (v is not None or k == "pair_column")}
+
+
+def task_key(task, options, data) -> str:
+    """The shared store's key of ``task``'s run with ``options`` on the rows ``data`` (equal rows from another
+    source share it)."""
+    from ui.results import result_key
+
+    return result_key(task.name, options.model_dump(mode="json", exclude={"input", "data"}), data.content_hash(),
+                      data.ids)
+
+
+def task_result(task, spec, data, options, label: str, key: str | None = None):
+    """THE page's run of ``task``: :meth:`analysis.core.task.Task.compute` on the model ``spec`` names (the shared
+    model cache: the sidebar's model is a hit) and the page's rows ``data``, on the page's progress bar, shared
+    across sessions under ``key`` (default: the task, the options and the rows)."""
+    from ui.results import shared_result
+    from ui.sidebar import model_cache
+
+    def compute(report):
+        return task.compute(model_cache().get(spec), data, options, PageContext(report))
+    return shared_result(key or task_key(task, options, data), label, compute)
+
+
 def run_on_page(runs: dict, what: str) -> None:
     """THE runner of a page's task: each ``key -> (label, run)`` whose result is not in the shared store yet is
     ``run(ctx)`` with a :class:`PageContext` on the page's progress bar, the Stop button shown meanwhile; bad input is

@@ -41,6 +41,10 @@ class TextInputs:
     dropped_over_limit: int = 0  # 1 when rows follow ``limit`` (a reader stops there: the rest is not counted)
     labels: tuple[str, ...] | None = None  # class labels as text ("1" and 1 are the same label)
     row_ids: tuple[int, ...] | None = None  # each text's 0-based data row in the source (default: 0..n-1)
+    # where they were read from, for run.json: the source in words (a file's path, an upload's name, "typed texts")
+    # and its columns read (text, pair, label; None: not read)
+    source: str = dataclasses.field(default="", compare=False)
+    columns: tuple[str | None, str | None, str | None] = dataclasses.field(default=("text", None, None), compare=False)
 
     def __post_init__(self):
         for name in ("pairs", "labels", "row_ids"):
@@ -317,10 +321,11 @@ def parse(data: Path | bytes | str, name: str = "input.txt", column: str = "text
         raise InputError("text pairs and labels need a .csv, .tsv or .jsonl file with named columns")
     columns, records, lines = _table(data, fmt, name)
     try:
-        return _collect(records, columns, name, "text" if fmt == "txt" else column, pair_column, label_column, limit,
-                        numbered=fmt in ("csv", "tsv"), goes_on=lines.goes_on)
+        inputs = _collect(records, columns, name, "text" if fmt == "txt" else column, pair_column, label_column, limit,
+                          numbered=fmt in ("csv", "tsv"), goes_on=lines.goes_on)
     finally:
         lines.close()
+    return dataclasses.replace(inputs, source=str(data)) if isinstance(data, Path) else inputs  # a file: its path
 
 
 def from_records(rows: Iterable[dict], columns: list[str], name: str, column: str = "text",
@@ -372,7 +377,7 @@ def _collect(records: Iterator[tuple[dict, int | None]], columns: list[str] | No
                          f"{' or label' if label_column else ''} is empty")
     ids, texts, pairs, labels = (tuple(col) for col in zip(*usable, strict=True))
     return TextInputs(texts, pairs if pair_column else None, read - len(usable), int(more),
-                      labels if label_column else None, ids)
+                      labels if label_column else None, ids, name, (column, pair_column, label_column))
 
 
 def from_hub_dataset(name: str, config: str | None = None, split: str = "train", column: str = "text",
@@ -430,7 +435,7 @@ def from_text_area(text: str, limit: int | None = None) -> TextInputs:
     """Texts typed into a text area: one per line."""
     if not text.strip():
         raise InputError("no text given: type or paste at least one sentence")
-    return parse(text, "typed.txt", limit=limit)
+    return dataclasses.replace(parse(text, "typed.txt", limit=limit), source="typed texts")
 
 
 def max_rows() -> int:

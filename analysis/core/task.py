@@ -224,6 +224,13 @@ class Task(abc.ABC):
     def run(self, options: Options, ctx: Context) -> Result | None:
         """The work. None in the helper processes of a launcher (only the main process has the result)."""
 
+    def compute(self, loaded, data, options: Options, ctx: Context) -> Result:
+        """The work on a model already loaded and inputs already read: what :meth:`run` does once it has read the
+        inputs and loaded the model, and what a page runs (the sidebar's model, the page's rows; ``options`` from the
+        page's form, its input naming ``data.source``). A task a page runs defines it and ``run`` calls it, so the
+        page's result, its files and its ``run.json`` are the CLI's for the same options."""
+        raise NotImplementedError(f"the {self.name} task runs from the CLI and as a job only")
+
     def build(self, values: dict) -> Options:
         """The run's options from the values given (a config file's, then the flags'): the schema's check."""
         return self.Options(**values)

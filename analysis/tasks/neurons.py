@@ -47,16 +47,20 @@ class Neurons(Task):
 
     def run(self, options: NeuronsOptions, ctx: Context) -> NeuronsRun:
         from analysis.core.inputs import check_row_limit, read_file
-        from analysis.neurons.ablation import neurons
         from models.loading import load_model
 
         data = check_row_limit(read_file(options.data, options.text_column, label_column=options.label_column),
                                options.max_rows, "neurons'")
         for note in data.notes():
             ctx.log(f"note: {note}")
-        config = NeuronsConfig(**{name: getattr(options, name) for name in NeuronsConfig.model_fields})
         loaded = load_model(options.spec())
         ctx.output()
+        return self.compute(loaded, data, options, ctx)
+
+    def compute(self, loaded, data, options: NeuronsOptions, ctx: Context) -> NeuronsRun:
+        from analysis.neurons.ablation import neurons
+
+        config = NeuronsConfig(**{name: getattr(options, name) for name in NeuronsConfig.model_fields})
         result = neurons(loaded, data, config, progress=ctx.progress)
         return NeuronsRun(result, {**result.info, "data": str(options.data), "text_column": options.text_column,
                                    "label_column": options.label_column, "model_spec": loaded.spec.to_dict()})
