@@ -4,7 +4,6 @@
 
 import streamlit as st
 
-from analysis.atlas.atlas import atlas
 from analysis.atlas.options import COLOR_BY, AtlasConfig
 from analysis.atlas.plots import atlas_grid, separability_curve
 from analysis.core.csvout import to_csv
@@ -14,7 +13,7 @@ from analysis.core.layers import layers_note, parse_layers
 from analysis.core.precision import precision_line
 from analysis.core.projection import METHOD_NAMES, METHODS
 from analysis.core.separability import SEPARABILITY_HEADERS
-from analysis.tasks.atlas import AtlasRun
+from analysis.tasks import TASKS
 from models.loading import ModelSpec
 from models.spec import short_name
 from ui.inputs import labelled_inputs
@@ -25,12 +24,13 @@ from ui.results import (
     chart,
     for_each_model,
     md_plain,
-    result_key,
-    shared_result,
     table,
     wait_for_run,
 )
-from ui.sidebar import model_cache, start_page
+from ui.sidebar import start_page
+from ui.tasks import page_options, source_values, task_result
+
+ATLAS = TASKS["atlas"]
 
 loaded = start_page("Layer atlas", (
     "Each layer's sentence vector (the **[CLS]** / first token's hidden state, or the **mean** of the text's "
@@ -73,19 +73,19 @@ except InputError as exc:
 
 
 def run(spec: ModelSpec, label: str):
-    """The atlas of ``spec`` on the inputs, shared across sessions."""
-    key = result_key(spec.resolved().to_dict(), inputs.content_hash(), inputs.ids, config.to_dict())
+    """The atlas task's run for ``spec`` on the inputs (its :class:`analysis.tasks.atlas.AtlasRun`), shared across
+    sessions."""
     own = config if spec.name == loaded.spec.name else config.replace(color_by="label")
-    return shared_result(key, label, lambda report: atlas(
-        model_cache().get(spec), inputs, own,
-        progress=lambda stage, done, n: report(done / max(n, 1), f"{label}: {stage} {done}/{n}")))
+    return task_result(ATLAS, spec, inputs, page_options(ATLAS, spec, **source_values(ATLAS, inputs), **own.to_dict()),
+                       label)
 
 
 wait_for_run("atlas_request", inputs is not None and st.button(f"Draw the atlas ({METHOD_NAMES[method]})",
                                                                type="primary", key="atlas_run"),
              (inputs, config, compare), "Choose the data and options, then draw the atlas. Vectors are cached on "
              "disk per model and data, so changing the projection or the layers is quick.")
-results = for_each_model("The atlas", "atlas_request", loaded, compare, run)
+runs = for_each_model("The atlas", "atlas_request", loaded, compare, run)
+results = {label: run.result for label, run in runs.items()}
 
 main = next(iter(results.values()))  # the sidebar's model comes first
 info = main.info
@@ -144,4 +144,4 @@ for i, (label, result) in enumerate(results.items()):
                            f"separability{suffix}.csv", "text/csv", key=f"dl_sep_{i}")
         d3.download_button("cka.csv", to_csv(result.cka_frame(), index=True), f"cka{suffix}.csv", "text/csv",
                            key=f"dl_cka_{i}")
-        result_report_button(AtlasRun(result, {**result.info, "model": label}), f"atlas_{i}")
+        result_report_button(runs[label], f"atlas_{i}")

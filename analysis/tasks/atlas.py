@@ -68,7 +68,7 @@ class Atlas(Task):
     def run(self, options: AtlasOptions, ctx: Context) -> AtlasRun | None:
         from analysis.atlas.atlas import atlas
         from analysis.core.inputs import check_row_limit, from_hub_dataset, max_rows, read_file
-        from analysis.core.layers import layers_note, parse_layers
+        from analysis.core.layers import parse_layers
         from analysis.core.parallel import ranks_for
         from models.loading import load_model
 
@@ -95,6 +95,15 @@ class Atlas(Task):
             atlas(loaded, data, config, ranks=ranks, row_limit=options.max_rows)
             return None
         ctx.output()
+        return self.compute(loaded, data, options, ctx, ranks)
+
+    def compute(self, loaded, data, options: AtlasOptions, ctx: Context, ranks=None) -> AtlasRun:
+        from analysis.atlas.atlas import atlas
+        from analysis.core.layers import layers_note
+        from analysis.core.parallel import ONE
+
+        config = AtlasConfig(**{name: getattr(options, name) for name in AtlasConfig.model_fields})
+        ranks = ranks or ONE  # a page's run: one process
         note = f" ({ranks.count} processes)" if ranks.count > 1 else ""
         result = atlas(loaded, data, config, progress=lambda stage, done, total: ctx.progress(stage + note, done,
                                                                                               total),

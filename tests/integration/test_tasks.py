@@ -142,3 +142,37 @@ def test_its_page_opens_on_the_demo_model(name):
     assert task.page and (ROOT / task.page).is_file()
     at = run_page(task.page)
     assert not at.exception and not at.error, [e.value for e in at.error]
+
+
+def page_runs(name: str) -> bool:
+    from analysis.core.task import Task
+
+    return type(TASKS[name]).compute is not Task.compute
+
+
+@pytest.mark.parametrize("name", [n for n in sorted(TASKS) if page_runs(n)])
+def test_a_pages_run_writes_what_the_cli_writes(name, example_args, tmp_path):
+    """A page runs the task's ``compute`` on the sidebar's model and the rows it read (ui.tasks.task_result): for the
+    same options and rows, its result writes the files and the run.json that ``run`` (the CLI's and a job's) does."""
+    from analysis.core.inputs import read_file
+    from analysis.core.task import QuietContext
+    from models.loading import load_model
+
+    task = TASKS[name]
+    options = task.Options(model="demo", device="cpu", **example_args)
+    values = options.model_dump()
+    rows = read_file(values.get("input") or values["data"], values.get("column") or values.get("text_column", "text"),
+                     values.get("pair_column"), label_column=values.get("label_column"))
+    page = task.compute(load_model(options.spec()), rows, options, QuietContext())
+    (tmp_path / "page").mkdir()
+    written = page.write(tmp_path / "page")
+    cli = task.run(options, QuietContext(tmp_path / "cli"))
+    assert cli.write(tmp_path / "cli") == written
+    for file in written:
+        a, b = tmp_path / "page" / file, tmp_path / "cli" / file
+        if file.endswith(".csv"):
+            pd.testing.assert_frame_equal(pd.read_csv(a), pd.read_csv(b), check_exact=False, rtol=1e-4)
+        elif file == "run.json":
+            x, y = (json.loads(p.read_text()) for p in (a, b))
+            kept = [k for k in x if k not in WHEN and not k.endswith("_seconds")]
+            assert {k: x[k] for k in kept} == {k: y[k] for k in kept} and set(x) == set(y)
