@@ -3,19 +3,21 @@
 import streamlit as st
 
 from analysis.core.csvout import to_csv
-from analysis.core.inputs import InputError
 from analysis.core.precision import bf16_units, precision_line
-from analysis.core.task import Tables
 from analysis.probe import lens
 from analysis.probe.plots import accuracy_curve, divergence_curves, mismatch_html, token_heatmap
-from analysis.probe.reconstruction import LAYER_HEADERS, ProbeConfig, probe
+from analysis.probe.reconstruction import LAYER_HEADERS, ProbeConfig
+from analysis.tasks import TASKS
 from models.loading import ModelSpec
 from ui.inputs import EXAMPLES, text_inputs
 from ui.jobs import lens_job_form
 from ui.navigation import compare_link
 from ui.report import result_report_button
-from ui.results import COMPARE_HELP, chart, for_each_model, result_key, shared_result, table, wait_for_run
-from ui.sidebar import available_lenses, model_cache, start_page
+from ui.results import COMPARE_HELP, chart, for_each_model, table, wait_for_run
+from ui.sidebar import available_lenses, start_page
+from ui.tasks import page_options, source_values, task_result
+
+PROBE = TASKS["probe"]
 
 loaded = start_page("Reconstruction probing", (
     "Every layer's hidden states go through the model's **pre-trained MLM head** (its own, or one lent in the "
@@ -66,18 +68,14 @@ config = ProbeConfig(mode=mode, include_special=include_special, top_k=int(top_k
                      half="attention" if halves and lens_reads_halves else "output")
 
 
-def run(spec: ModelSpec, label: str, through=None):
-    """The probe of ``spec`` on the inputs (through the lens in directory ``through``), shared across sessions.
-    With a lens chosen, the raw reading also measures KL to the final layer and agreement."""
-    key = result_key(spec.resolved().to_dict(), inputs.texts, inputs.pairs, config.to_dict(), str(lens_dir),
-                     str(through))
-
-    def compute(report):
-        model = model_cache().get(spec)  # the sidebar's model is a cache hit
-        reading = lens.load(through, model) if through is not None else None
-        return probe(model, inputs, config, lens=reading, divergence=lens_dir is not None,
-                     progress=lambda done, n: report(done / n, f"{label}: {done}/{n} texts"))
-    return shared_result(key, f"Probing {label}", compute)
+def run(spec: ModelSpec, label: str):
+    """The probe task's run of ``spec`` on the inputs (its :class:`analysis.tasks.probe.ProbeRun`), shared across
+    sessions: the sidebar's model raw and through the chosen lens, a second model raw. With a lens chosen, every
+    raw reading also measures KL to the final layer and agreement."""
+    own = lens_dir if spec.name == loaded.spec.name else None
+    options = page_options(PROBE, spec, **source_values(PROBE, inputs), **config.to_dict(), lens=own,
+                           divergence=lens_dir is not None)
+    return task_result(PROBE, spec, inputs, options, f"Probing {label}")
 
 
 with st.expander("Train a tuned lens for this model (a background job)"):
@@ -89,16 +87,13 @@ with st.expander("Train a tuned lens for this model (a background job)"):
 wait_for_run("probe_request", inputs is not None and st.button("Run the probe", type="primary", key="probe_run"),
              (inputs, config, compare, lens_dir), "Set the texts and options, then run the probe. Results are shared "
              "and cached per model, texts and options.")
-results = for_each_model("The probe", "probe_request", loaded, compare, run)
-main = next(iter(results.values()))  # the sidebar's model comes first
+runs = for_each_model("The probe", "probe_request", loaded, compare, run)
+first = next(iter(runs))  # the sidebar's model comes first, by its short name
+results = {first: runs[first].results["raw"]}
 if lens_dir is not None:
-    first = next(iter(results))  # the sidebar's model, by its short name
-    tuned_label = f"{first} · tuned lens ({lens.label(lens_dir)})"
-    try:
-        results = {first: main, tuned_label: run(loaded.spec, tuned_label, lens_dir),
-                   **{k: v for k, v in results.items() if k != first}}
-    except InputError as exc:
-        st.error(str(exc))
+    results[f"{first} · tuned lens ({lens.label(lens_dir)})"] = runs[first].results["tuned"]
+results.update({label: r.results["raw"] for label, r in runs.items() if label != first})
+main = results[first]
 st.caption(precision_line(main.precision))
 if main.truncated:
     st.warning(f"{main.truncated} text(s) longer than {main.max_length} tokens were cut to fit the model.")
@@ -156,6 +151,4 @@ left.download_button("Download decoded.csv (all texts)", to_csv(shown.decoded), 
                      "text/csv", key="dl_decoded")
 right.download_button("Download tokens.csv (all texts)", to_csv(shown.tokens[cols]), "tokens.csv",
                       "text/csv", key="dl_tokens")
-result_report_button(Tables("probe", {"layers.csv": main.layers, "decoded.csv": main.decoded},
-                            {"model_spec": loaded.spec.resolved().to_dict(), **config.to_dict(), "texts": main.n_texts,
-                             "shown": "the sidebar's model"}), "probe")
+result_report_button(runs[first], "probe")

@@ -27,6 +27,9 @@ class ProbeOptions(ProbeConfig, ReadingOptions):
     lens: Path | None = Field(None, title="tuned lens", description="also read the layers through this tuned lens "
                               "(`lens train`): layers.csv and decoded.csv gain a lens column (raw/tuned) and every "
                               "row kl_to_final and agreement; the tuned per-token rows go to tokens_tuned.parquet")
+    divergence: bool = Field(False, title="divergence", description="also measure each layer's KL to the final "
+                             "layer's distribution and its top-1 agreement with it without a lens (kl_to_final, "
+                             "agreement; always on with --lens)")
 
     def config(self) -> ProbeConfig:
         return ProbeConfig(**{name: getattr(self, name) for name in ProbeConfig.model_fields})
@@ -50,12 +53,19 @@ class ProbeRun(Result):
         layers, decoded = self.tables()
         to_csv(layers, out / "layers.csv")
         to_csv(decoded, out / "decoded.csv")
+        for name, result in self.results.items():  # a page's run holds its token rows (a CLI's went to the file)
+            if result.tokens is not None:
+                result.tokens.to_parquet(out / tokens_file(name), index=False)
         RunRecord("probe", self.facts).write(out)
-        return ["layers.csv", "decoded.csv", "tokens.parquet"] + (["tokens_tuned.parquet"] if self.options.lens
-                                                                   else []) + ["run.json"]
+        return ["layers.csv", "decoded.csv", *map(tokens_file, self.results), "run.json"]
 
     def shown(self):
         return self.tables()[0]
+
+
+def tokens_file(reading: str) -> str:
+    """The per-token rows' file of a reading (raw, tuned)."""
+    return "tokens.parquet" if reading == "raw" else f"tokens_{reading}.parquet"
 
 
 def needs_mlm_head(loaded, options) -> None:
@@ -79,8 +89,6 @@ class Probe(Task):
         from analysis.core.inputs import check_row_limit, read_file
         from analysis.core.parallel import ranks_for
         from analysis.core.task import check_requirements
-        from analysis.probe.reconstruction import probe
-        from analysis.probe.token_sink import TokenSink
         from models.loading import load_model
 
         if options.half != "output" and options.lens is not None:
@@ -96,34 +104,44 @@ class Probe(Task):
                                  "probe's")
         for note in inputs.notes() if ranks.is_main else ():
             ctx.log(f"note: {note}")
-        config = options.config()
         loaded = load_model(spec)
         check_requirements(self, loaded, options)
+        if not ranks.is_main:  # a helper process: its share of the batches, merged and written by the main one
+            self.compute(loaded, inputs, options, ctx, ranks=ranks)
+            return None
+        return self.compute(loaded, inputs, options, ctx, ranks=ranks, out=ctx.output())
+
+    def compute(self, loaded, data, options: ProbeOptions, ctx: Context, ranks=None, out: Path | None = None
+                ) -> ProbeRun | None:
+        """The probe of ``data`` on ``loaded``, raw and (with a lens) tuned; each reading's per-token rows stream into
+        ``out``'s Parquet file, or are held in memory without ``out`` (a page's run)."""
+        from analysis.core.parallel import ONE
+        from analysis.probe.reconstruction import probe
+        from analysis.probe.token_sink import TokenSink
+
+        ranks, config = ranks or ONE, options.config()
         readings = [("raw", None)]
         if options.lens is not None:
             from analysis.probe import lens
 
             readings.append(("tuned", lens.load(options.lens, loaded)))
-        divergence = len(readings) > 1
-        if not ranks.is_main:  # a helper process: its share of the batches, merged and written by the main one
-            for _, reading in readings:
-                probe(loaded, inputs, config, ranks=ranks, lens=reading, divergence=divergence)
-            return None
-        out = ctx.output()
+        divergence = len(readings) > 1 or options.divergence
         note = f" ({ranks.count} processes)" if ranks.count > 1 else ""
         results = {}
         for name, reading in readings:
-            tokens = "tokens.parquet" if reading is None else f"tokens_{name}.parquet"
             stage = ("probing" if reading is None else "probing through the tuned lens") + note
-            results[name] = probe(loaded, inputs, config, sink=TokenSink(loaded.tokenizer, config.top_k, out / tokens,
-                                                                  halves=config.half != "output"),
+            sink = None if out is None or not ranks.is_main else TokenSink(
+                loaded.tokenizer, config.top_k, out / tokens_file(name), halves=config.half != "output")
+            results[name] = probe(loaded, data, config, sink=sink,
                                   progress=lambda done, total, stage=stage: ctx.progress(stage, done, total),
                                   should_stop=ctx.should_stop, ranks=ranks, lens=reading, divergence=divergence)
+        if not ranks.is_main:
+            return None
         result = results["raw"]
         if result.truncated:
             ctx.log(f"note: {result.truncated} text(s) longer than {result.max_length} tokens were cut")
         facts = {**result.run_info(), "input": str(options.input), "column": options.column,
                  "pair_column": options.pair_column, "model_spec": loaded.spec.to_dict(),
                  "lens": str(options.lens) if options.lens else None, "processes": ranks.count,
-                 "load_seconds": round(loaded.load_seconds, 3)}
+                 "load_seconds": round(loaded.load_seconds, 3), **({"divergence": True} if options.divergence else {})}
         return ProbeRun(results, options, facts)
