@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from analysis.core.activations import encode, encode_words, make_batch, max_input_length
+from analysis.core.activations import encode, encode_words, halving_on_oom, make_batch, max_input_length
 from analysis.core.inputs import InputError, TextInputs
 from analysis.core.store import key_of
 from analysis.core.treebank import Treebank
@@ -43,6 +43,7 @@ from analysis.heads.parse import MIN_COUNT, Parsing, relations_of
 from analysis.heads.resume import Checkpoint
 from analysis.heads.stats import STATISTICS, HeadClusters, TokenStatistics, punctuation_ids, sample_tokens
 from analysis.heads.words import pooling_matrices, word_attention
+from models.cache import is_out_of_memory
 from models.loading import LoadedModel
 
 MAX_CELLS = 1 << 17
@@ -142,6 +143,57 @@ def analyse(loaded: LoadedModel, source: TextInputs | Treebank, *, statistics: b
     if first:
         info["resumed_after"] = done
         log.info("resuming after %d of %d sentences (%s)", done, len(kept), checkpoint.path)
+
+    def add(idx: list[int], rows: list[int], batch, maps) -> None:
+        ids, mask = torch.from_numpy(batch.host_ids), torch.from_numpy(batch.host_mask.astype(np.int64))
+        width = ids.shape[1]
+        n = torch.tensor([lengths[k] for k in idx])
+        if len(maps) != layers:
+            raise RuntimeError(f"the model returned {len(maps)} attention maps for {layers} layers")
+        flags = torch.stack([ids == (cls_id if cls_id is not None else -1),
+                             ids == (sep_id if sep_id is not None else -1),
+                             punct[ids.clamp(max=len(punct) - 1)] & mask.bool()], -1).float()
+        if parse:
+            words = parser.batch([sentences[r] for r in rows], [k % 2 for k in idx])
+            mean, total = pooling_matrices([encoded.word_ids[r] for r in rows], [len(sentences[r]) for r in rows],
+                                           width)
+        if uniform is not None:
+            uniform.add(0, (mask.float() / n[:, None])[:, None, None, :].expand(-1, 1, width, -1), n, flags)
+        if parse:  # the word maps are made where the attention is (issue 44 item 6)
+            mean, total = mean.to(maps[0].device), total.to(maps[0].device)
+        for layer, a in enumerate(maps):
+            a = a.float()  # on the model's device: statistics and word maps are reduced there
+            if stats is not None:
+                stats.add(layer, a, n, flags)
+            if parse:
+                parser.add(layer, word_attention(a, mean, total), words)
+        if heads_map is not None:
+            by_length: dict[int, list[tuple[int, int]]] = {}
+            for b, k in enumerate(idx):
+                for p in range(lengths[k]):
+                    if (k, p) in sample:
+                        by_length.setdefault(lengths[k], []).append((b, p))
+            for size, picked in by_length.items():  # rows cut to their sentence's length: no padding columns
+                bi, pi = (torch.tensor(v) for v in zip(*picked, strict=True))
+                heads_map.add(torch.stack([a[bi.to(a.device), :, pi.to(a.device), :size].float().cpu()
+                                           for a in maps], 1).flatten(1, 2))  # the sampled rows only
+
+    def read(idx: list[int]) -> int:
+        """One batch: the forward pass, then its sums. Out of memory in the forward pass: nothing was summed, and
+        :func:`halving_on_oom` reads the batch again in halves; out of memory once summing began is an error (a retry
+        would count rows twice)."""
+        rows = [kept[k] for k in idx]
+        batch = make_batch(encoded, rows, pad, loaded.spec.device)  # the one batch builder
+        maps = attentions(model, batch.model_inputs(), f"'{loaded.spec.name}'")
+        try:
+            add(idx, rows, batch, maps)
+        except RuntimeError as exc:
+            if is_out_of_memory(exc):
+                raise RuntimeError(f"out of memory while summing a batch of {len(idx)} sentences: lower "
+                                   "--batch-size or --max-cells") from exc
+            raise
+        return len(idx)
+
     start = time.perf_counter()
     with torch.inference_mode():
         for step, idx in enumerate(plan[first:], first):
@@ -149,41 +201,8 @@ def analyse(loaded: LoadedModel, source: TextInputs | Treebank, *, statistics: b
             if should_stop is not None and should_stop():
                 checkpoint.save(step, force=True)
                 raise Stopped("stopped")
-            rows = [kept[k] for k in idx]
-            batch = make_batch(encoded, rows, pad, loaded.spec.device)  # the one batch builder
-            ids, mask = torch.from_numpy(batch.host_ids), torch.from_numpy(batch.host_mask.astype(np.int64))
-            width = ids.shape[1]
-            n = torch.tensor([lengths[k] for k in idx])
-            maps = attentions(model, batch.model_inputs(), f"'{loaded.spec.name}'")
-            if len(maps) != layers:
-                raise RuntimeError(f"the model returned {len(maps)} attention maps for {layers} layers")
-            flags = torch.stack([ids == (cls_id if cls_id is not None else -1),
-                                 ids == (sep_id if sep_id is not None else -1),
-                                 punct[ids.clamp(max=len(punct) - 1)] & mask.bool()], -1).float()
-            if parse:
-                words = parser.batch([sentences[r] for r in rows], [k % 2 for k in idx])
-                mean, total = pooling_matrices([encoded.word_ids[r] for r in rows], [len(sentences[r]) for r in rows],
-                                               width)
-            if uniform is not None:
-                uniform.add(0, (mask.float() / n[:, None])[:, None, None, :].expand(-1, 1, width, -1), n, flags)
-            if parse:  # the word maps are made where the attention is (issue 44 item 6)
-                mean, total = mean.to(maps[0].device), total.to(maps[0].device)
-            for layer, a in enumerate(maps):
-                a = a.float()  # on the model's device: statistics and word maps are reduced there
-                if stats is not None:
-                    stats.add(layer, a, n, flags)
-                if parse:
-                    parser.add(layer, word_attention(a, mean, total), words)
-            if heads_map is not None:
-                by_length: dict[int, list[tuple[int, int]]] = {}
-                for b, k in enumerate(idx):
-                    for p in range(lengths[k]):
-                        if (k, p) in sample:
-                            by_length.setdefault(lengths[k], []).append((b, p))
-                for size, picked in by_length.items():  # rows cut to their sentence's length: no padding columns
-                    bi, pi = (torch.tensor(v) for v in zip(*picked, strict=True))
-                    heads_map.add(torch.stack([a[bi.to(a.device), :, pi.to(a.device), :size].float().cpu()
-                                               for a in maps], 1).flatten(1, 2))  # the sampled rows only
+            for _ in halving_on_oom(read, idx):
+                pass
             done += len(idx)
             if progress is not None:
                 try:

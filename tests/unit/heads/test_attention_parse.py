@@ -238,3 +238,41 @@ def test_an_unreadable_checkpoint_starts_afresh(tiny_dirs, treebank, tmp_path):
     saved.write_bytes(b"cut")
     result = analyse(loaded, treebank, batch_size=2, max_cells=2000, resume=tmp_path)
     assert "resumed_after" not in result.info and result.info["sentences"] > 0
+
+
+def test_a_batch_out_of_memory_is_read_again_in_halves_to_the_same_tables(tiny_dirs, treebank, monkeypatch):
+    """Issue 45 (the heads engine on the extraction loop's memory rule): when the forward pass of a batch runs out of
+    memory, the batch is read again in halves (nothing was summed yet); every table equals a run that never ran
+    out, to float rounding (the sums are added in other groups)."""
+    import analysis.heads.run as run
+
+    loaded = load_eager(ModelSpec(str(tiny_dirs["bert"]), device="cpu"))
+    options = dict(batch_size=4, max_cells=4000, cluster_tokens=64, min_count=1)
+    whole = analyse(loaded, treebank, **options)
+    real, sizes = run.attentions, []
+
+    def small_memory(model, inputs, name):
+        sizes.append(len(inputs["input_ids"]))
+        if len(inputs["input_ids"]) > 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(model, inputs, name)
+    monkeypatch.setattr(run, "attentions", small_memory)
+    halved = analyse(loaded, treebank, **options)
+    assert max(sizes) == 4 and sizes.count(1) == len(treebank.sentences)  # each sentence read alone, once
+    for name in ("heads", "clusters", "relations", "accuracies", "uuas"):
+        pd.testing.assert_frame_equal(getattr(halved, name), getattr(whole, name), check_exact=False, rtol=1e-5,
+                                      atol=1e-6, obj=name)
+    assert halved.info["sentences"] == whole.info["sentences"]
+
+
+def test_out_of_memory_once_summing_began_is_an_error_not_a_retry(tiny_dirs, treebank, monkeypatch):
+    """A retry after some of a batch's sums were added would count its rows twice: one line, not a retry."""
+    import analysis.heads.run as run
+
+    loaded = load_eager(ModelSpec(str(tiny_dirs["bert"]), device="cpu"))
+
+    def full(self, layer, a, n, flags):
+        raise RuntimeError("DefaultCPUAllocator: not enough memory: you tried to allocate 1 GB")
+    monkeypatch.setattr(run.TokenStatistics, "add", full)
+    with pytest.raises(RuntimeError, match="while summing a batch of 4 sentences: lower --batch-size"):
+        analyse(loaded, treebank, batch_size=4, max_cells=4000)
