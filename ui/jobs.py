@@ -93,18 +93,43 @@ def comparison_table(jobs) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def queue(config: dict, then: str, extra=None) -> int | None:
+    """THE submit of a page's job form: ``config`` (plus ``extra()``'s fields, read at Submit) checked as from the
+    browser and queued, a worker started unless ``LAYERLENS_JOBS_NO_WORKER``; "Job N queued: ``then``" on the page,
+    or its one-line refusal. Returns the job id, or None."""
+    import os
+
+    import streamlit as st
+
+    from analysis.core.inputs import InputError
+    from jobs.submit import SubmitError, submit
+
+    try:
+        job_id = submit({**config, **(extra() if extra else {})},
+                        start_worker=not os.environ.get("LAYERLENS_JOBS_NO_WORKER"), browser=True)
+    except (SubmitError, InputError) as exc:
+        st.error(f"Not queued: {exc}")
+        return None
+    st.success(f"Job {job_id} queued: {then}")
+    return job_id
+
+
+def model_block(spec) -> dict:
+    """A job's model fields from the sidebar's model: name, revision and precision (its device is the job
+    machine's own)."""
+    return {"model": spec.name, "revision": spec.revision, "dtype": spec.dtype}
+
+
 LENS_FORM = ["steps", "batch_size", "max_length", "optimizer", "lr_scale", "positions", "eval_texts", "half"]
 
 
 def lens_job_form(model: str) -> None:
     """Queue a tuned-lens training job for ``model`` (the Reconstruction page's expander): the texts, the main
     options from :class:`analysis.probe.options.LensOptions`, Submit. It then runs like every job (jobs page)."""
-    import os
 
     import streamlit as st
 
     from analysis.probe.options import LensOptions
-    from jobs.submit import SubmitError, submit
     from ui.options import option_input
 
     source = st.radio("Texts", ["Demo set's texts", "A file on the server", "Hugging Face dataset"], horizontal=True,
@@ -128,13 +153,9 @@ def lens_job_form(model: str) -> None:
     values = {name: option_input(col, name, "lens", options_schema=LensOptions)
               for col, name in zip(cols, LENS_FORM, strict=True)}
     if st.button("Train the lens as a job", key="lens_submit", disabled=not corpus):
-        config = {"kind": "lens", "model": model, "corpus": corpus, "text_column": column, **values}
-        try:
-            job_id = submit(config, start_worker=not os.environ.get("LAYERLENS_JOBS_NO_WORKER"), browser=True)
-            st.success(f"Job {job_id} queued: follow it (progress, Cancel, log) on the Fine-tuning jobs page. When it "
-                       "has finished, the lens is offered under 'Tuned lens' above.")
-        except SubmitError as exc:
-            st.error(f"Not queued: {exc}")
+        queue({"kind": "lens", "model": model, "corpus": corpus, "text_column": column, **values},
+              "follow it (progress, Cancel, log) on the Fine-tuning jobs page. When it has finished, the lens is "
+              "offered under 'Tuned lens' above.")
 
 
 SLURM_FIELDS = ("slurm_partition", "slurm_time", "slurm_gpus")
@@ -160,12 +181,9 @@ def structure_job_form(spec, train, test, options, label_data=None) -> None:
     model and precision) as a ``structure`` job: where it runs (this machine's worker or Slurm), Submit. Its
     device is the job machine's own (a GPU when it has one). ``label_data``: called at Submit, the job's fields
     for the page's labelled set (``label_data``, its columns and pooling)."""
-    import os
 
     import streamlit as st
 
-    from analysis.core.inputs import InputError
-    from jobs.submit import SubmitError, submit
 
     c1, c2, c3, c4 = st.columns([1.2, 1, 1, 1])
     placement = placement_inputs(c1, (c2, c3, c4), "structure_job")
@@ -173,16 +191,10 @@ def structure_job_form(spec, train, test, options, label_data=None) -> None:
                "process of its own: on the job machine's GPU when it has one (local), or as a Slurm job. It goes on "
                "when this page is closed; its word vectors are cached for later runs of the same model and files.")
     if st.button("Submit as a job", key="structure_submit"):
-        config = {"kind": "structure", "model": spec.name, "revision": spec.revision, "dtype": spec.dtype,
-                  "train": str(train), "test": str(test), **options.to_dict(), **placement}
-        try:
-            config.update(label_data() if label_data else {})
-            job_id = submit(config, start_worker=not os.environ.get("LAYERLENS_JOBS_NO_WORKER"), browser=True)
-            st.success(f"Job {job_id} queued: its progress shows under **Open a finished job** at the top of this "
-                       "page and on the Fine-tuning jobs page (Cancel, log). When it has finished, open its results "
-                       "there.")
-        except (SubmitError, InputError) as exc:
-            st.error(f"Not queued: {exc}")
+        queue({"kind": "structure", **model_block(spec), "train": str(train), "test": str(test),
+               **options.to_dict(), **placement},
+              "its progress shows under **Open a finished job** at the top of this page and on the Fine-tuning jobs "
+              "page (Cancel, log). When it has finished, open its results there.", label_data)
 
 
 def _jobs_of(kind: str, store=None, stop: bool = True) -> list:
@@ -259,12 +271,10 @@ def tokens_job_form(spec, corpus, text_column: str = "text", label_column: str |
     process of its own (this machine's worker or Slurm); the index kind, the batch size and where it runs are
     chosen here. A job of the same model, corpus and layers finds the shards an earlier one wrote (a cancelled
     job is resumed by submitting it again). Returns the job id when one was queued."""
-    import os
 
     import streamlit as st
 
     from analysis.tokens.options import TokensJobOptions
-    from jobs.submit import SubmitError, submit
     from ui.options import option_input
 
     c1, c2, c3 = st.columns(3)
@@ -277,17 +287,11 @@ def tokens_job_form(spec, corpus, text_column: str = "text", label_column: str |
                "page is closed; Cancel and its log are on the Fine-tuning jobs page. A cancelled job is resumed "
                "by submitting the same options again: only the missing shards are computed.")
     if st.button("Extract as a job", key=f"{key}_submit", disabled=not corpus):
-        config = {"kind": "tokens", "model": spec.name, "revision": spec.revision, "dtype": spec.dtype,
-                  "corpus": str(corpus), "text_column": text_column, "label_column": label_column, "limit": limit,
-                  "layers": layers, "index": index, "batch_size": batch_size, **placement}
-        try:
-            job_id = submit(config, start_worker=not os.environ.get("LAYERLENS_JOBS_NO_WORKER"), browser=True)
-        except SubmitError as exc:
-            st.error(f"Not queued: {exc}")
-            return None
-        st.success(f"Job {job_id} queued: its progress shows on the Fine-tuning jobs page (Cancel, log). When it "
-                   "has finished, its extraction is offered among the finished token jobs here.")
-        return job_id
+        return queue({"kind": "tokens", **model_block(spec), "corpus": str(corpus), "text_column": text_column,
+                      "label_column": label_column, "limit": limit, "layers": layers, "index": index,
+                      "batch_size": batch_size, **placement},
+                     "its progress shows on the Fine-tuning jobs page (Cancel, log). When it has finished, its "
+                     "extraction is offered among the finished token jobs here.")
     return None
 
 
@@ -327,14 +331,12 @@ def heads_job_form(spec, key: str = "heads_job") -> int | None:
     head importance), its input (a file on the server: texts or a CoNLL-U treebank; for importance, texts), its
     options from :class:`analysis.heads.options.HeadsJobOptions` (bounded for the browser), where it runs; the
     sidebar's model (``spec``: name, revision, precision). Returns the job id when one was queued."""
-    import os
 
     import streamlit as st
 
     from analysis.core.dataroots import TEXT_SUFFIXES, TREEBANK_SUFFIXES
     from analysis.heads.options import HeadsJobOptions
     from analysis.tasks.heads import KIND
-    from jobs.submit import SubmitError, submit
     from ui.inputs import server_file
     from ui.options import option_input
 
@@ -353,15 +355,8 @@ def heads_job_form(spec, key: str = "heads_job") -> int | None:
                "options are submitted again. When it has finished, open it with **A finished job** below.")
     if st.button("Submit as a job", key=f"{key}_submit", disabled=not path):
         source = "treebank" if action == "parse" else "input"
-        config = {"kind": "heads", "action": action, "model": spec.name, "revision": spec.revision,
-                  "dtype": spec.dtype, source: path, **values, **placement}
-        try:
-            job_id = submit(config, start_worker=not os.environ.get("LAYERLENS_JOBS_NO_WORKER"), browser=True)
-        except SubmitError as exc:
-            st.error(f"Not queued: {exc}")
-            return None
-        st.success(f"Job {job_id} queued: its stage shows below; open it here when it has finished.")
-        return job_id
+        return queue({"kind": "heads", "action": action, **model_block(spec), source: path, **values, **placement},
+                     "its stage shows below; open it here when it has finished.")
     return None
 
 
