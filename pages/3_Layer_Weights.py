@@ -15,9 +15,8 @@ from analysis.training.heads import near_uniform
 from analysis.training.plots import layer_weight_heatmap, mean_weight_lines
 from analysis.training.runs import epoch_vectors
 from analysis.training.train import read_weights
-from jobs.store import JobStore, StoreError
 from models.anatomy import layer_name
-from ui.jobs import score_line
+from ui.jobs import jobs_of, score_line
 from ui.navigation import prefill
 from ui.report import report_button
 from ui.results import chart, md_plain
@@ -27,13 +26,7 @@ loaded = start_page("Layer weights", (
     "What a fine-tuned **attention-pooling** (Song et al. 2020) or **scalar-mix** head learned: how much "
     "weight each layer's [CLS] gets, per example, per class and across epochs; and the validation set's "
     "[CLS] vectors of the last layers after the first and the last epoch (PCA, as in Song et al. Fig. 2)."))
-try:
-    store = JobStore()
-    listed = store.list()
-except StoreError as exc:  # a damaged or unreadable jobs.db: one line naming it and what to do
-    st.error(str(exc))
-    st.stop()
-finished = [j for j in listed if j.status == "succeeded" and j.config.get("kind", "finetune") == "finetune"]
+finished = [j for j in jobs_of("finetune") if j.status == "succeeded"]  # a damaged jobs.db: one line, the page stops
 jobs = [j for j in finished if (j.artifacts / "metrics.json").is_file()]
 if len(jobs) < len(finished):
     st.caption(f"{len(finished) - len(jobs)} finished job(s) not listed: their artifacts were deleted "

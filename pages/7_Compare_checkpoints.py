@@ -24,10 +24,10 @@ from analysis.tasks.comparing import compare
 from analysis.tasks.epochs import compare_epochs, validation_rows
 from analysis.tasks.modelref import resolve_group
 from analysis.training.runs import job_run
-from jobs.store import JobStore, StoreError
 from models.anatomy import layer_name
 from models.loading import ModelLoadError, ModelSpec
 from ui.inputs import labelled_inputs
+from ui.jobs import jobs_of
 from ui.report import result_report_button
 from ui.results import (
     COMPARE_HELP,
@@ -322,12 +322,7 @@ def run_and_show(key, label: str, compute, texts: dict, request_key: str, epochs
 
 
 def finished_jobs() -> list:
-    try:
-        return [j for j in JobStore().list(limit=10_000) if j.status == "succeeded"
-                and j.config.get("kind", "finetune") == "finetune"]
-    except StoreError as exc:
-        st.error(str(exc))
-        st.stop()
+    return [j for j in jobs_of("finetune", limit=10_000) if j.status == "succeeded"]
 
 
 def checked(spec: ModelSpec) -> ModelSpec:

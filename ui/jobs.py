@@ -197,17 +197,17 @@ def structure_job_form(spec, train, test, options, label_data=None) -> None:
               "page (Cancel, log). When it has finished, open its results there.", label_data)
 
 
-def _jobs_of(kind: str, store=None, stop: bool = True) -> list:
+def jobs_of(kind: str, store=None, stop: bool = True, limit: int = 200) -> list:
     """Every job of ``kind`` (the registry's reading of its options: a job naming none is a fine-tuning job), newest
     first. A damaged or unreadable jobs.db is one line naming it; then the page stops, or with ``stop=False`` this
-    part of it has no jobs."""
+    part of it has no jobs. ``limit``: the newest jobs of every kind read."""
     import streamlit as st
 
     from jobs import kinds
     from jobs.store import JobStore, StoreError
 
     try:
-        return [j for j in (store or JobStore()).list() if kinds.of(j.config).NAME == kind]
+        return [j for j in (store or JobStore()).list(limit) if kinds.of(j.config).NAME == kind]
     except StoreError as exc:
         st.error(str(exc))
         if stop:
@@ -217,17 +217,17 @@ def _jobs_of(kind: str, store=None, stop: bool = True) -> list:
 
 def finished_jobs(kind: str) -> list:
     """The succeeded jobs of ``kind``, newest first (none when the job store cannot be read: said)."""
-    return [j for j in _jobs_of(kind, stop=False) if j.status == "succeeded"]
+    return [j for j in jobs_of(kind, stop=False) if j.status == "succeeded"]
 
 
 def finished_classifier_jobs() -> list:
     """The succeeded fine-tuning jobs that saved their classifier (``checkpoint/head.json``), newest first."""
-    return [j for j in _jobs_of("finetune", stop=False)
+    return [j for j in jobs_of("finetune", stop=False)
             if j.status == "succeeded" and (j.artifacts / "checkpoint" / "head.json").is_file()]
 
 
 def _structure_jobs(store=None) -> list:
-    return _jobs_of("structure", store)
+    return jobs_of("structure", store)
 
 
 def finished_structure_jobs() -> list:
@@ -251,7 +251,7 @@ def jobs_running(kind: str, store=None) -> bool:
 
     @st.fragment(run_every=3)
     def live() -> None:
-        active = [j for j in _jobs_of(kind, store) if j.status in ("queued", "running")]
+        active = [j for j in jobs_of(kind, store) if j.status in ("queued", "running")]
         ids = tuple(j.id for j in active)
         if st.session_state.setdefault(state, ids) != ids:  # one finished (or started): redraw all
             st.session_state[state] = ids
@@ -297,7 +297,7 @@ def tokens_job_form(spec, corpus, text_column: str = "text", label_column: str |
 
 def tokens_jobs(store=None) -> list:
     """Every ``tokens`` job, newest first (a damaged jobs.db: one line on the page, which stops)."""
-    return _jobs_of("tokens", store)
+    return jobs_of("tokens", store)
 
 
 def finished_tokens_jobs(store=None) -> list:
@@ -362,7 +362,7 @@ def heads_job_form(spec, key: str = "heads_job") -> int | None:
 
 def heads_jobs(store=None) -> list:
     """Every ``heads`` job, newest first (a damaged jobs.db: one line on the page, which stops)."""
-    return _jobs_of("heads", store)
+    return jobs_of("heads", store)
 
 
 def heads_job_result(job):
