@@ -15,15 +15,18 @@ from analysis.core.treebank import read_conllu
 from analysis.structure.options import SAMPLE, TASKS, StructureOptions
 from analysis.structure.output import read_outputs
 from analysis.structure.plots import sentence_trees, task_curves, upos_across_layers
-from analysis.structure.run import run_structure
+from analysis.tasks import TASKS as ALL_TASKS
 from analysis.tasks.structure import StructureRun
 from models.loading import ModelLoadError
 from ui.inputs import labelled_inputs, uploads_panel
 from ui.jobs import finished_structure_jobs, jobs_running, structure_job_form, unfinished_structure_jobs
 from ui.navigation import prefill
 from ui.report import result_report_button
-from ui.results import chart, compared_model, md_plain, result_key, shared_result, stop_button, wait_for_run
-from ui.sidebar import model_cache, start_page
+from ui.results import chart, compared_model, md_plain, result_key, stop_button, wait_for_run
+from ui.sidebar import start_page
+from ui.tasks import page_options, task_result
+
+STRUCTURE = ALL_TASKS["structure"]
 
 loaded = start_page("Linguistic structure", (
     "What each layer knows about syntax, on Universal Dependencies treebanks (CoNLL-U): **UPOS** per word and the "
@@ -39,10 +42,11 @@ SAMPLE_TIME = (" Every task with MDL takes a couple of minutes on a 2-core CPU; 
                "quicker first look.")
 
 
-def show(result, about: str, key: str = "structure", sample_note: bool = False, reference=None) -> None:
-    """A run's results: the curves (with ``reference``, the random-weights twin's probes.csv, as a grey line),
-    where each task lives, one sentence's trees, the tables and downloads."""
-    info = result.info
+def show(run: StructureRun, about: str, key: str = "structure", sample_note: bool = False, reference=None) -> None:
+    """A run's results (the task's :class:`StructureRun`: a page's run, or a finished job's files): the curves (with
+    ``reference``, the random-weights twin's probes.csv, as a grey line), where each task lives, one sentence's
+    trees, the tables and downloads, the report."""
+    result, info = run.result, run.info
     dropped = info["test"]["dropped_too_long"] + info["train"]["dropped_too_long"]
     st.caption(f"{about} · word vector: **{info['word_vector_text']}** · {info['test_sentences_scored']:,} test "
                f"sentences scored · {dropped} sentence(s) longer than the model's {info['max_tokens']} tokens "
@@ -90,7 +94,7 @@ def show(result, about: str, key: str = "structure", sample_note: bool = False, 
                            "trees.jsonl", "application/jsonl", key=f"dl_{key}_trees")
         d5.download_button("run.json", json.dumps(info, indent=2, default=str), "run.json", "application/json",
                            key=f"dl_{key}_run")
-    result_report_button(StructureRun(result, info), key)
+    result_report_button(run, key)
 
 
 MODES = ["Run the probes", "Open a finished job"]
@@ -118,7 +122,7 @@ if st.radio("Results", MODES, horizontal=True, key="structure_mode", label_visib
     except InputError as exc:
         st.error(f"Job #{chosen.id}: its results cannot be opened: {exc}")
         st.stop()
-    show(opened, f"Job #{chosen.id} · model **{md_plain(opened.info.get('model', '?'))}** · "
+    show(StructureRun(opened, opened.info), f"Job #{chosen.id} · model **{md_plain(opened.info.get('model', '?'))}** · "
          f"{opened.info.get('precision', '')}", key="structure_job", sample_note=True)
     st.stop()
 
@@ -215,15 +219,19 @@ def label_job_config() -> dict:
             "pair_column": "pair" if labelled.pairs else None, "label_pooling": label_pooling}
 
 
-def computer(model):
-    def compute(report):
-        report(0.0, "reading the treebanks")
-        train_bank = read_conllu(train, options.max_sentences)
-        test_bank = read_conllu(test, options.max_sentences)
-        return run_structure(model, train_bank, test_bank, options,
-                             progress=lambda stage, done, n: report(done / max(n, 1), f"{stage} {done}/{n}"),
-                             labelled=labelled, label_pooling=label_pooling)
-    return compute
+def treebanks():
+    """The page's inputs as the task reads them: the two treebanks (read when a run is not stored yet) and the
+    labelled set."""
+    return read_conllu(train, options.max_sentences), read_conllu(test, options.max_sentences), labelled
+
+
+def probed(spec, key: str, label: str) -> StructureRun:
+    """The structure task's run of ``spec`` (its :class:`StructureRun`), shared across sessions under ``key``."""
+    text, pair, label_column = labelled.columns if labelled is not None else ("text", None, "label")
+    task_options = page_options(STRUCTURE, spec, train=str(train), test=str(test), **options.to_dict(),
+                                label_data=labelled.source if labelled is not None else None, text_column=text,
+                                pair_column=pair, label_column=label_column or "label", label_pooling=label_pooling)
+    return task_result(STRUCTURE, spec, treebanks, task_options, label, key)
 
 
 with st.expander("Run it as a background job (bert-base on a GPU or on Slurm; progress, Cancel and log on the "
@@ -243,18 +251,17 @@ key = result_key(loaded.spec.resolved().to_dict(), request, stat)
 stop = stop_button("Linguistic structure", "structure_request")
 reference = None
 try:
-    result = shared_result(key, "Probing", computer(loaded))
+    run = probed(loaded.spec, key, "Probing")
     if with_random:
         name, _, label = compared_model("random", loaded.spec.name)
         twin_spec = dataclasses.replace(loaded.spec, name=name, revision=None, head_from=None)
         twin_key = result_key(twin_spec.resolved().to_dict(), request, stat)
-        reference = shared_result(twin_key, "Probing the random-weights twin",
-                                  lambda report: computer(model_cache().get(twin_spec))(report)).probes
+        reference = probed(twin_spec, twin_key, "Probing the random-weights twin").result.probes
 except (InputError, ModelLoadError) as exc:
     stop.empty()
     st.error(str(exc))
     st.stop()
 stop.empty()
 
-show(result, f"Model **{md_plain(loaded.spec.name)}** · {mode(str(loaded.model.dtype).removeprefix('torch.'))}",
+show(run, f"Model **{md_plain(loaded.spec.name)}** · {mode(str(loaded.model.dtype).removeprefix('torch.'))}",
      reference=reference)

@@ -81,12 +81,14 @@ def task_key(task, options, data) -> str:
 def task_result(task, spec, data, options, label: str, key: str | None = None):
     """THE page's run of ``task``: :meth:`analysis.core.task.Task.compute` on the model ``spec`` names (the shared
     model cache: the sidebar's model is a hit) and the page's rows ``data``, on the page's progress bar, shared
-    across sessions under ``key`` (default: the task, the options and the rows)."""
+    across sessions under ``key`` (default: the task, the options and the rows). ``data`` may be a function that
+    reads them (with a ``key``: read only when the result is not stored yet, e.g. treebanks)."""
     from ui.results import shared_result
     from ui.sidebar import model_cache
 
     def compute(report):
-        return task.compute(model_cache().get(spec), data, options, PageContext(report))
+        rows = data() if callable(data) else data
+        return task.compute(model_cache().get(spec), rows, options, PageContext(report))
     return shared_result(key or task_key(task, options, data), label, compute)
 
 

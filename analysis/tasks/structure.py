@@ -47,8 +47,6 @@ class Structure(Task):
     def run(self, options: StructureTaskOptions, ctx: Context) -> StructureRun | None:
         from analysis.core.parallel import ranks_for
         from analysis.core.treebank import read_conllu
-        from analysis.structure.output import run_info
-        from analysis.structure.run import run_structure
         from models.loading import load_model
 
         analysis = StructureOptions.from_dict(options.to_dict())
@@ -66,11 +64,23 @@ class Structure(Task):
                                  label_column=options.label_column)
         ranks = ranks_for(options.device)
         loaded = load_model(options.spec(ranks.device_for(options.device)))
+        if ranks.is_main:
+            ctx.output()
+        return self.compute(loaded, (train, test, labelled), options, ctx, ranks)
+
+    def compute(self, loaded, data, options: StructureTaskOptions, ctx: Context, ranks=None) -> StructureRun | None:
+        """The analysis of ``data`` (the train and test treebanks, read, and the labelled set or None) on
+        ``loaded``; None in a launcher's helper process (its share of the word vectors)."""
+        from analysis.core.parallel import ONE
+        from analysis.structure.output import run_info
+        from analysis.structure.run import run_structure
+
+        train, test, labelled = data
+        ranks, analysis = ranks or ONE, StructureOptions.from_dict(options.to_dict())
         extra = {"labelled": labelled, "label_pooling": options.label_pooling}
         if not ranks.is_main:  # a helper process: its share of the word vectors; the main process does the rest
             run_structure(loaded, train, test, analysis, ranks=ranks, **extra)
             return None
-        ctx.output()
         note = f" ({ranks.count} processes)" if ranks.count > 1 else ""
         result = run_structure(loaded, train, test, analysis, ranks=ranks, **extra,
                                progress=lambda stage, done, total: ctx.progress(stage + note, done, total))

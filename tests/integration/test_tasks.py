@@ -161,8 +161,14 @@ def test_a_pages_run_writes_what_the_cli_writes(name, example_args, tmp_path):
     task = TASKS[name]
     options = task.Options(model="demo", device="cpu", **example_args)
     values = options.model_dump()
-    rows = read_file(values.get("input") or values["data"], values.get("column") or values.get("text_column", "text"),
-                     values.get("pair_column"), label_column=values.get("label_column"))
+    if name == "structure":  # the page reads two treebanks (and a labelled set, here none)
+        from analysis.core.treebank import read_conllu
+
+        rows = (read_conllu(Path(options.train), options.max_sentences),
+                read_conllu(Path(options.test), options.max_sentences), None)
+    else:
+        rows = read_file(values.get("input") or values["data"], values.get("column") or values.get("text_column"),
+                         values.get("pair_column"), label_column=values.get("label_column"))
     page = task.compute(load_model(options.spec()), rows, options, QuietContext())
     (tmp_path / "page").mkdir()
     written = page.write(tmp_path / "page")
