@@ -9,6 +9,10 @@
   (``cache/token_vectors/<key>/``, :mod:`analysis.tokens.vectors`, many shards filled one by one and resumed) and a
   fine-tuning job's per-epoch vectors (``epochs/<e>/``, shard ``val_cls.npy``, row metadata ``val_ids.json``)
   are all such sets; what is derived from a set (maps, indexes, atlas tables) lives under its folder.
+- A **derived entry** (:class:`Derived`, :meth:`VectorSet.derived`): a file computed from a set, ``<set>/<part>/<name>``
+  (a token map under ``maps/``, a neighbour index or a layer's moments under ``index/``), with its manifest
+  ``<stem>.json`` beside it (what it holds and how it was made, its ``file`` and ``bytes``), written after the file and
+  its companions: the commit point, as a set's manifest is.
 
 A key is the SHA-256 of a JSON description (model fingerprint, data hash, options), so equal inputs find
 the same entry and anything that changes the numbers changes the key. Every file is written to a temporary file
@@ -251,6 +255,54 @@ def adopt(directory: Path, npy: Path, **meta) -> VectorSet | None:
     return VectorSet(directory, manifest)
 
 
+class Derived:
+    """An entry derived from a vector set (the module's docstring): absent, cut, damaged or without its manifest, it
+    is not there (:meth:`read` is None) and its owner makes it again; :meth:`write` writes it whole or not at all."""
+
+    def __init__(self, directory: Path, part: str, name: str):
+        self.path = Path(directory) / part / name
+
+    @property
+    def manifest(self) -> Path:
+        return self.path.with_suffix(".json")
+
+    def read(self, shape: tuple[int, ...] | None = None, companions: dict | None = None) -> dict | None:
+        """The manifest of the whole entry, or None. ``shape``: the ``.npy`` file's rows and columns;
+        ``companions``: further ``.npy`` files of the entry and their shapes (a map's fitted rows)."""
+        from analysis.core.staging import npy_damage
+
+        try:
+            meta = json.loads(self.manifest.read_text())
+            size = self.path.stat().st_size
+        except (OSError, ValueError):
+            return None
+        if not isinstance(meta, dict) or meta.get("bytes", size) != size:  # "bytes": every entry since issue 45
+            return None
+        checks = {**({self.path: shape} if self.path.suffix == ".npy" else {}), **(companions or {})}
+        return None if any(npy_damage(path, want) for path, want in checks.items()) else meta
+
+    def write(self, fill, meta, companions: dict | None = None) -> dict:
+        """``fill(tmp)`` writes the file, each of ``companions`` (path -> its fill) after it, then the manifest:
+        ``meta`` (a dict, or a function giving it once the file is written: its timings) with the file's name and
+        size. Returns the manifest."""
+        from analysis.core.staging import write_atomic
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.path, fill)
+        for path, write in (companions or {}).items():
+            write_atomic(path, write)
+        meta = {**(meta() if callable(meta) else meta), "file": self.path.name, "bytes": self.path.stat().st_size}
+        write_atomic(self.manifest, lambda p: p.write_text(json.dumps(meta, indent=1)))
+        return meta
+
+    def update(self, **facts) -> None:
+        """Add ``facts`` to the manifest (a measurement made later: an index's recall)."""
+        from analysis.core.staging import write_atomic
+
+        meta = {**json.loads(self.manifest.read_text()), **facts}
+        write_atomic(self.manifest, lambda p: p.write_text(json.dumps(meta, indent=1)))
+
+
 @dataclasses.dataclass
 class VectorSet:
     """A layered vector set (the module's docstring), read memory-mapped: :meth:`layer_blocks` yields each
@@ -396,3 +448,7 @@ class VectorSet:
 
     def disk_bytes(self) -> int:
         return sum((self.directory / s["file"]).stat().st_size for s in self.manifest["shards"])
+
+    def derived(self, part: str, name: str) -> Derived:
+        """The entry ``name`` derived from this set, under its folder's ``part`` (``maps``, ``index``)."""
+        return Derived(self.directory, part, name)

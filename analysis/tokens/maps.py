@@ -3,25 +3,25 @@
 - :func:`pca_map`, exact PCA over every token: the covariance streamed from the mapped float16 shards in
   float64, its exact eigendecomposition (``numpy.linalg.eigh``, never randomized: docs/architecture.md rule 10),
   then every row projected shard by shard; cached as ``maps/layerNN.pcaK.npy`` with its ``.json`` (explained
-  variance ratio per axis, the sign rule).
+  variance ratio per axis, the sign rule): an entry of the store derived from the vectors
+  (:class:`analysis.core.store.Derived`: written whole, its manifest last, made again when cut or damaged).
 - :func:`umap_map`, UMAP (umap-learn, cosine) fitted on a seeded random sample of the rows, every other row
   placed by the fitted model's ``transform``, a chunk at a time (bounded memory); cached as
   ``maps/layerNN.umap-sS-seedR-kK.npy`` with its ``.json`` (sample size, seed, parameters, umap version, times)
-  and ``...sample.npy`` (the fitted rows).
+  and ``...sample.npy`` (the fitted rows, a companion of the entry).
 
 Coordinates are ``(rows, 2)`` float32 (``(rows, K)`` for PCA), row ``r`` of ``tokens.parquet``, returned
 memory-mapped from the cache. :func:`layer_map` dispatches on the method name (what the page calls)."""
 
 from __future__ import annotations
 
-import json
 import time
 import warnings
 
 import numpy as np
 
 from analysis.core.inputs import InputError
-from analysis.core.staging import npy_damage, open_npy, save_npy, write_atomic
+from analysis.core.staging import open_npy, save_npy
 from analysis.tokens.vectors import TokenVectors
 
 CHUNK = 65_536
@@ -85,16 +85,6 @@ def progress_text(stage: str, done: int, total: int) -> str:
     return f"{stage} {done:,} of {total:,}"
 
 
-def _cached(path, shape: tuple[int, int]) -> dict | None:
-    """The description of the whole cached map at ``path`` (None when it or its ``.json`` is absent, unreadable or
-    cut: the map, a cache derived from the vectors, is then computed again)."""
-    try:
-        meta = json.loads(path.with_suffix(".json").read_text())
-    except (OSError, ValueError):
-        return None
-    return meta if isinstance(meta, dict) and npy_damage(path, shape) is None else None
-
-
 def pca_axes(tv: TokenVectors, layer: int, components: int = 2) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(mean, axes (hidden, components), explained variance ratio (components,))`` of hidden state ``layer``
     over all rows. Each axis's sign makes its largest-magnitude loading positive (the same map every run)."""
@@ -122,13 +112,10 @@ def pca_map(tv: TokenVectors, layer: int, components: int = 2, force: bool = Fal
     """Every row's coordinates on the top ``components`` principal axes of hidden state ``layer`` (memory-mapped
     from the cache when computed before) and their description."""
     tv.layer_slot(layer)
-    folder = tv.directory / "maps"
-    path = folder / f"layer{layer:02d}.pca{components}.npy"
-    meta_path = path.with_suffix(".json")
-    cached = None if force else _cached(path, (tv.rows, components))
+    entry = tv.derived("maps", f"layer{layer:02d}.pca{components}.npy")  # an entry of the store
+    cached = None if force else entry.read((tv.rows, components))
     if cached is not None:
-        return np.load(path, mmap_mode="r"), cached
-    folder.mkdir(exist_ok=True)
+        return np.load(entry.path, mmap_mode="r"), cached
     mean, axes, ratio = pca_axes(tv, layer, components)
 
     def fill(tmp) -> None:
@@ -140,12 +127,10 @@ def pca_map(tv: TokenVectors, layer: int, components: int = 2, force: bool = Fal
         out.flush()
         del out
 
-    write_atomic(path, fill)
-    meta = {"layer": layer, "method": "pca (exact: float64 covariance over every token, eigh)",
-            "components": components, "explained_variance_ratio": ratio.tolist(), "rows": tv.rows,
-            "sign": "each axis's largest-magnitude loading is positive", "file": path.name}
-    write_atomic(meta_path, lambda p: p.write_text(json.dumps(meta, indent=1)))
-    return np.load(path, mmap_mode="r"), meta
+    meta = entry.write(fill, {"layer": layer, "method": "pca (exact: float64 covariance over every token, eigh)",
+                              "components": components, "explained_variance_ratio": ratio.tolist(), "rows": tv.rows,
+                              "sign": "each axis's largest-magnitude loading is positive"})
+    return np.load(entry.path, mmap_mode="r"), meta
 
 
 def make_reducer(sample: int, seed: int, n_neighbors: int, progress=None):
@@ -168,19 +153,19 @@ def umap_sample_rows(rows: int, sample: int, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng(seed).choice(rows, sample, replace=False))
 
 
-def umap_files(tv: TokenVectors, layer: int, sample: int = UMAP_SAMPLE, seed: int = 0,
+def umap_entry(tv: TokenVectors, layer: int, sample: int = UMAP_SAMPLE, seed: int = 0,
                n_neighbors: int = UMAP_NEIGHBOURS) -> tuple:
-    """``(coordinates .npy, description .json, fitted rows .npy)`` of :func:`umap_map`'s cache."""
-    stem = tv.directory / "maps" / f"layer{layer:02d}.umap-s{min(sample, tv.rows)}-seed{seed}-k{n_neighbors}"
-    return stem.with_name(stem.name + ".npy"), stem.with_name(stem.name + ".json"), \
-        stem.with_name(stem.name + ".sample.npy")
+    """(:func:`umap_map`'s entry of the store: the coordinates ``.npy`` and its manifest, the fitted rows' ``.npy``,
+    a companion of the entry)."""
+    entry = tv.derived("maps", f"layer{layer:02d}.umap-s{min(sample, tv.rows)}-seed{seed}-k{n_neighbors}.npy")
+    return entry, entry.path.with_suffix(".sample.npy")
 
 
 def cached_umap(tv: TokenVectors, layer: int, sample: int = UMAP_SAMPLE, seed: int = 0,
                 n_neighbors: int = UMAP_NEIGHBOURS) -> dict | None:
     """The description of :func:`umap_map`'s whole cached map of these arguments (None: it would be computed)."""
-    path, _, rows_path = umap_files(tv, layer, sample, seed, n_neighbors)
-    return None if npy_damage(rows_path, (min(sample, tv.rows),)) else _cached(path, (tv.rows, 2))
+    entry, rows_path = umap_entry(tv, layer, sample, seed, n_neighbors)
+    return entry.read((tv.rows, 2), {rows_path: (min(sample, tv.rows),)})
 
 
 def umap_map(tv: TokenVectors, layer: int, sample: int = UMAP_SAMPLE, seed: int = 0,
@@ -204,12 +189,10 @@ def umap_map(tv: TokenVectors, layer: int, sample: int = UMAP_SAMPLE, seed: int 
     if tv.rows < 3:
         raise InputError(f"{tv.rows} token(s) are too few for a UMAP map")
     sample = min(sample, tv.rows)
-    path, meta_path, rows_path = umap_files(tv, layer, sample, seed, n_neighbors)
+    entry, rows_path = umap_entry(tv, layer, sample, seed, n_neighbors)
     cached = None if force else cached_umap(tv, layer, sample, seed, n_neighbors)
     if cached is not None:
-        return np.load(path, mmap_mode="r"), cached
-    folder = path.parent
-    folder.mkdir(exist_ok=True)
+        return np.load(entry.path, mmap_mode="r"), cached
     import umap
 
     rows = umap_sample_rows(tv.rows, sample, seed)
@@ -248,20 +231,21 @@ def umap_map(tv: TokenVectors, layer: int, sample: int = UMAP_SAMPLE, seed: int 
         out.flush()
         del out
 
-    write_atomic(path, fill)
-    write_atomic(rows_path, lambda p: save_npy(p, rows))  # after the map: a Stop in the transform leaves nothing
-    meta = {"layer": layer, "method": "umap (fitted on a random sample, the other rows transformed)",
-            "rows": tv.rows, "sample": int(sample), "seed": seed, "sample_rule":
-            "numpy.random.default_rng(seed).choice(rows, sample, replace=False), sorted",
-            "sample_file": rows_path.name, "n_neighbors": reducer.n_neighbors, "metric": "cosine",
-            "n_epochs": UMAP_EPOCHS, "transform_epochs": UMAP_EPOCHS // 3, "min_dist": reducer.min_dist,
-            "transform_chunk": chunk, "umap_version": umap.__version__,
-            "fit_seconds": round(fit_seconds, 3), "transform_seconds": round(transform_seconds, 3),
-            "transform_graph_seconds": round(timings.get("graph_seconds", 0.0), 3),
-            "transform_layout_seconds": round(timings.get("layout_seconds", 0.0), 3),
-            "transformed_rows": int(tv.rows - sample), "file": path.name}
-    write_atomic(meta_path, lambda p: p.write_text(json.dumps(meta, indent=1)))
-    return np.load(path, mmap_mode="r"), meta
+    def described() -> dict:
+        return {"layer": layer, "method": "umap (fitted on a random sample, the other rows transformed)",
+                "rows": tv.rows, "sample": int(sample), "seed": seed, "sample_rule":
+                "numpy.random.default_rng(seed).choice(rows, sample, replace=False), sorted",
+                "sample_file": rows_path.name, "n_neighbors": reducer.n_neighbors, "metric": "cosine",
+                "n_epochs": UMAP_EPOCHS, "transform_epochs": UMAP_EPOCHS // 3, "min_dist": reducer.min_dist,
+                "transform_chunk": chunk, "umap_version": umap.__version__,
+                "fit_seconds": round(fit_seconds, 3), "transform_seconds": round(transform_seconds, 3),
+                "transform_graph_seconds": round(timings.get("graph_seconds", 0.0), 3),
+                "transform_layout_seconds": round(timings.get("layout_seconds", 0.0), 3),
+                "transformed_rows": int(tv.rows - sample)}
+
+    # the fitted rows after the map (a Stop in the transform leaves nothing), then the manifest
+    meta = entry.write(fill, described, {rows_path: lambda p: save_npy(p, rows)})
+    return np.load(entry.path, mmap_mode="r"), meta
 
 
 def transform_rest(reducer, chunks, timings: dict | None = None, progress=None, rows: int = 0):

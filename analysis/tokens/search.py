@@ -7,8 +7,9 @@ Index kinds (``KINDS``): ``flat`` (exact: the normalised rows as a memory-mapped
 on ``s = min(n, 65,536)`` sampled rows: ``nlist = min(floor(4 sqrt(n)), s // 39)`` cells, ``nprobe = ceil(nlist /
 16)``; so ``n // 39`` cells below 24,336 rows and 1,680 above 176,400).
 ``auto``, the default, is ``flat`` up to :data:`EXACT_ROWS` rows and ``ivf`` above, as measured in
-``docs/tokens.md``. An index file is written to a temporary file and renamed (``index/layerNN.flat.npy``,
-``index/layerNN.KIND.faiss``, each with its ``.json``: parameters, build time, recall@10 against exact).
+``docs/tokens.md``. An index is an entry of the store derived from its vectors (:class:`analysis.core.store.Derived`):
+its file written to a temporary file and renamed (``index/layerNN.flat.npy``, ``index/layerNN.KIND.faiss``), then
+its manifest ``.json`` (parameters, build time, size, recall@10 against exact); cut or damaged, it is built again.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.core.inputs import InputError
-from analysis.core.staging import npy_damage, open_npy, write_atomic
+from analysis.core.staging import open_npy, save_npy
 from analysis.tokens.vectors import TokenVectors
 
 KINDS = ("flat", "hnsw", "ivf")
@@ -53,10 +54,10 @@ def layer_matrix(tv: TokenVectors, layer: int) -> np.ndarray:
 
 def layer_moments(tv: TokenVectors, layer: int) -> tuple[np.ndarray, np.ndarray]:
     """``(mean, standard deviation)`` per dimension of hidden state ``layer`` (float64 sums over the shards),
-    cached in ``index/layerNN.moments.npy``."""
-    path = tv.directory / "index" / f"layer{layer:02d}.moments.npy"
-    if path.is_file():
-        both = np.load(path)
+    cached in ``index/layerNN.moments.npy``, an entry of the store (a cut or damaged file is computed again)."""
+    entry = tv.derived("index", f"layer{layer:02d}.moments.npy")
+    if entry.read((2, tv.hidden)) is not None:
+        both = np.load(entry.path)
         return both[0], both[1]
     total = np.zeros(tv.hidden)
     squares = np.zeros(tv.hidden)
@@ -67,13 +68,8 @@ def layer_moments(tv: TokenVectors, layer: int) -> tuple[np.ndarray, np.ndarray]
             squares += (x * x).sum(0)
     mean = total / tv.rows
     std = np.sqrt(np.maximum(squares / tv.rows - mean ** 2, 0))
-    path.parent.mkdir(exist_ok=True)
-
-    def write(p):
-        with open(p, "wb") as f:
-            np.save(f, np.stack([mean, std]))
-
-    write_atomic(path, write)
+    entry.write(lambda p: save_npy(p, np.stack([mean, std])), {"layer": layer, "rows": tv.rows, "what": "mean and "
+                "standard deviation per dimension (float64 sums over every row)"})
     return mean, std
 
 
@@ -122,9 +118,12 @@ def resolve_kind(kind: str, rows: int) -> str:
     return kind
 
 
-def index_path(tv: TokenVectors, layer: int, kind: str) -> Path:
+def index_entry(tv: TokenVectors, layer: int, kind: str):
+    """The ``kind`` index of hidden state ``layer``: an entry of the store derived from the vectors
+    (:class:`analysis.core.store.Derived`, ``index/layerNN.KIND.npy|faiss`` and its manifest)."""
     kind = resolve_kind(kind, tv.rows)
-    return tv.directory / "index" / f"layer{layer:02d}.{kind}.{'npy' if kind == 'flat' else 'faiss'}"
+    return tv.derived("index", f"layer{layer:02d}.{kind}.{'npy' if kind == 'flat' else 'faiss'}")
+
 
 
 def _faiss():
@@ -150,9 +149,9 @@ class MappedFlat:
         return faiss.knn(np.ascontiguousarray(q, dtype=np.float32), self.xb, k, metric=faiss.METRIC_INNER_PRODUCT)
 
 
-def _write_flat(tv: TokenVectors, layer: int, path: Path, progress=None) -> None:
-    """The flat index file: its blocks reserved before it is mapped (:func:`analysis.core.staging.open_npy`: a full disk
-    is one line, not a SIGBUS), written whole or not at all."""
+def _flat_fill(tv: TokenVectors, layer: int, progress=None):
+    """The flat index file's fill: its blocks reserved before it is mapped (:func:`analysis.core.staging.open_npy`:
+    a full disk is one line, not a SIGBUS)."""
     def fill(tmp: Path) -> None:
         out = open_npy(tmp, np.float32, (tv.rows, tv.hidden))
         for first, block in tv.layer_blocks(layer):
@@ -163,8 +162,7 @@ def _write_flat(tv: TokenVectors, layer: int, path: Path, progress=None) -> None
                     progress("index", first + lo + len(part), tv.rows)
             out.flush()
         del out
-
-    write_atomic(path, fill)
+    return fill
 
 
 def _new_index(kind: str, d: int, n: int, sample: np.ndarray | None):
@@ -197,13 +195,11 @@ def build_index(tv: TokenVectors, layer: int, kind: str = DEFAULT_KIND, threads:
     if threads:
         faiss.omp_set_num_threads(threads)
     kind = resolve_kind(kind, tv.rows)
-    path = index_path(tv, layer, kind)
-    meta_path = path.with_suffix(".json")
-    cached = None if force else _cached(path)
+    entry = index_entry(tv, layer, kind)
+    cached = None if force else entry.read()
     if cached is not None:
         return {**cached, "cached": True}
     tv.layer_slot(layer)
-    path.parent.mkdir(exist_ok=True)
     t0 = time.perf_counter()
     sample = None
     if kind == "ivf":
@@ -212,8 +208,7 @@ def build_index(tv: TokenVectors, layer: int, kind: str = DEFAULT_KIND, threads:
         sample = normalise(tv.rows_at(layer, rows))
     if kind == "flat":
         params = {"storage": "normalised float32 .npy, memory-mapped, searched by faiss.knn"}
-        _write_flat(tv, layer, path, progress)
-        seconds = time.perf_counter() - t0
+        fill = _flat_fill(tv, layer, progress)
     else:
         index, params = _new_index(kind, tv.hidden, tv.rows, sample)
         for first, block in tv.layer_blocks(layer):
@@ -221,31 +216,21 @@ def build_index(tv: TokenVectors, layer: int, kind: str = DEFAULT_KIND, threads:
                 index.add(normalise(block[lo:lo + 65_536]))
                 if progress:
                     progress("index", first + lo + min(65_536, len(block) - lo), tv.rows)
-        seconds = time.perf_counter() - t0
-        write_atomic(path, lambda p: faiss.write_index(index, str(p)))
-    meta = {"layer": layer, "kind": kind, "rows": tv.rows, "hidden": tv.hidden, "metric": "cosine (inner product "
-            "of L2-normalised float32)", "params": params, "build_seconds": round(seconds, 3),
-            "file": path.name, "bytes": path.stat().st_size}
-    write_atomic(meta_path, lambda p: p.write_text(json.dumps(meta, indent=1)))
+
+        def fill(p: Path) -> None:
+            faiss.write_index(index, str(p))
+    meta = entry.write(fill, lambda: {"layer": layer, "kind": kind, "rows": tv.rows, "hidden": tv.hidden,
+                                      "metric": "cosine (inner product of L2-normalised float32)", "params": params,
+                                      "build_seconds": round(time.perf_counter() - t0, 3)})
     return {**meta, "cached": False}
-
-
-def _cached(path: Path) -> dict | None:
-    """The description of the whole index file at ``path`` (None when it or its ``.json`` is absent, unreadable or
-    cut: the index, a cache derived from the vectors, is then built again)."""
-    try:
-        meta = json.loads(path.with_suffix(".json").read_text())
-        whole = path.stat().st_size == meta["bytes"] and (path.suffix != ".npy" or npy_damage(path) is None)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return meta if whole else None
 
 
 def load_index(tv: TokenVectors, layer: int, kind: str = DEFAULT_KIND):
     """The cached index (built now when absent, cut or damaged)."""
     kind = resolve_kind(kind, tv.rows)
-    path = index_path(tv, layer, kind)
-    if _cached(path) is None:
+    entry = index_entry(tv, layer, kind)
+    path = entry.path
+    if entry.read() is None:
         build_index(tv, layer, kind, force=True)
     if kind == "flat":
         return MappedFlat(path)
@@ -254,7 +239,7 @@ def load_index(tv: TokenVectors, layer: int, kind: str = DEFAULT_KIND):
         index = faiss.read_index(str(path))
     except RuntimeError:
         raise InputError(f"{path}: a damaged index file; run `tokens index --rebuild` (or delete it)") from None
-    params = json.loads(path.with_suffix(".json").read_text()).get("params", {})
+    params = json.loads(entry.manifest.read_text()).get("params", {})
     if kind == "hnsw":
         index.hnsw.efSearch = params.get("efSearch", HNSW_EF_SEARCH)
     elif kind == "ivf":
@@ -319,11 +304,7 @@ def measure_recall(tv: TokenVectors, layer: int, kind: str, queries: int = 200, 
     exact_s, exact = without_query(*brute_force(tv, layer, q, want), rows, k)
     approx_s, approx = without_query(*search(load_index(tv, layer, kind), q, want), rows, k)
     value = recall_at(approx, exact, approx_s, exact_s)
-    path = index_path(tv, layer, kind).with_suffix(".json")
-    meta = json.loads(path.read_text())
-    meta[f"recall@{k}"] = value
-    meta["recall_queries"] = len(rows)
-    write_atomic(path, lambda p: p.write_text(json.dumps(meta, indent=1)))
+    index_entry(tv, layer, kind).update(**{f"recall@{k}": value, "recall_queries": len(rows)})
     return {"layer": layer, "kind": kind, f"recall@{k}": value, "queries": len(rows)}
 
 

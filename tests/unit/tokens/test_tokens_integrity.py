@@ -297,3 +297,33 @@ def test_two_processes_store_the_float32_shards_of_one(tiny_dirs, tmp_path, text
         found.append(snapshot(Path(done.stdout.strip().splitlines()[-1])))
     assert found[0] == found[1]
     assert json.loads(found[0]["manifest.json"])["shards"][0]["dtype"] == "float32"
+
+
+def test_a_cut_moments_file_is_computed_again(extraction):
+    """A layer's moments (the standardised search's mean and deviation) are an entry of the store like a map or an
+    index: a cut file is computed again (it was read as it was, and a cut one failed in numpy)."""
+    from analysis.tokens.search import layer_moments
+
+    tv, _ = extraction
+    mean, std = layer_moments(tv, 2)
+    path = tv.directory / "index" / "layer02.moments.npy"
+    path.write_bytes(path.read_bytes()[:90])
+    again_mean, again_std = layer_moments(tv, 2)
+    np.testing.assert_array_equal(again_mean, mean)
+    np.testing.assert_array_equal(again_std, std)
+    x = np.asarray(tv.array()[tv.layer_slot(2)], dtype=np.float64)
+    np.testing.assert_allclose(mean, x.mean(0), atol=1e-10)
+    np.testing.assert_allclose(std, x.std(0), atol=1e-8)
+
+
+def test_a_map_without_its_manifest_is_computed_again_and_its_manifest_says_its_size(extraction):
+    """The manifest is the entry's commit point: a map file whose manifest never got written (a kill between the two
+    renames) is not taken as whole; a written manifest names the file and its size."""
+    tv, _ = extraction
+    first, meta = layer_map(tv, 1)
+    path = tv.directory / "maps" / "layer01.pca2.npy"
+    assert meta["file"] == path.name and meta["bytes"] == path.stat().st_size
+    path.with_suffix(".json").unlink()
+    again, meta_again = layer_map(tv, 1)
+    assert path.with_suffix(".json").is_file() and meta_again["bytes"] == meta["bytes"]
+    np.testing.assert_array_equal(np.asarray(again), np.asarray(first))
