@@ -24,7 +24,7 @@ table = pd.DataFrame(loaded.anatomy.rows())
 shared = table["same module as"].notna().any()
 if not shared:
     table = table.drop(columns="same module as")
-st.dataframe(table, hide_index=True, width="stretch",
+st.dataframe(table, hide_index=True, width="stretch", placeholder="—",
              column_config={"parameters": st.column_config.NumberColumn(format="localized")})
 if shared:
     st.caption("ALBERT shares one set of layer weights across depth: every layer applies the same module.")

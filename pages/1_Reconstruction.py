@@ -37,6 +37,8 @@ compare = c4.text_input("Compare with (optional)", key="probe_compare",
                         placeholder="hub id, local directory, job:N or random",
                         help=f"A second model probed on the same texts: {COMPARE_HELP}.").strip()
 compare_link(c4, "probe", compare)
+if st.session_state.get("probe_lens") not in (None, *lenses):  # a lens of the model chosen before: none for this one
+    st.session_state["probe_lens"] = None
 lens_dir = c5.selectbox("Tuned lens", [None, *lenses], format_func=lambda d: "(none)" if d is None else lens.label(d),
                         key="probe_lens", help="Also read the layers through a tuned lens trained for this model "
                         "(a translator per layer, then the same head; `python -m analysis lens train` or a lens job) "

@@ -18,7 +18,7 @@ from jobs import backends, kinds
 from jobs.store import FINISHED, JobStore, StoreError
 from jobs.submit import SubmitError, submit, submit_sweep
 from ui.inputs import server_file, uploads_panel
-from ui.jobs import comparison_table, job_table, score_line, shown, tokens_summary
+from ui.jobs import comparison_table, job_table, open_values, score_line, shown, tokens_summary
 from ui.navigation import prefill
 from ui.options import option_input, reset_form
 from ui.report import report_button
@@ -215,8 +215,10 @@ def live() -> None:
     if (opens := kinds.opened_on(job)) is not None:  # its kind's page opens it (a tokens job: the Token atlas)
         page, how = opens
         title = next((p.title for p in ANALYSES if p.file == page), page)
-        left.page_link(page, label=f"{(tokens_summary(job) + ': ') if tokens_summary(job) else ''}{how} on the "
-                       f"{title} page", icon=":material/open_in_new:")
+        if summary := tokens_summary(job):
+            left.caption(summary)
+        if left.button(f"Open it on the {title} page ↗", key=f"job_open_{job.id}", help=f"{how[0].upper()}{how[1:]}"):
+            prefill(page, open_values(job, page))
     elif job.status == "succeeded" and not (job.metrics and "accuracy" in job.metrics):  # a task's files
         left.caption(f"Its files ({', '.join((job.metrics or {}).get('files', [])) or 'none listed'}) are in "
                      f"`{job.artifacts}`.")

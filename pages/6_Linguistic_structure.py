@@ -62,7 +62,7 @@ def show(run: StructureRun, about: str, key: str = "structure", sample_note: boo
         st.caption("Grey crosses: the same architecture and tokenizer with seeded random weights (seed 0), probed "
                    "with the same options on the same words: what a probe reads from the input alone.")
     st.subheader("Where each task lives")
-    st.dataframe(result.summary, hide_index=True, key=f"{key}_summary")
+    st.dataframe(result.summary, hide_index=True, key=f"{key}_summary", placeholder="—")
     interval = info.get("summary_interval") or ("95% percentile bootstrap over the test sentences with the probes "
                                                 "trained once: the test set's sampling error only, not the spread "
                                                 "over training seeds")
@@ -82,10 +82,10 @@ def show(run: StructureRun, about: str, key: str = "structure", sample_note: boo
             layer = st.select_slider("Layer", shown, value=shown[-1], key=f"{key}_layer")
             chart(sentence_trees(record, layer), f"{key}_tree")
         if any("predicted_upos" in v for v in record["layers"].values()):
-            st.dataframe(upos_across_layers(record), hide_index=True, key=f"{key}_upos")
+            st.dataframe(upos_across_layers(record), hide_index=True, key=f"{key}_upos", placeholder="—")
 
     with st.expander("Tables and downloads"):
-        st.dataframe(result.probes, hide_index=True)
+        st.dataframe(result.probes, hide_index=True, placeholder="—")
         d1, d2, d3, d4, d5 = st.columns(5)
         d1.download_button("probes.csv", to_csv(result.probes), "probes.csv", "text/csv", key=f"dl_{key}_probes")
         d2.download_button("mdl.csv", to_csv(result.mdl), "mdl.csv", "text/csv", key=f"dl_{key}_mdl")
@@ -242,12 +242,13 @@ with st.expander("Run it as a background job (bert-base on a GPU or on Slurm; pr
                    "folder, which the job reads.")
     structure_job_form(loaded.spec, train, test, options, None if labelled is None else label_job_config)
 
-request = (str(train), str(test), options.to_dict(),
-           None if labelled is None else (labelled.content_hash(), list(labelled.ids), label_pooling))
+asked = (str(train), str(test), options.to_dict(),
+         None if labelled is None else (labelled.content_hash(), list(labelled.ids), label_pooling))
+request = (*asked, with_random)  # ticking the random-weights twin waits for the button too
 wait_for_run("structure_request", st.button("Probe the layers", type="primary", key="structure_run"), request,
              "Choose the treebanks and tasks, then probe. Word vectors are cached on disk per model and file.")
 stat = [(Path(p).stat().st_mtime_ns, Path(p).stat().st_size) for p in (train, test)]
-key = result_key(loaded.spec.resolved().to_dict(), request, stat)
+key = result_key(loaded.spec.resolved().to_dict(), asked, stat)
 stop = stop_button("Linguistic structure", "structure_request")
 reference = None
 try:
@@ -255,7 +256,7 @@ try:
     if with_random:
         name, _, label = compared_model("random", loaded.spec.name)
         twin_spec = dataclasses.replace(loaded.spec, name=name, revision=None, head_from=None)
-        twin_key = result_key(twin_spec.resolved().to_dict(), request, stat)
+        twin_key = result_key(twin_spec.resolved().to_dict(), asked, stat)
         reference = probed(twin_spec, twin_key, "Probing the random-weights twin").result.probes
 except (InputError, ModelLoadError) as exc:
     stop.empty()

@@ -429,7 +429,7 @@ def show_neighbours() -> None:
     side = found.assign(cell=[f"{t} ({c:.2f})" for t, c in zip(found["token"], found["cosine"], strict=True)])
     side = side.pivot(index="rank", columns="layer", values="cell")
     side.columns = [f"hidden state {x}" for x in side.columns]
-    st.dataframe(side.reset_index(), hide_index=True, key="tokens_across")
+    st.dataframe(side.reset_index(), hide_index=True, key="tokens_across", placeholder="—")
     st.caption("exBERT's view: the same occurrence's nearest tokens at every layer, best first (cosine in brackets).")
     table_ = summary(query, found)
     st.subheader("Summary")
@@ -450,7 +450,7 @@ def show_neighbours() -> None:
                 for x in tv.layers]
         st.caption("How the neighbours change once the rogue dimensions are standardised away: the share of the k "
                    "neighbours also found by the raw cosine, per layer.")
-        st.dataframe(pd.DataFrame(kept), hide_index=True, key="tokens_std_overlap")
+        st.dataframe(pd.DataFrame(kept), hide_index=True, key="tokens_std_overlap", placeholder="—")
     st.download_button("neighbours.csv", to_csv(found), "neighbours.csv", "text/csv", key="tokens_dl_neighbours")
 
 

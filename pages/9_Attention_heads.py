@@ -300,7 +300,7 @@ with tab_corpus:
                       f"{baseline:.3f} on these sentences." if baseline is not None else "")
                    + " Uniform attention over n tokens has entropy log n: compare *entropy* with *uniform_entropy*.")
         with st.expander("heads.csv: every statistic of every head", expanded=False):
-            st.dataframe(main.heads, hide_index=True, key="heads_table")
+            st.dataframe(main.heads, hide_index=True, key="heads_table", placeholder="—")
             st.download_button("heads.csv", to_csv(main.heads), "heads.csv", "text/csv", key="dl_heads")
         result_report_button(Tables("heads stats", {"heads.csv": main.heads, **({"clusters.csv": main.clusters}
                                                                                if main.clusters is not None else {})},
@@ -340,7 +340,8 @@ with tab_corpus:
             st.caption(f"Left out, fewer than {info['min_count']} words in a split (selection, held-out): "
                        + ", ".join(f"{md_plain(r)} ({a}, {b})" for r, (a, b) in list(left.items())[:30])
                        + (" ..." if len(left) > 30 else ""))
-        st.dataframe(main.relations[main.relations.direction == direction], hide_index=True, key="heads_relations")
+        st.dataframe(main.relations[main.relations.direction == direction], hide_index=True, key="heads_relations",
+                     placeholder="—")
         st.download_button("relations.csv", to_csv(main.relations), "relations.csv", "text/csv", key="dl_relations")
 
     st.subheader("Which heads matter")

@@ -89,7 +89,8 @@ def preview(inputs: TextInputs, what: str, rows: int = 3) -> None:
     if inputs.labels:
         frame["label"] = list(inputs.labels[:rows])
     st.caption(f"Using {what}: {len(inputs):,} rows; the first {min(rows, len(inputs))}:")
-    st.dataframe(safe(pd.DataFrame(frame)), hide_index=True, width="stretch")  # toolbar download: no formulas
+    # text cells formula-neutralised: the toolbar's download is safe too
+    st.dataframe(safe(pd.DataFrame(frame)), hide_index=True, width="stretch", placeholder="")
 
 
 def _pick(container, label: str, columns: list[str], preferred: tuple[str, ...], key: str, optional: bool = False):
@@ -116,7 +117,8 @@ def labelled_inputs(key: str, row_limit: int) -> TextInputs | None:
                            label_column="label")
             st.caption(f"{len(inputs)} short reviews written for LayerLens: positive, negative and neutral, five "
                        "domains, most naming an aspect term. **Lexically easy**: one opinion word decides the label, "
-                       "so even the embedding layer separates the classes well and layers differ little; the "
+                       "so even the embedding layer's mean vector separates the classes well (its [CLS] vector is "
+                       "the same for every text) and layers differ little; the "
                        "*Demo word-order set* is one where they do.")
         elif source == "Demo word-order set":
             inputs = parse(DEMO_WORDORDER, DEMO_WORDORDER.name, "text", None, label_column="label")
@@ -256,7 +258,7 @@ def uploads_panel(key: str) -> None:
     st.dataframe(safe(pd.DataFrame({
         "file": [u.name for u in files], "MB": [round(u.size / MB, 2) for u in files],
         "saved": [datetime.datetime.fromtimestamp(u.modified).strftime("%Y-%m-%d %H:%M") for u in files]})),
-        hide_index=True, width="stretch")
+        hide_index=True, width="stretch", placeholder="")
     used_by = _job_inputs()
     held = {u.name: used_by.get(str(u.path), []) + used_by.get(str(u.path.resolve()), []) for u in files}
     held = {name: ids for name, ids in held.items() if ids}  # a job names it as saved, or resolved (browser_checked)

@@ -295,6 +295,38 @@ def tokens_job_form(spec, corpus, text_column: str = "text", label_column: str |
     return None
 
 
+def _extraction(job) -> str | None:
+    """The vector set a tokens job extracted (its run.json names it) or indexed (its input), as the Token atlas
+    lists it; None when it is gone."""
+    from pathlib import Path
+
+    from analysis.core.inputs import InputError
+    from analysis.tokens.vectors import TokenVectors
+
+    for folder in (job.artifacts, job.config.get("input")):
+        try:
+            if folder and Path(folder).is_dir():
+                return str(TokenVectors.open(folder).directory)
+        except (InputError, OSError, ValueError, KeyError):
+            continue
+    return None
+
+
+# How each page that opens finished jobs is told which (its widgets' values; the job's kind names the page,
+# jobs.kinds.opened_on): the jobs page's "open it" button fills them in.
+OPEN_ON_PAGE = {
+    "pages/8_Token_atlas.py": lambda job: {"tokens_source": "Open a cached extraction",
+                                           **({"tokens_cached": d} if (d := _extraction(job)) else {})},
+    "pages/6_Linguistic_structure.py": lambda job: {"structure_mode": "Open a finished job", "structure_job": job.id},
+    "pages/9_Attention_heads.py": lambda job: {"heads_corpus": "A finished job", "heads_open": job.id},
+}
+
+
+def open_values(job, page: str) -> dict:
+    """The widget values that make ``page`` show the finished ``job`` (none known: the page as it opens)."""
+    return OPEN_ON_PAGE[page](job) if page in OPEN_ON_PAGE else {}
+
+
 def tokens_jobs(store=None) -> list:
     """Every ``tokens`` job, newest first (a damaged jobs.db: one line on the page, which stops)."""
     return jobs_of("tokens", store)
@@ -381,6 +413,12 @@ def heads_job_result(job):
         info = json.loads((folder / "run.json").read_text())
     except (OSError, ValueError):
         raise InputError(f"job #{job.id}'s files are gone from {folder} (deleted, or never written)") from None
+    needed = {"layers", "heads", *(("base_accuracy", "targets") if isinstance(info, dict)
+                                   and info.get("action") == "importance" else ())}
+    if not isinstance(info, dict) or not needed <= set(info):
+        raise InputError(f"job #{job.id}'s run.json in {folder} is not a finished heads run's (it lacks "
+                         f"{', '.join(sorted(needed - set(info if isinstance(info, dict) else ())))}): its files are "
+                         "incomplete; submit the job again")
 
     def table(name: str):
         return pd.read_csv(folder / name, keep_default_na=False, na_values=[""]) if (folder / name).is_file() \

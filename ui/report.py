@@ -54,9 +54,10 @@ def result_report_button(result: Result, key: str, container=None) -> None:
     def make() -> bytes:
         folder = Path(tempfile.mkdtemp(prefix="layerlens-run-"))
         try:
-            (folder / "run").mkdir()
-            result.write(folder / "run")
-            return report_html(folder / "run")
+            run = folder / "from the dashboard"  # the report's title: "probe run from the dashboard"
+            run.mkdir()
+            result.write(run)
+            return report_html(run)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
     if st.session_state.get(f"{key}_report_of") != id(result):  # a new result: the last one's report is stale

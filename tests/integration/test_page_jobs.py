@@ -354,10 +354,18 @@ def test_a_finished_job_says_where_it_opens(home, config, page):
     home.finish(job_id, "succeeded", metrics={"kind": config["kind"], "files": ["layers.csv", "run.json"]})
     at = run_page(JOBS)
     assert not at.exception
-    links = [el.proto for el in at.get("page_link") if " on the " in el.proto.label]  # not the sidebar's
+    opens = [b for b in at.button if b.key == f"job_open_{job_id}"]
     if page is None:
-        assert not links
+        assert not opens
         assert any("layers.csv, run.json" in c.value and "artifacts" in c.value for c in at.caption)
         assert at.button(key=f"job_{job_id}_files_report") is not None
     else:
-        assert len(links) == 1 and links[0].page == page.split("/")[1].split("_", 1)[1].removesuffix(".py"), links
+        title = page.split("/")[1].split("_", 1)[1].removesuffix(".py").replace("_", " ")
+        assert len(opens) == 1 and opens[0].label.lower() == f"open it on the {title.lower()} page ↗"
+        opens[0].click().run()  # the page opens on this job
+        assert not at.exception
+        if "structure" in page:
+            assert at.session_state["structure_mode"] == "Open a finished job"
+            assert at.session_state["structure_job"] == job_id
+        if "heads" in page.lower():
+            assert at.session_state["heads_corpus"] == "A finished job" and at.session_state["heads_open"] == job_id

@@ -172,6 +172,17 @@ def test_the_random_weights_twin_is_drawn_from_its_own_run(tiny_dirs, tmp_path, 
     assert grey == [curve(twin, "upos", "accuracy"), curve(twin, "distance", "uuas")]
     assert grey != [curve(own, "upos", "accuracy"), curve(own, "distance", "uuas")]
     assert any("random weights (seed 0)" in c.value for c in at.caption)
+    # the twin's box is part of the request: changing it waits for the button, as every other option does (ticked
+    # after a run without it, it ran ~30 s on its own before)
+    at.session_state["structure_random"] = False
+    at.run()
+    assert any("then probe" in c.value for c in at.caption) and not at.exception
+    at.button(key="structure_run").click().run()
+    assert not any("then probe" in c.value for c in at.caption) and not at.exception
+    at.button(key="structure_run").set_value(False)
+    at.session_state["structure_random"] = True
+    at.run()
+    assert any("then probe" in c.value for c in at.caption) and not at.exception
 
 
 @pytest.mark.slow  # the engine's run besides the page's

@@ -312,8 +312,8 @@ def test_the_jobs_page_says_where_a_running_tokens_job_is(home, monkeypatch):
                                                "index": [{"kind": "flat"}] * 4})
     at = run_page("pages/5_Fine_Tune_Jobs.py", model=config["model"])
     assert not at.exception and ("232 tokens x 4 hidden states x 16 in 6 shards (3.0 MiB; 4 computed by this job), "
-                                 "index flat on 4 layers: open it among the finished token jobs on the Token atlas "
-                                 "page") in [link.proto.label for link in at.get("page_link")]
+                                 "index flat on 4 layers") in [c.value for c in at.caption]
+    assert at.button(key=f"job_open_{job_id}").label == "Open it on the Token atlas page ↗"
 
 
 def test_the_form_queues_a_tokens_job_from_the_browser(home, monkeypatch):

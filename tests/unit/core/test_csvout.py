@@ -80,3 +80,23 @@ def test_an_undefined_value_in_a_page_table_is_a_dash_not_none():
     assert not at.exception
     assert at.dataframe[0].proto.placeholder == "—"
     assert at.dataframe[0].value["cka"].isna().tolist() == [False, True]
+
+
+def test_every_table_a_page_draws_says_how_a_missing_value_looks():
+    """Every ``st.dataframe`` of the dashboard passes ``placeholder`` (Streamlit's grey "None" otherwise: seen on the
+    Linguistic structure page's summary), unless it draws the jobs table's text cells (ui.jobs.shown)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    bare, seen = [], 0
+    for path in [*root.glob("pages/*.py"), *root.glob("ui/*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "dataframe":
+                seen += 1
+                first = node.args[0] if node.args else None
+                if isinstance(first, ast.Call) and getattr(first.func, "id", None) == "shown":
+                    continue
+                if not any(k.arg in ("placeholder", None) for k in node.keywords):  # None: **kwargs carry it
+                    bare.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert seen >= 10 and not bare, (seen, bare)
