@@ -85,9 +85,12 @@ def _task_curves(probes, record):
 
 
 def _ablation(ablation, record):
+    """Both of the page's charts: the accuracy at the layer whose units are zeroed (Dalvi et al.'s measure) and at
+    the last layer (what the ablation does downstream)."""
     from analysis.neurons.plots import ablation_curves
 
-    return ablation_curves(ablation)
+    return [("Accuracy with units ablated, at the layer whose units are zeroed", ablation_curves(ablation)),
+            ("Accuracy with units ablated, at the last layer", ablation_curves(ablation, "final_accuracy"))]
 
 
 def _paired_cka(summary, record):

@@ -27,6 +27,9 @@ def test_the_neurons_pages_report(tiny_dirs):
     assert not at.exception and not at.error, [e.value for e in at.error]
     html = at.session_state["neurons_report_html"].decode()
     assert html.startswith("<!DOCTYPE html>") and "LayerLens report: neurons" in html and "ablation.csv" in html
+    # both of the page's charts, the page's run named as such, and the command of the task the page ran
+    assert "at the layer whose units are zeroed" in html and "at the last layer" in html
+    assert "neurons run from the dashboard" in html and "layerlens neurons" in html and "--k 4" in html
 
 
 def test_a_finished_jobs_report(home, bert4):  # noqa: F811
