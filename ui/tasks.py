@@ -31,8 +31,8 @@ class PageContext(StoreJobs):
     keeps the result in memory, so the task writes no folder; Stop reruns the page, which ends the run at its next
     progress report. Jobs are looked up in the user's job store."""
 
-    def __init__(self, report):
-        self.report, self.notes = report, []
+    def __init__(self, report, unit: str | None = None):
+        self.report, self.notes, self.unit = report, [], unit  # unit: what the counts count ("text": "of 40 texts")
 
     def output(self):
         return None
@@ -41,7 +41,9 @@ class PageContext(StoreJobs):
         self.notes.append(message)
 
     def progress(self, stage: str, done: int, total: int) -> None:
-        self.report(done / max(total, 1), f"{stage}: {done:,} of {total:,}")
+        plural = (self.unit + ("es" if self.unit.endswith("s") else "s")) if self.unit else ""
+        unit = "" if not self.unit else f" {self.unit}" if total == 1 else f" {plural}"
+        self.report(done / max(total, 1), f"{stage}: {done:,} of {total:,}{unit}")
 
     def should_stop(self) -> bool:
         return False
@@ -88,7 +90,8 @@ def task_result(task, spec, data, options, label: str, key: str | None = None):
 
     def compute(report):
         rows = data() if callable(data) else data
-        return task.compute(model_cache().get(spec), rows, options, PageContext(report))
+        return task.compute(model_cache().get(spec), rows, options,
+                            PageContext(report, task.unit if task.unit != "it" else None))
     return shared_result(key or task_key(task, options, data), label, compute)
 
 

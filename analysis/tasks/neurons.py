@@ -43,7 +43,7 @@ class Neurons(Task):
     Options = NeuronsOptions
     example = {"data": "analysis/data/demo_sentiment.csv"}
     page = "pages/10_Neurons.py"
-    unit = "text"
+    unit = "pass"  # its progress counts the ablation passes
 
     def run(self, options: NeuronsOptions, ctx: Context) -> NeuronsRun:
         from analysis.core.inputs import check_row_limit, read_file
