@@ -66,4 +66,4 @@ def test_the_page_runs_the_task_and_its_run_json_is_the_clis(tiny_dirs, tmp_path
     assert page_run == cli_run and page_run["data"] == str(DEMO_LABELLED) and page_run["options"]["k"] == 4
     for name in ("ranking.csv", "ablation.csv"):  # the weights agree to the saga solver's tolerance (threads)
         pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "page" / name), pd.read_csv(tmp_path / "cli" / name),
-                                      check_exact=False, rtol=1e-4, atol=1e-4)
+                                      check_exact=False, rtol=1e-3, atol=1e-3)
