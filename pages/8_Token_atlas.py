@@ -15,7 +15,7 @@ from analysis.core.inputs import LABEL_HINTS, InputError, columns_of, guess_text
 from analysis.core.layers import parse_layers
 from analysis.core.options import max_server_texts
 from analysis.core.store import ArrayStore
-from analysis.core.task import Tables
+from analysis.tasks import TASKS
 from analysis.tokens.density import HOWS, map_figure, rasterise, sample_rows, warm_up
 from analysis.tokens.plots import GEOMETRY_LINES, bands_caption, geometry_figure, neighbour_labels
 from analysis.tokens.search import find_rows, marked, neighbours, summary
@@ -24,6 +24,7 @@ from ui.inputs import uploads_panel
 from ui.report import result_report_button
 from ui.results import chart, md_plain, result_key, shared_result, stop_button, wait_for_run
 from ui.sidebar import start_page
+from ui.tasks import page_options, task_result
 
 loaded = start_page("Token atlas", (
     "Every token of a corpus, layer by layer: a **map** of one layer's tokens (exact PCA over all of them), the "
@@ -467,13 +468,13 @@ def show_geometry() -> None:
     wait_for_run("tokens_geo_request", st.button("Compute the geometry", type="primary", key="tokens_geo_run"),
                  request, "Every layer in one streaming pass each: seconds for a small corpus, about two minutes "
                  "for a million tokens on two cores.")
-    from analysis.tokens.geometry import geometry
-
     stop = stop_button("Geometry", "tokens_geo_request")
-    try:
-        table_, rogue = shared_result(result_key("tokens-geometry", *request), "Geometry", lambda report: geometry(
-            tv, boots=boots, max_texts=max_texts, min_count=min_count,
-            progress=lambda stage, done, n: report(done / max(n, 1), f"{stage}: {done}/{n} layers")))
+    try:  # the tokens geometry task on the opened extraction: its run is the CLI's (`--vectors DIR`)
+        task = TASKS["tokens geometry"]
+        run = task_result(task, loaded.spec, tv, page_options(task, loaded.spec, vectors=directory, boots=boots,
+                                                              max_texts=max_texts, min_count=min_count),
+                          "Geometry", result_key("tokens-geometry", *request))
+        table_, rogue = run.tables["geometry.csv"], run.tables["rogue_dims.csv"]
     except Exception as exc:  # noqa: BLE001
         stop.empty()
         fail(exc, "Geometry")
@@ -488,8 +489,7 @@ def show_geometry() -> None:
     d1, d2 = st.columns(2)
     d1.download_button("geometry.csv", to_csv(table_), "geometry.csv", "text/csv", key="tokens_dl_geometry")
     d2.download_button("rogue_dims.csv", to_csv(rogue), "rogue_dims.csv", "text/csv", key="tokens_dl_rogue")
-    result_report_button(Tables("tokens geometry", {"geometry.csv": table_, "rogue_dims.csv": rogue},
-                                {"model_spec": loaded.spec.resolved().to_dict()}), "tokens_geometry")
+    result_report_button(run, "tokens_geometry")
 
 
 {"Map": show_map, "Neighbours": show_neighbours, "Geometry": show_geometry}[view]()

@@ -214,13 +214,17 @@ class TokensGeometry(TokensTask):
     writes = "tokens geometry writes geometry.csv, rogue_dims.csv, run.json"
     Options = TokensGeometryOptions
     example = {"input": CORPUS, "limit": 20, "boots": 10, "blocks": 5}
+    unit = "layer"
 
     def run(self, options: TokensGeometryOptions, ctx: Context) -> TokensRun | None:
+        tv = vectors(options, "geometry", ctx)
+        return None if tv is None else self.compute(None, tv, options, ctx)
+
+    def compute(self, loaded, data, options: TokensGeometryOptions, ctx: Context) -> TokensRun:
+        """The geometry of the extraction ``data`` (a page's: the one it opened; no model is read)."""
         from analysis.tokens.geometry import geometry
 
-        tv = vectors(options, "geometry", ctx)
-        if tv is None:
-            return None
+        tv = data
         table, rogue = geometry(tv, chosen_layers(options.layers, tv), options.blocks, options.boots,
                                 options.min_count, options.max_types, max_texts=options.max_texts, seed=options.seed,
                                 progress=ctx.progress)

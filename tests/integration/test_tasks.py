@@ -161,7 +161,11 @@ def test_a_pages_run_writes_what_the_cli_writes(name, example_args, tmp_path):
     task = TASKS[name]
     options = task.Options(model="demo", device="cpu", **example_args)
     values = options.model_dump()
-    if name == "structure":  # the page reads two treebanks (and a labelled set, here none)
+    if name.startswith("tokens"):  # the page opens an extraction
+        from analysis.tasks.tokens import vectors
+
+        rows = vectors(options, name, QuietContext(tmp_path / "extraction"))
+    elif name == "structure":  # the page reads two treebanks (and a labelled set, here none)
         from analysis.core.treebank import read_conllu
 
         rows = (read_conllu(Path(options.train), options.max_sentences),
@@ -173,6 +177,7 @@ def test_a_pages_run_writes_what_the_cli_writes(name, example_args, tmp_path):
     (tmp_path / "page").mkdir()
     written = page.write(tmp_path / "page")
     cli = task.run(options, QuietContext(tmp_path / "cli"))
+    (tmp_path / "cli").mkdir(exist_ok=True)  # the CLI's door makes it (a task that reads an extraction never asks)
     assert cli.write(tmp_path / "cli") == written
     for file in written:
         a, b = tmp_path / "page" / file, tmp_path / "cli" / file
