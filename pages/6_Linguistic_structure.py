@@ -170,8 +170,8 @@ if st.button("Heads vs probes: attention heads as parsers on this treebank ↗",
              "beside the structural probe's."):
     prefill("pages/9_Attention_heads.py", {"heads_corpus": "A treebank (CoNLL-U): heads as parsers too",
                                            "heads_treebank": test})
-c1, c2, c3, c4, c5, c6, c7 = st.columns([2.2, 1.2, 1.2, 1, 1, 0.8, 0.7])
-tasks = c1.multiselect("Tasks", TASKS, default=list(TASKS), key="structure_tasks")
+tasks = st.multiselect("Tasks", TASKS, default=list(TASKS), key="structure_tasks")  # a row of its own: every chip
+c2, c3, c4, c5, c6, c7 = st.columns([1.2, 1.2, 1, 1, 0.8, 0.7])  # shows (squeezed beside the others, two hid)
 word_vector = c2.radio("Word vector", ["first", "mean"], horizontal=True, key="structure_vector",
                        help="a word's vector: its first subword's, or the mean of its subwords'")
 probe = c3.radio("Label probe", ["linear", "mlp"], horizontal=True, key="structure_probe",
