@@ -11,7 +11,7 @@ from ui.inputs import labelled_inputs
 from ui.report import result_report_button
 from ui.results import chart, result_store, table
 from ui.sidebar import start_page
-from ui.tasks import page_options, run_on_page, source_values, task_form, task_key
+from ui.tasks import page_options, run_on_page, task_form, task_key
 
 NEURONS = TASKS["neurons"]
 
@@ -36,7 +36,7 @@ config = task_form("neurons", NeuronsConfig, ["pooling", "layers", "k", "random_
 if inputs is None or config is None:
     st.stop()
 try:  # the task's options: the sidebar's model, the rows' source, the form's knobs
-    options = page_options(NEURONS, loaded.spec, **source_values(NEURONS, inputs), **config.to_dict())
+    options = page_options(NEURONS, loaded.spec, inputs, **config.to_dict())
 except InputError as exc:
     st.error(str(exc))
     st.stop()

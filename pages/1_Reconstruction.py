@@ -15,7 +15,7 @@ from ui.navigation import compare_link
 from ui.report import result_report_button
 from ui.results import COMPARE_HELP, chart, for_each_model, table, wait_for_run
 from ui.sidebar import available_lenses, start_page
-from ui.tasks import page_options, source_values, task_result
+from ui.tasks import page_options, task_result
 
 PROBE = TASKS["probe"]
 
@@ -75,7 +75,7 @@ def run(spec: ModelSpec, label: str):
     sessions: the sidebar's model raw and through the chosen lens, a second model raw. With a lens chosen, every
     raw reading also measures KL to the final layer and agreement."""
     own = lens_dir if spec.name == loaded.spec.name else None
-    options = page_options(PROBE, spec, **source_values(PROBE, inputs), **config.to_dict(), lens=own,
+    options = page_options(PROBE, spec, inputs, **config.to_dict(), lens=own,
                            divergence=lens_dir is not None)
     return task_result(PROBE, spec, inputs, options, f"Probing {label}")
 

@@ -28,7 +28,7 @@ from ui.results import (
     wait_for_run,
 )
 from ui.sidebar import start_page
-from ui.tasks import page_options, source_values, task_result
+from ui.tasks import page_options, task_result
 
 ATLAS = TASKS["atlas"]
 
@@ -76,8 +76,7 @@ def run(spec: ModelSpec, label: str):
     """The atlas task's run for ``spec`` on the inputs (its :class:`analysis.tasks.atlas.AtlasRun`), shared across
     sessions."""
     own = config if spec.name == loaded.spec.name else config.replace(color_by="label")
-    return task_result(ATLAS, spec, inputs, page_options(ATLAS, spec, **source_values(ATLAS, inputs), **own.to_dict()),
-                       label)
+    return task_result(ATLAS, spec, inputs, page_options(ATLAS, spec, inputs, **own.to_dict()), label)
 
 
 wait_for_run("atlas_request", inputs is not None and st.button(f"Draw the atlas ({METHOD_NAMES[method]})",

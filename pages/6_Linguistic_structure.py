@@ -227,10 +227,8 @@ def treebanks():
 
 def probed(spec, key: str, label: str) -> StructureRun:
     """The structure task's run of ``spec`` (its :class:`StructureRun`), shared across sessions under ``key``."""
-    text, pair, label_column = labelled.columns if labelled is not None else ("text", None, "label")
-    task_options = page_options(STRUCTURE, spec, train=str(train), test=str(test), **options.to_dict(),
-                                label_data=labelled.source if labelled is not None else None, text_column=text,
-                                pair_column=pair, label_column=label_column or "label", label_pooling=label_pooling)
+    task_options = page_options(STRUCTURE, spec, labelled, "label_data", train=str(train), test=str(test),
+                                **options.to_dict(), label_pooling=label_pooling)
     return task_result(STRUCTURE, spec, treebanks, task_options, label, key)
 
 

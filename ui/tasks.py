@@ -52,21 +52,24 @@ class PageContext(StoreJobs):
         return None
 
 
-def page_options(task, spec, **values):
+def page_options(task, spec, rows=None, source: str | None = None, **values):
     """``task``'s options for a run on a page: the model block from ``spec`` (the sidebar's model, or the one to
-    compare with) and the page's ``values``, checked by the task's schema (an :class:`InputError` of one line)."""
+    compare with), the options naming the page's ``rows`` (:func:`source_values`; ``source``: the option for their
+    file where it is not ``input`` or ``data``) and the page's ``values``, checked by the task's schema (an
+    :class:`InputError` of one line)."""
     spec = spec.resolved()
     model = {"model": spec.name, "revision": spec.revision, "device": spec.device, "dtype": spec.dtype,
              "allow_pickle": spec.allow_pickle, "head_from": spec.head_from}
-    return task.Options(**{k: v for k, v in model.items() if k in task.Options.model_fields}, **values)
+    named = source_values(task, rows, source) if rows is not None else {}
+    return task.Options(**{k: v for k, v in model.items() if k in task.Options.model_fields}, **named, **values)
 
 
-def source_values(task, data) -> dict:
+def source_values(task, data, source: str | None = None) -> dict:
     """The options of ``task`` that name its rows' source (its input file and columns), from what the page read
     (``data.source`` and ``data.columns``), so the page's ``run.json`` says where its rows came from."""
     fields = task.Options.model_fields
     text, pair, label = data.columns
-    values = {"input" if "input" in fields else "data": data.source or "page rows",
+    values = {source or ("input" if "input" in fields else "data"): data.source or "page rows",
               "column" if "column" in fields else "text_column": text, "pair_column": pair, "label_column": label}
     return {k: v for k, v in values.items() if k in fields and (v is not None or k == "pair_column")}
 

@@ -230,8 +230,7 @@ def load_index(tv: TokenVectors, layer: int, kind: str = DEFAULT_KIND):
     kind = resolve_kind(kind, tv.rows)
     entry = index_entry(tv, layer, kind)
     path = entry.path
-    if entry.read() is None:
-        build_index(tv, layer, kind, force=True)
+    meta = entry.read() or build_index(tv, layer, kind, force=True)  # its manifest, read once
     if kind == "flat":
         return MappedFlat(path)
     faiss = _faiss()
@@ -239,7 +238,7 @@ def load_index(tv: TokenVectors, layer: int, kind: str = DEFAULT_KIND):
         index = faiss.read_index(str(path))
     except RuntimeError:
         raise InputError(f"{path}: a damaged index file; run `tokens index --rebuild` (or delete it)") from None
-    params = json.loads(entry.manifest.read_text()).get("params", {})
+    params = meta.get("params", {})
     if kind == "hnsw":
         index.hnsw.efSearch = params.get("efSearch", HNSW_EF_SEARCH)
     elif kind == "ivf":

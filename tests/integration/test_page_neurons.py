@@ -43,7 +43,7 @@ def test_the_page_runs_the_task_and_its_run_json_is_the_clis(tiny_dirs, tmp_path
     from analysis.tasks import TASKS
     from analysis.tasks.neurons import NeuronsRun
     from ui.results import result_store
-    from ui.tasks import page_options, source_values, task_key
+    from ui.tasks import page_options, task_key
 
     task = TASKS["neurons"]
     at = run_page(PAGE, model=str(tiny_dirs["bert"]))
@@ -52,7 +52,7 @@ def test_the_page_runs_the_task_and_its_run_json_is_the_clis(tiny_dirs, tmp_path
     at.button(key="neurons_run").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     data = read_file(DEMO_LABELLED, label_column="label")
-    options = page_options(task, ModelSpec(str(tiny_dirs["bert"]), device="cpu"), **source_values(task, data), k=4,
+    options = page_options(task, ModelSpec(str(tiny_dirs["bert"]), device="cpu"), data, k=4,
                            random_seeds=2)
     held = result_store().get(task_key(task, options, data))
     assert isinstance(held, NeuronsRun)
