@@ -4,43 +4,39 @@
 ``metric``, ``value``, ``interval`` (the 95% interval as text, ``[low, high]``, blank where the analysis gives
 none) and the same interval as numbers, ``interval_low`` and ``interval_high``.
 
-Each checkpoint's analysis is kept whole in the cache (``LAYERLENS_HOME/cache/series/<key>/``), keyed by the
-analysis, its options and the checkpoint's weights (:func:`weights_id`: the files' names, sizes and modification
-times for a local folder; the name and revision on the hub), so a series that stopped resumes where it stopped and
-a series that grew computes only its new checkpoints."""
+Each checkpoint's analysis is kept whole in the cache (``LAYERLENS_HOME/cache/series/<key>/``, a folder entry of
+the store: :class:`analysis.core.entry.FolderEntry`), keyed by the analysis, its options, the **content** of its
+input files and the checkpoint's weights (:func:`analysis.core.entry.source_digest`: a local folder's SHA-256 over
+its model files, a hub model's commit), so a series that stopped resumes where it stopped, a series that grew
+computes only its new checkpoints, and the same command on another file (or the same file edited) computes again.
+An entry that is cut, edited, missing a file or holding a link is computed again with one warning."""
 
 from __future__ import annotations
 
 import math
-import shutil
 from pathlib import Path
 
 import pandas as pd
 
+from analysis.core.entry import FolderEntry, file_digest, source_digest
 from analysis.core.home import cache_dir
 from analysis.core.store import key_of
 from analysis.series.checkpoints import Checkpoint
 
 COLUMNS = ["checkpoint", "step", "layer", "metric", "value", "interval", "interval_low", "interval_high"]
-DONE = "done.json"  # written last into a checkpoint's cache folder: its analysis is complete
 
 
-def weights_id(point: Checkpoint) -> str:
-    """What identifies ``point``'s weights without reading them."""
-    from models.spec import ModelSpec
-
-    path = Path(ModelSpec(point.model, revision=point.revision).source).expanduser()  # "demo": its folder
-    if path.is_dir():
-        files = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in path.iterdir() if p.is_file())
-        return key_of(path=str(path.resolve()), files=files)
-    return f"{point.model}@{point.revision or 'main'}"
+def weights_id(point: Checkpoint) -> dict:
+    """What identifies ``point``'s weights, and the MLM head's it is read through, without loading them."""
+    return {"weights": source_digest(point.model, point.revision),
+            "head": source_digest(point.head_from) if point.head_from else None}
 
 
-def cached(analysis: str, options: dict, point: Checkpoint) -> Path:
-    """The cache folder of ``analysis`` with ``options`` at ``point`` (complete when it holds :data:`DONE`)."""
+def cached(analysis: str, options: dict, inputs: list[Path | None], point: Checkpoint) -> FolderEntry:
+    """The cache entry of ``analysis`` with ``options`` on the files ``inputs`` (their content) at ``point``."""
     key = key_of(kind="series", analysis=analysis, options=options, weights=weights_id(point),
-                 head_from=point.head_from)
-    return cache_dir() / "series" / key
+                 inputs=[file_digest(p) if p is not None else None for p in inputs])
+    return FolderEntry(cache_dir() / "series" / key)
 
 
 def interval_text(low, high) -> str:
@@ -65,11 +61,3 @@ def rows(point: Checkpoint, frame: pd.DataFrame, metric: str, value: str, low: s
 
 def long_table(parts: list[list[dict]]) -> pd.DataFrame:
     return pd.DataFrame([row for part in parts for row in part], columns=COLUMNS)
-
-
-def copy_into(source: Path, target: Path) -> None:
-    """A checkpoint's cached files into the output folder (its per-checkpoint views)."""
-    target.mkdir(parents=True, exist_ok=True)
-    for path in source.iterdir():
-        if path.is_file() and path.name != DONE:
-            shutil.copy2(path, target / path.name)

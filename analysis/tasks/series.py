@@ -13,19 +13,21 @@ The analyses, each the single-checkpoint task's own run (so the first and last c
 
 from __future__ import annotations
 
-import json
+import logging
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 
 from analysis.core.csvout import to_csv
+from analysis.core.entry import FolderEntry
 from analysis.core.inputs import InputError
 from analysis.core.options import Dtype, Options, batch_size_field
 from analysis.core.task import Context, QuietContext, Result, RunRecord, Task
 from analysis.series import table
 from analysis.series.checkpoints import Checkpoint
 
+log = logging.getLogger(__name__)
 ANALYSES = ("probe", "atlas", "structure", "heads")
 
 
@@ -58,8 +60,8 @@ class SeriesRun(Result):
 
     def write(self, out: Path) -> list[str]:
         to_csv(self.series, out / "series.csv")
-        for name, source in self.folders.items():
-            table.copy_into(source, out / "checkpoints" / name)
+        for name, folder in self.folders.items():  # plain files only, no link followed
+            FolderEntry(folder).copy_to(out / "checkpoints" / name)
         RunRecord("series", self.facts).write(out)
         return ["series.csv", "checkpoints", "run.json"]
 
@@ -187,16 +189,19 @@ class Series(Task):
         parts, folders, reused = [], {}, []
         for i, point in enumerate(points):
             task, single = analysis_options(options, point)
-            key_options = single.model_dump(mode="json", exclude={"model", "revision", "head_from", "device"})
-            key_options = {**key_options, "inputs": [str(p) for p in (options.input, options.train, options.test)]}
-            folder = table.cached(options.analysis, key_options, point)
-            if (folder / table.DONE).is_file():
+            key_options = single.model_dump(mode="json", exclude={"model", "revision", "head_from", "device",
+                                                                  "input", "data", "train", "test"})
+            entry = table.cached(options.analysis, key_options, [options.input, options.train, options.test], point)
+            if (why := entry.damage()) is None:
                 reused.append(point.label)
             else:
-                folder.mkdir(parents=True, exist_ok=True)
-                task.run(single, QuietContext(folder)).write(folder)
-                (folder / table.DONE).write_text(json.dumps({"checkpoint": point.label, "model": point.model,
-                                                             "revision": point.revision}) + "\n")
+                if entry.directory.exists() or entry.directory.is_symlink():
+                    log.warning("series cache entry of %s at %s: %s; computed again", options.analysis,
+                                point.label, why)
+                with entry.writing({"checkpoint": point.label, "model": point.model,
+                                    "revision": point.revision}) as folder:
+                    task.run(single, QuietContext(folder)).write(folder)
+            folder = entry.directory
             parts.append(metrics(options.analysis, point, folder))
             folders[f"{i:02d}-{_safe(point.label)}"] = folder
             ctx.progress(f"{options.analysis} at each checkpoint", i + 1, len(points))

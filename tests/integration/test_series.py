@@ -161,3 +161,75 @@ def test_a_cli_runs_further_pretraining_is_found_after_its_out_is_renamed(tmp_pa
     (out / "metrics.json").write_text(json.dumps(metrics))
     assert fine_tuned(out, metrics)[1] == str(out / "further_pretrained")
     assert parse(str(out), recorded_head)[0].model == str(out / "further_pretrained")
+
+
+def _texts(folder: Path, rows: list[str]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "texts.txt").write_text("\n".join(rows) + "\n")
+    return folder / "texts.txt"
+
+
+def test_a_series_keys_its_cache_on_the_inputs_content_not_their_path(series_dir, tmp_path, monkeypatch, capsys):
+    """Issue 53 item 1: the same command in two folders whose texts.txt differ (a relative path), then the file
+    edited in place: each series holds the numbers of its own texts, as the single probe gives them."""
+    from analysis.core.inputs import read_file
+
+    rows = read_file(DATA).texts
+    args = ["--analysis", "probe", "--checkpoints", str(series_dir), "--input", "texts.txt"]
+    for name, chosen in (("A", rows[:40]), ("B", rows[40:80]), ("B-edited", rows[80:120])):
+        folder = tmp_path / name.split("-")[0]
+        _texts(folder, chosen)
+        monkeypatch.chdir(folder)
+        assert series(tmp_path / f"out-{name}", *args) == 0
+        assert main(["probe", "--model", str(series_dir / "step-2"), "--input", "texts.txt", "--device", "cpu",
+                     "--out", str(tmp_path / f"single-{name}")]) == 0
+        single = pd.read_csv(tmp_path / f"single-{name}" / "layers.csv")
+        table = pd.read_csv(tmp_path / f"out-{name}" / "series.csv")
+        mine = table[(table["checkpoint"] == "step-2") & (table["metric"] == "accuracy")]
+        assert mine["value"].tolist() == single["accuracy"].tolist(), name
+        decoded = pd.read_csv(tmp_path / f"out-{name}" / "checkpoints" / "02-step-2" / "decoded.csv")
+        pd.testing.assert_frame_equal(decoded, pd.read_csv(tmp_path / f"single-{name}" / "decoded.csv"))
+    assert "read from the cache" not in capsys.readouterr().err
+
+
+def _entry(home: Path) -> list[Path]:
+    return sorted(p for p in (home / "cache" / "series").iterdir() if p.is_dir())
+
+
+@pytest.mark.parametrize("damage", ["cut", "edited", "missing", "link", "extra link"])
+def test_a_damaged_series_entry_is_computed_again_with_one_warning(series_dir, tmp_path, caplog, damage):
+    """Issue 53 item 1: an entry cut, edited, missing a file or holding a link is never read as truth and never
+    stuck; the output never holds a link's target."""
+    import logging
+
+    args = ["--analysis", "probe", "--checkpoints", str(series_dir), "--input", str(DATA)]
+    assert series(tmp_path / "first", *args) == 0
+    entries = _entry(tmp_path / "home")
+    assert len(entries) == 3
+    layers = entries[0] / "layers.csv"
+    secret = tmp_path / "secret.txt"
+    secret.write_text("root:x:0:0:secret\n")
+    if damage == "cut":
+        layers.write_bytes(layers.read_bytes()[:40])
+    elif damage == "edited":
+        layers.write_text(layers.read_text().replace("0.", "5.", 1))
+    elif damage == "missing":
+        layers.unlink()
+    elif damage == "link":
+        layers.unlink()
+        layers.symlink_to(secret)
+    else:
+        (entries[0] / "passwd.csv").symlink_to(secret)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert series(tmp_path / "second", *args) == 0
+    warned = [r for r in caplog.records if "computed again" in r.getMessage()]
+    assert len(warned) == 1, [r.getMessage() for r in caplog.records]
+    first, second = (pd.read_csv(tmp_path / x / "series.csv") for x in ("first", "second"))
+    pd.testing.assert_frame_equal(first, second)
+    for path in (tmp_path / "second").rglob("*"):
+        assert not path.is_symlink()
+        if path.is_file():
+            assert "secret" not in path.read_text(errors="replace"), path
+    assert series(tmp_path / "third", *args) == 0  # the entry made again is whole: read, not stuck
+    pd.testing.assert_frame_equal(first, pd.read_csv(tmp_path / "third" / "series.csv"))
