@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from analysis.core.activations import Encoded, bucket_indices, make_batch
+from analysis.core.activations import Encoded, bucket_indices, check_finite, make_batch
 from analysis.core.inputs import InputError
 from analysis.core.scores import wilson_interval
 
@@ -49,21 +49,31 @@ def label_ids(labels, names: list[str]) -> np.ndarray:
 def layer_probabilities(readout, encoded: Encoded, pad_id: int, device: str, batch_size: int = 32,
                         progress: Callable[[str, int, int], None] = lambda *a: None) -> np.ndarray:
     """``(n, L + 1, classes)`` float64: each example's softmax over the classes at each layer, the head's logits
-    taken in float32 whatever the model's dtype."""
+    taken in float32 whatever the model's dtype. The states and the logits pass the core's one finiteness check
+    (:func:`analysis.core.activations.check_finite`): NaN never becomes a confident class (softmax of NaN, then
+    argmax)."""
     n, layers = len(encoded), readout.num_layers + 1
     out: np.ndarray | None = None
     done = 0
     for idx in bucket_indices(encoded, batch_size):
         batch = make_batch(encoded, idx, pad_id, device)
-        states = readout.states(batch.model_inputs())
-        probs = torch.stack([readout.logits(states, batch.attention_mask, layer).float().softmax(-1)
-                             for layer in range(layers)], dim=1)
+        states = checked_states(readout, batch)
+        logits = [readout.logits(states, batch.attention_mask, layer).float() for layer in range(layers)]
+        check_finite(logits, [f"the classifier's logits at layer {layer}" for layer in range(layers)], None)
+        probs = torch.stack([x.softmax(-1) for x in logits], dim=1)
         if out is None:
             out = np.empty((n, layers, probs.shape[-1]))
         out[idx] = probs.cpu().numpy()
         done += len(idx)
         progress("reading every layer through the classifier", done, n)
     return out if out is not None else np.empty((0, layers, 0))
+
+
+def checked_states(readout, batch) -> tuple[torch.Tensor, ...]:
+    """``readout``'s hidden states of ``batch``, refused in one line where one is not finite at a real token."""
+    states = readout.states(batch.model_inputs())
+    check_finite(states, [f"hidden state {i}" for i in range(len(states))], batch.attention_mask.bool()[..., None])
+    return states
 
 
 def predictions(probs: np.ndarray) -> np.ndarray:

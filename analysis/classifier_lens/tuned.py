@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from analysis.classifier_lens.lens import kl_to_final, layer_probabilities, predictions
+from analysis.classifier_lens.lens import checked_states, kl_to_final, layer_probabilities, predictions
 from analysis.core.activations import Encoded, bucket_indices, make_batch
 from analysis.core.inputs import InputError
 
@@ -93,7 +93,7 @@ def train(readout, encoded: Encoded, rows: np.ndarray, pad_id: int, device: str,
                 return translators
             batch = make_batch(subset, batches[b], pad_id, device)
             with torch.no_grad():
-                states = readout.states(batch.model_inputs())
+                states = checked_states(readout, batch)
             logits = [tuned.logits(states, batch.attention_mask, layer).float()
                       for layer in range(readout.num_layers + 1)]
             final = logits[-1].log_softmax(-1)

@@ -121,3 +121,32 @@ def test_a_job_of_the_lens_and_a_series_resolve_job_refs_as_the_cli_does(tmp_pat
                  "--device", "cpu", "--out", str(tmp_path / "s")]) == 0
     labels = pd.read_csv(tmp_path / "s" / "series.csv")["checkpoint"].unique()
     assert sorted(labels) == ["epoch 0", "epoch 1", "epoch 2"]
+
+
+@pytest.mark.parametrize("broken", ["layernorm nan", "classifier nan", "float16 overflow"])
+def test_non_finite_states_or_logits_are_refused_in_one_line(hub_classifier, tmp_path, capsys, broken):
+    """Issue 53 item 2: NaN in the weights or a float16 overflow never becomes a confident class 0 (softmax of
+    NaN, then argmax): the lens refuses in one line naming what is not finite, and writes nothing."""
+    model = AutoModelForSequenceClassification.from_pretrained(hub_classifier)
+    with torch.no_grad():
+        if broken == "layernorm nan":
+            model.bert.encoder.layer[1].output.LayerNorm.weight[0] = float("nan")
+        elif broken == "classifier nan":
+            model.classifier.weight[0, 0] = float("nan")
+        else:
+            model.bert.embeddings.LayerNorm.weight.mul_(1e5)
+    folder = tmp_path / "broken"
+    model.save_pretrained(folder)
+    tiny_tokenizer().save_pretrained(folder)
+    data = labelled(tmp_path / "rows.csv", 20)
+    extra = ["--dtype", "float16"] if broken == "float16 overflow" else []
+    assert main(["lens", "classifier", "--model", str(folder), "--data", str(data), "--device", "cpu",
+                 "--out", str(tmp_path / "out"), *extra]) == 2
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if x.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert "not finite" in lines[0], lines[0]
+    expected = {"layernorm nan": "hidden state 2", "classifier nan": "classifier's logits",
+                "float16 overflow": "hidden state 0"}[broken]
+    assert expected in lines[0] and ("--dtype float32" in lines[0]) == (broken == "float16 overflow"), lines[0]
+    assert not (tmp_path / "out").exists()
