@@ -38,8 +38,9 @@ for job in finished_jobs("finetune"):
         series_sources[f"job #{job.id} {job.name}: its further pre-training steps"] = str(steps)
 TYPED = "A folder of checkpoints, MODEL@rev1,rev2 or A,B,C"
 if not series_sources:
-    st.caption("No finished fine-tuning job kept a series yet: on the Fine-tuning jobs page, turn on 'save each "
-               "epoch's encoder' or 'save further pre-training every' (with further pre-training steps).")
+    st.caption("No finished fine-tuning job kept a series yet: on the Fine-tuning jobs page, under More options, "
+               "turn on 'save each epoch's encoder' or 'save further pre-training every' (with further pre-training "
+               "steps).")
 source = st.selectbox("Checkpoints", [*series_sources, TYPED], key="series_source",
                       help="Jobs keep a series when fine-tuned with 'save each epoch's encoder' or 'save further "
                            "pre-training every' on the Fine-tuning jobs page")

@@ -84,7 +84,7 @@ with st.expander("Train a tuned lens for this model (a background job)"):
     st.caption("A tuned lens learns one affine translator per layer so that the MLM head reads each layer as the "
                "final layer's distribution (KL at masked positions; Belrose et al. 2023, for encoders). The demo "
                "model ships one; docs/tuned_lens.md says what it shows and how to train one for bert-base.")
-    lens_job_form(loaded.spec.name)
+    lens_job_form(loaded.spec)
 
 wait_for_run("probe_request", inputs is not None and st.button("Run the probe", type="primary", key="probe_run"),
              (inputs, config, compare, lens_dir), "Set the texts and options, then run the probe. Results are shared "

@@ -12,7 +12,17 @@ from analysis.core.inputs import FORMATS, InputError, columns_of
 from analysis.core.scores import classification_metrics
 from analysis.training.finetune import majority_vote
 from analysis.training.heads import head_names
-from analysis.training.options import PRESETS, SWEEPABLE, grid, model_config, model_defaults, resolve, sources
+from analysis.training.options import (
+    PRESETS,
+    SWEEPABLE,
+    FinetuneConfig,
+    FinetuneOptions,
+    grid,
+    model_config,
+    model_defaults,
+    resolve,
+    sources,
+)
 from analysis.training.plots import confusion_matrix, history_chart, runs_compared
 from jobs import backends, kinds
 from jobs.store import FINISHED, JobStore, StoreError
@@ -73,9 +83,11 @@ except InputError as exc:
     st.error(str(exc))
 
 MAIN = ["head", "epochs", "lr", "batch_size", "layer_decay", "max_length"]
-MORE = ["truncation", "schedule", "warmup", "dropout", "weight_decay", "early_stopping", "patience", "folds",
-        "val_fraction", "seed"]
-WHERE = ["backend", "num_processes", "slurm_partition", "slurm_time", "slurm_gpus"]
+WHERE = ["backend", "num_processes", "slurm_partition", "slurm_time", "slurm_gpus", "revision", "dtype"]
+# every other training option, from the schema: a new option is on the form unless the schema keeps it from the
+# browser with its reason (FinetuneOptions.kept_from_browser; tests/integration/test_job_forms.py)
+MORE = [name for name in FinetuneConfig.model_fields if name not in MAIN + WHERE
+        and name not in FinetuneOptions.kept_from_browser()]
 st.session_state.setdefault("job_model", loaded.spec.name)  # Layer duplication may prefill its export
 st.session_state.setdefault("job_preset", "(none)")
 
@@ -122,9 +134,12 @@ if target is not None and (preset_lr := PRESETS.get(preset, {}).get("lr")) and m
         and preset_lr < model_defaults(model)["lr"]:
     st.warning(f"The preset's learning rate {preset_lr:g} is bert-base's; {model} (hidden size "
                f"{target.hidden_size}) learns little at it (its own default is {model_defaults(model)['lr']:g}).")
-with st.expander("More options"):
+with st.expander("More options: schedule, regularisation, folds, further pre-training, saved checkpoints"):
     cols = st.columns(5)
     values |= {name: option_input(cols[i % 5], name, "job") for i, name in enumerate(MORE)}
+    st.caption("A series across fine-tuning (the Across checkpoints page) needs **save each epoch's encoder**; "
+               "**further pre-training steps** first trains the masked LM on the training texts, and its head then "
+               "reads the saved epochs.")
 with st.expander("Where it runs: this machine or Slurm, processes"):
     cols = st.columns(len(WHERE))
     values |= {name: option_input(col, name, "job") for col, name in zip(cols, WHERE, strict=True)}

@@ -114,16 +114,36 @@ def queue(config: dict, then: str, extra=None) -> int | None:
     return job_id
 
 
-def model_block(spec) -> dict:
-    """A job's model fields from the sidebar's model: name, revision and precision (its device is the job
-    machine's own)."""
-    return {"model": spec.name, "revision": spec.revision, "dtype": spec.dtype}
+def model_block(spec, schema=None) -> dict:
+    """A job's model fields from the sidebar's model: name, revision, precision and the MLM head it borrows where
+    ``schema`` reads one (its device is the job machine's own)."""
+    block = {"model": spec.name, "revision": spec.revision, "dtype": spec.dtype}
+    return block | ({"head_from": spec.head_from} if schema is not None and "head_from" in schema.model_fields else {})
+
+
+def more_options(schema, shown: list[str], prefix: str, given: tuple[str, ...] = ()) -> dict:
+    """The widgets of every option of ``schema`` a job form does not show already (``shown``, and ``given``: set
+    by the form's own widgets or the sidebar's model), less those it keeps from the browser, in one expander: what
+    a job can be asked for is all on its form (issue 53 item 3)."""
+    import streamlit as st
+
+    from analysis.core.options import PlacementOptions
+    from ui.options import option_input
+
+    skip = {*shown, *given, *schema.kept_from_browser(), *PlacementOptions.model_fields, "model", "revision",
+            "dtype", "head_from", "kind"}
+    names = [name for name in schema.model_fields if name not in skip]
+    if not names:
+        return {}
+    with st.expander("More options"):
+        cols = st.columns(4)
+        return {name: option_input(cols[i % 4], name, prefix, options_schema=schema) for i, name in enumerate(names)}
 
 
 LENS_FORM = ["steps", "batch_size", "max_length", "optimizer", "lr_scale", "positions", "eval_texts", "half"]
 
 
-def lens_job_form(model: str) -> None:
+def lens_job_form(spec) -> None:
     """Queue a tuned-lens training job for ``model`` (the Reconstruction page's expander): the texts, the main
     options from :class:`analysis.probe.options.LensOptions`, Submit. It then runs like every job (jobs page)."""
 
@@ -152,8 +172,9 @@ def lens_job_form(model: str) -> None:
     cols = st.columns(len(LENS_FORM))
     values = {name: option_input(col, name, "lens", options_schema=LensOptions)
               for col, name in zip(cols, LENS_FORM, strict=True)}
+    values |= more_options(LensOptions, LENS_FORM, "lens", ("corpus", "text_column"))
     if st.button("Train the lens as a job", key="lens_submit", disabled=not corpus):
-        queue({"kind": "lens", "model": model, "corpus": corpus, "text_column": column, **values},
+        queue({"kind": "lens", **model_block(spec, LensOptions), "corpus": corpus, "text_column": column, **values},
               "follow it (progress, Cancel, log) on the Fine-tuning jobs page. When it has finished, the lens is "
               "offered under 'Tuned lens' above.")
 
@@ -169,7 +190,7 @@ def placement_inputs(backend_column, slurm_columns, key: str) -> dict:
     from ui.options import option_input
 
     backend = option_input(backend_column, "backend", key, options_schema=FinetuneOptions)
-    if backend != "slurm":
+    if backend != "slurm":  # the Slurm fields appear once Slurm is chosen
         return {"backend": backend}
     columns = slurm_columns() if callable(slurm_columns) else slurm_columns
     return {"backend": backend, **{name: option_input(col, name, key, options_schema=FinetuneOptions)
@@ -184,6 +205,7 @@ def structure_job_form(spec, train, test, options, label_data=None) -> None:
 
     import streamlit as st
 
+    from analysis.structure.options import StructureJobOptions
 
     c1, c2, c3, c4 = st.columns([1.2, 1, 1, 1])
     placement = placement_inputs(c1, (c2, c3, c4), "structure_job")
@@ -191,7 +213,7 @@ def structure_job_form(spec, train, test, options, label_data=None) -> None:
                "process of its own: on the job machine's GPU when it has one (local), or as a Slurm job. It goes on "
                "when this page is closed; its word vectors are cached for later runs of the same model and files.")
     if st.button("Submit as a job", key="structure_submit"):
-        queue({"kind": "structure", **model_block(spec), "train": str(train), "test": str(test),
+        queue({"kind": "structure", **model_block(spec, StructureJobOptions), "train": str(train), "test": str(test),
                **options.to_dict(), **placement},
               "its progress shows under **Open a finished job** at the top of this page and on the Fine-tuning jobs "
               "page (Cancel, log). When it has finished, open its results there.", label_data)
@@ -281,15 +303,17 @@ def tokens_job_form(spec, corpus, text_column: str = "text", label_column: str |
     index = option_input(c1, "index", key, options_schema=TokensJobOptions)
     batch_size = option_input(c2, "batch_size", key, options_schema=TokensJobOptions)
     placement = placement_inputs(c3, lambda: st.columns(3), key)
+    more = more_options(TokensJobOptions, ["index", "batch_size"], key,
+                        ("corpus", "text_column", "label_column", "limit", "layers"))
     st.caption(f"The job extracts every token's vector of the corpus at hidden states **{layers}** with "
                f"**{spec.name}** (the sidebar's model) into the cache, shard by shard, then builds each layer's "
                "neighbour index (unless the index is none). It runs in a process of its own and goes on when this "
                "page is closed; Cancel and its log are on the Fine-tuning jobs page. A cancelled job is resumed "
                "by submitting the same options again: only the missing shards are computed.")
     if st.button("Extract as a job", key=f"{key}_submit", disabled=not corpus):
-        return queue({"kind": "tokens", **model_block(spec), "corpus": str(corpus), "text_column": text_column,
-                      "label_column": label_column, "limit": limit, "layers": layers, "index": index,
-                      "batch_size": batch_size, **placement},
+        return queue({"kind": "tokens", **model_block(spec, TokensJobOptions), "corpus": str(corpus),
+                      "text_column": text_column, "label_column": label_column, "limit": limit, "layers": layers,
+                      "index": index, "batch_size": batch_size, **more, **placement},
                      "its progress shows on the Fine-tuning jobs page (Cancel, log). When it has finished, its "
                      "extraction is offered among the finished token jobs here.")
     return None
@@ -353,9 +377,10 @@ def tokens_summary(job) -> str:
             f"by this job), " + (f"index {', '.join(kinds)} on {len(index)} layers" if index else "no index"))
 
 
-HEADS_FORM = {"stats": ["batch_size", "clusters", "cluster_tokens", "seed"],  # a job reads the whole file
-              "parse": ["batch_size", "reading", "tree", "min_count"],
-              "importance": ["batch_size", "steps", "random_orders", "mask_prob", "drop", "seed"]}
+# a job reads the whole file (limit: kept from the browser)
+HEADS_FORM = {"stats": ["text_column", "batch_size", "clusters", "cluster_tokens", "seed"],
+              "parse": ["batch_size", "reading", "tree", "min_count", "relations"],
+              "importance": ["text_column", "batch_size", "steps", "random_orders", "mask_prob", "drop", "seed"]}
 
 
 def heads_job_form(spec, key: str = "heads_job") -> int | None:
@@ -387,7 +412,8 @@ def heads_job_form(spec, key: str = "heads_job") -> int | None:
                "options are submitted again. When it has finished, open it with **A finished job** below.")
     if st.button("Submit as a job", key=f"{key}_submit", disabled=not path):
         source = "treebank" if action == "parse" else "input"
-        return queue({"kind": "heads", "action": action, **model_block(spec), source: path, **values, **placement},
+        return queue({"kind": "heads", "action": action, **model_block(spec, HeadsJobOptions), source: path, **values,
+                      **placement},
                      "its stage shows below; open it here when it has finished.")
     return None
 

@@ -43,8 +43,10 @@ def option_input(container, name: str, prefix: str, choices: list | None = None,
         return container.text_input(label, key=key, help=help_text).strip() or None
     low, high = schema.browser_bounds(name, options_schema)  # a form submits from the browser
     extra = info.json_schema_extra or {}
-    if kind == "int":
-        return int(container.number_input(label, min_value=low, max_value=high, step=1, key=key, help=help_text))
+    if kind == "int":  # an optional number (max steps) left empty is None
+        value = container.number_input(label, min_value=low, max_value=high, step=1, key=key, help=help_text)
+        return None if value is None else int(value)
     low, high = (None if b is None else float(b) for b in (low, high))
-    return float(container.number_input(label, min_value=low, max_value=high, step=float(extra.get("step", 0.01)),
-                                        format=extra.get("format", "%.4g"), key=key, help=help_text))
+    value = container.number_input(label, min_value=low, max_value=high, step=float(extra.get("step", 0.01)),
+                                   format=extra.get("format", "%.4g"), key=key, help=help_text)
+    return None if value is None else float(value)

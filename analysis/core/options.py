@@ -15,7 +15,7 @@ nor transformers (the CLI's parsers are built from the schemas, and ``layerlens 
 from __future__ import annotations
 
 import typing
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -40,6 +40,17 @@ class Options(BaseModel):
     """A schema whose validation errors are one readable :class:`InputError` naming each bad option."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+    # option -> why a page's job form does not offer it (issue 53 item 3: every other option of a job a page submits
+    # is on its form; tests/integration/test_job_forms.py). A schema adds its own; :meth:`kept_from_browser` merges.
+    browser_kept: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def kept_from_browser(cls) -> dict[str, str]:
+        """Every option of this schema kept from the browser's job forms, with its reason (its bases' too)."""
+        out: dict[str, str] = {}
+        for klass in reversed(cls.__mro__):
+            out.update(vars(klass).get("browser_kept", {}))
+        return {name: why for name, why in out.items() if name in cls.model_fields}
 
     def __init__(self, **values):
         try:
@@ -61,6 +72,12 @@ class Options(BaseModel):
 
 class ModelOptions(Options):
     """The model block every technique's schema starts with: which checkpoint, where it runs, in which dtype."""
+
+    browser_kept: ClassVar[dict[str, str]] = {
+        "device": "a job runs on its machine's own device (auto: the job machine's GPU when it has one), not one "
+                  "chosen in the browser",
+        "allow_pickle": "pickle weights can run code when loaded: a job from the browser never loads them (the "
+                        "CLI's --allow-pickle)"}
 
     model: str = Field(DEMO_NAME, min_length=1, title="model", description="hub id, local save_pretrained "
                        "directory, or 'demo'; e.g. " + ", ".join(SUGGESTED_MODELS[1:]) + "; random:NAME is NAME's "

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -26,6 +26,8 @@ class HeadsModel(ReadingOptions):
 
 
 class Limit(Options):
+    browser_kept: ClassVar[dict[str, str]] = {
+        "limit": "a job from the browser reads its whole file (the page's own runs take the first sentences)"}
     limit: int | None = Field(None, ge=1, json_schema_extra={"browser_max": 1_000_000}, title="limit",
                               description="read at most this many texts (sentences), from the "
                               "start")
@@ -73,6 +75,10 @@ class HeadsParseOptions(Limit, HeadsModel):
 
 class HeadsImportanceOptions(Seed, Corpus, HeadsModel):
     """``heads importance``: head importance and the pruning curve (Michel et al. 2019)."""
+
+    browser_kept: ClassVar[dict[str, str]] = {
+        name: "the page's importance job scores texts by the MLM loss; a labelled set scored by a classifier is the "
+              "CLI's --data (or the page's own run)" for name in ("data", "label_column", "pair_column")}
 
     data: str | None = Field(None, title="labelled set", description="a labelled set (.csv, .tsv, .jsonl) scored by "
                              "the model's own sequence-classification head (a fine-tuned classifier with labels), "

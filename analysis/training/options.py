@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import typing
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -133,6 +133,10 @@ class FinetuneConfig(Options):
 class FinetuneData(Options):
     """A fine-tuning run's data: the splits, their columns, the preset and the processes (a block of
     :class:`FinetuneOptions`, kept apart so the options keep their order: training, model, data, placement)."""
+
+    browser_kept: ClassVar[dict[str, str]] = {
+        name: "the browser's job holds out the validation fraction of its training rows; a separate validation or "
+              "test file is the CLI's --val/--test (or a config file)" for name in ("val", "test")}
 
     train: str | None = Field(None, title="training data", description="a .csv/.tsv/.jsonl file, 'demo', or "
                               "hf:NAME[/CONFIG]:SPLIT")
