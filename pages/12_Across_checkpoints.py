@@ -61,14 +61,15 @@ else:
     files["input"] = server_file("series_input")
 if not spec or None in files.values():
     st.stop()
-try:
-    points = parse(spec, recorded_head)
-    for point in points:  # the browser reaches only the model folders, whichever widget names them
-        browser_model(point.model)
+try:  # the browser reaches only the model folders, whichever widget names them: checked before anything is read
+    points = parse(spec, recorded_head, browser_model)
     options = SeriesOptions(analysis=analysis, checkpoints=spec, device=loaded.spec.device,
                             max_epochs=5 if analysis == "structure" else None, **files)
 except InputError as exc:
     st.error(str(exc))
+    st.stop()
+except (OSError, ValueError) as exc:  # a damaged job folder under the roots (its metrics.json): one line
+    st.error(f"{spec}: cannot be read as a series ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})")
     st.stop()
 st.caption(f"{len(points)} checkpoints, in this order: " + ", ".join(p.label for p in points))
 key = result_key("series", options.model_dump(mode="json"))

@@ -47,17 +47,33 @@ def step_of(name: str) -> int | None:
     return int(round(float(value) * {"": 1, "k": 1_000, "K": 1_000, "m": 1_000_000, "M": 1_000_000}[unit]))
 
 
-def parse(spec: str, job_head: Callable[[Path], str | None]) -> list[Checkpoint]:
+def parse(spec: str, job_head: Callable[[Path], str | None],
+          allowed: Callable[[str], object] | None = None) -> list[Checkpoint]:
     """The checkpoints ``spec`` names (module docstring), in order; a one-line error for a series that cannot be.
     ``job_head(folder)``: the MLM head a fine-tuning run's folder records
-    (:func:`analysis.training.runs.recorded_head`, passed in by the task layer: a technique imports no other)."""
+    (:func:`analysis.training.runs.recorded_head`, passed in by the task layer: a technique imports no other).
+    ``allowed(name)``: raises for a model or folder the caller may not reach (the browser's
+    :func:`analysis.core.dataroots.browser_model`), called on every name ``spec`` gives before anything of it is read
+    (a folder outside the roots is never listed), and on every checkpoint and head found."""
     spec = spec.strip()
     if not spec:
         raise InputError("--checkpoints is empty: give a folder of checkpoints, job:N, MODEL@rev1,rev2 or A,B,C")
+    points = _parse(spec, job_head, allowed or (lambda name: name))
+    for point in points if allowed else ():
+        allowed(point.model)
+        if point.head_from:
+            allowed(point.head_from)
+    return points
+
+
+def _parse(spec: str, job_head: Callable[[Path], str | None], allowed: Callable[[str], object]) -> list[Checkpoint]:
     if "@" in spec:
         model, _, revisions = spec.partition("@")
+        allowed(model.strip())
         revs = [r.strip() for r in revisions.split(",") if r.strip()]
         return _at_least_two([Checkpoint(r, step_of(r), model.strip(), r) for r in revs], spec)
+    for name in [s.strip() for s in spec.split(",") if s.strip()] if "," in spec else [spec]:
+        allowed(name)
     path = Path(spec).expanduser()
     if path.is_dir() and (path / "epochs").is_dir() and not (path / "config.json").is_file():
         return _at_least_two(job_epochs(path, job_head(path)), spec)

@@ -43,3 +43,35 @@ def test_a_folder_outside_the_model_roots_is_refused(tmp_path, monkeypatch):
     assert not at.exception and at.error and "not a model folder under the dashboard's model folders" in \
         at.error[0].value
 
+
+
+def test_outside_and_missing_give_the_same_message_and_nothing_outside_is_read(tmp_path, monkeypatch):
+    """Issue 53 item 5: /etc, an outside folder of sub-folders, an outside job folder with a damaged metrics.json
+    and a missing folder all give the one refusal, the same words, and nothing of them is read (no sub-folder
+    named, no exception box); A,B,C of outside folders too."""
+    import analysis.series.checkpoints as checkpoints
+
+    monkeypatch.setenv("LAYERLENS_MODEL_DIRS", str(tmp_path / "roots"))
+    (tmp_path / "roots").mkdir()
+    outside = tmp_path / "elsewhere"
+    (outside / "secret-step-1").mkdir(parents=True)
+    (outside / "secret-step-1" / "config.json").write_text("{}")
+    job = tmp_path / "job"
+    (job / "epochs").mkdir(parents=True)
+    (job / "metrics.json").write_text("not json {")
+    read = []
+    real_folder, real_epochs = checkpoints.folder, checkpoints.job_epochs
+    monkeypatch.setattr(checkpoints, "folder", lambda p: read.append(p) or real_folder(p))
+    monkeypatch.setattr(checkpoints, "job_epochs", lambda p, h: read.append(p) or real_epochs(p, h))
+    at = run_page(PAGE)
+    at.selectbox(key="series_source").set_value(at.selectbox(key="series_source").options[-1]).run()
+    messages = []
+    for typed in ("/etc", str(outside), str(job), str(tmp_path / "missing"), f"{outside}/a,{outside}/b"):
+        at.text_input(key="series_typed").set_value(typed).run()
+        assert not at.exception, (typed, at.exception)
+        assert at.error, typed
+        text = at.error[0].value
+        assert "secret" not in text and "checkpoint(s)" not in text, text
+        messages.append(text.replace(typed.split(",")[0], "X"))
+    assert read == []
+    assert all("not a model folder under the dashboard's model folders" in m for m in messages), messages
