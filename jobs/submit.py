@@ -15,6 +15,8 @@ it is given.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from analysis.core.inputs import InputError
 from jobs import kinds
 from jobs.backends import check_available, launch
@@ -28,23 +30,50 @@ class SubmitError(ValueError):
     """The job was not queued; the message says why."""
 
 
-def browser_checked(options, files: tuple[str, ...] | None = None):
-    """``options`` as the browser may submit them, or an :class:`InputError`: the model a hub id or a folder under
-    the model roots (:func:`analysis.core.dataroots.browser_model`), no pickle loading, and every data source (stored
-    resolved): for fine-tuning and lens jobs ``demo``, a hub dataset name or a file under the data roots; the
-    fields named in ``files`` (structure and tokens jobs) a file under the data roots."""
-    from analysis.core.dataroots import browser_model, browser_source, within_roots
-    from analysis.core.options import check_browser_bounds
+def browser_checked(options):
+    """``options`` as the browser may submit them, or an :class:`InputError`: within their browser bounds, no pickle
+    loading, and every option that names a path (:func:`analysis.core.options.path_fields`, derived from the schema:
+    never a list per kind) where the browser may point it, by its path kind (:func:`browser_path`): data under the
+    data roots (stored resolved), models under the model roots, LayerLens's own folders under ``LAYERLENS_HOME``."""
+    from analysis.core.options import check_browser_bounds, path_fields
 
-    browser_model(options.model)
     check_browser_bounds(options)
-    if options.allow_pickle:
+    if getattr(options, "allow_pickle", False):
         raise InputError("allow_pickle: pickle weights are never loaded for the browser (use the CLI)")
-    if files is not None:
-        return options.replace(**{k: str(within_roots(getattr(options, k))) for k in files if getattr(options, k)})
-    data = {k: browser_source(str(getattr(options, k))) for k in ("train", "val", "test", "corpus")
-            if getattr(options, k, None)}
-    return options.replace(**data)
+    checked = {}
+    for name, kind in path_fields(type(options)).items():
+        value = getattr(options, name)
+        if value is None or value == "" or value == []:
+            continue
+        try:
+            checked[name] = [browser_path(kind, str(v)) for v in value] if isinstance(value, list) \
+                else browser_path(kind, str(value))
+        except InputError as exc:
+            raise InputError(f"{name}: {exc}") from None
+    return options.replace(**checked)
+
+
+def browser_path(kind: str, value: str) -> str:
+    """``value`` of an option of path kind ``kind`` (:data:`analysis.core.options.PATH_KINDS`) as the browser may
+    give it, or an :class:`InputError` that is the same whether the path is outside the roots or missing."""
+    from analysis.core.dataroots import browser_model, browser_source
+    from analysis.core.home import exports_dir, layerlens_home
+
+    if kind == "data":
+        return browser_source(value)
+    if kind == "model":
+        return browser_model(value)
+    if kind == "models":  # a series: MODEL@revs, A,B,C or one folder, each name a model the browser may load
+        names = [value.partition("@")[0]] if "@" in value else [v.strip() for v in value.split(",") if v.strip()]
+        for name in names:
+            browser_model(name)
+        return value
+    root = (exports_dir() if kind == "output" else layerlens_home()).resolve()
+    resolved = Path(value).expanduser().resolve()
+    if not resolved.is_relative_to(root):
+        raise InputError(f"'{value}' is not under {root}, where a job from the browser may "
+                         f"{'write' if kind == 'output' else 'read LayerLens folders'}")
+    return str(resolved)
 
 
 def validate(config: dict, browser: bool = False) -> tuple[dict, str]:

@@ -26,7 +26,8 @@ class AtlasConfig(Options):
                         "or 0,4,8")
     max_length: int | None = max_length_field()
     batch_size: int = batch_size_field()
-    folds: int = Field(5, ge=2, title="folds", description="folds of the linear probe")
+    folds: int = Field(5, ge=2, json_schema_extra={"browser_max": 20},
+                       title="folds", description="folds of the linear probe")
     seed: int = Field(0, ge=0, le=MAX_SEED, title="seed", description="seed of the folds, the projection and any "
                       "sample")
     color_by: Literal[COLOR_BY] = Field("label", title="colour by", description="a classifier checkpoint can "  # type: ignore[valid-type]

@@ -36,6 +36,24 @@ HALF_HELP = ("which states are read: 'output' the embeddings and each layer's ou
              "states, two per layer)")
 
 
+FREE = {"cost": "none"}  # the json_schema_extra of a number option whose size costs no work nor disk (a seed, an index)
+PATH_KINDS = {
+    "data": "a data file: 'demo', a hub dataset name (hf:NAME:SPLIT) or a file under the data roots",
+    "model": "a model: a hub id, 'demo', random:NAME or a folder under the model roots",
+    "models": "models: a folder of checkpoints, MODEL@rev1,rev2 or A,B,C, each under the model roots",
+    "store": "a folder LayerLens wrote under LAYERLENS_HOME (an extraction's vectors, a run's folder)",
+    "output": "a file LayerLens writes under LAYERLENS_HOME/exports",
+}
+
+
+def path(kind: str) -> dict:
+    """The ``json_schema_extra`` of an option that names a path (a file, a folder or a model): ``kind`` is one of
+    :data:`PATH_KINDS`, which says where a job from the browser may point it (:func:`jobs.submit.browser_checked`);
+    every such option is marked, so the browser's check is derived from the schema, never from a list per kind."""
+    assert kind in PATH_KINDS, kind
+    return {"path": kind}
+
+
 class Options(BaseModel):
     """A schema whose validation errors are one readable :class:`InputError` naming each bad option."""
 
@@ -79,7 +97,8 @@ class ModelOptions(Options):
         "allow_pickle": "pickle weights can run code when loaded: a job from the browser never loads them (the "
                         "CLI's --allow-pickle)"}
 
-    model: str = Field(DEMO_NAME, min_length=1, title="model", description="hub id, local save_pretrained "
+    model: str = Field(DEMO_NAME, min_length=1, json_schema_extra=path("model"),
+                       title="model", description="hub id, local save_pretrained "
                        "directory, or 'demo'; e.g. " + ", ".join(SUGGESTED_MODELS[1:]) + "; random:NAME is NAME's "
                        "architecture with seeded random weights (the control)")
     revision: str | None = Field(None, title="revision", description="hub branch, tag or commit")
@@ -118,13 +137,14 @@ def text_column():
 
 def max_length_field(lowest: int = 2):
     """The length limit's field, the same in every engine schema that reads texts (None: the model's limit)."""
-    return Field(None, ge=lowest, title="max length", description="cut texts to this many tokens (default: the "
-                 "model's limit)")
+    return Field(None, ge=lowest, json_schema_extra={"browser_max": 8192}, title="max length",
+                 description="cut texts to this many tokens (default: the model's limit)")
 
 
 def batch_size_field():
     """Texts per forward pass (memory only: the numbers never depend on it)."""
-    return Field(32, ge=1, title="batch size", description="texts per forward pass")
+    return Field(32, ge=1, json_schema_extra={"browser_max": 256}, title="batch size",
+                 description="texts per forward pass")
 
 
 def pair_column():
@@ -187,13 +207,28 @@ def max_server_texts() -> int:
     return setting("LAYERLENS_MAX_SERVER_TEXTS", MAX_SERVER_TEXTS)
 
 
+def path_fields(schema: type[BaseModel]) -> dict[str, str]:
+    """``{option: its path kind}`` of every option of ``schema`` that names a path (:func:`path`)."""
+    return {name: (info.json_schema_extra or {})["path"] for name, info in schema.model_fields.items()
+            if isinstance(info.json_schema_extra, dict) and "path" in info.json_schema_extra}
+
+
 def browser_bounds(name: str, schema: type[BaseModel]) -> tuple[float | None, float | None]:
     """:func:`bounds` as a job from the browser may use them: the highest lowered to the field's ``browser_max``
     where the schema gives one (a worker shared by every browser session should not take a million-token head
     map from one form; the CLI keeps the schema's own bounds)."""
     low, high = bounds(name, schema)
+    if high is None:  # a strict bound (a fraction < 1) bounds it too
+        high = next((m.lt for m in field_info(name, schema).metadata if getattr(m, "lt", None) is not None), None)
     cap = (field_info(name, schema).json_schema_extra or {}).get("browser_max")
     return low, cap if cap is not None and (high is None or cap < high) else high
+
+
+def costs_nothing(name: str, schema: type[BaseModel]) -> bool:
+    """Whether option ``name`` is marked as costing no work nor disk whatever its value (:data:`FREE`): every
+    other number option has a bound a job from the browser is held to (:func:`browser_bounds`; a test checks
+    every job kind's schema)."""
+    return (field_info(name, schema).json_schema_extra or {}).get("cost") == "none"
 
 
 def check_browser_bounds(options: BaseModel) -> None:
@@ -205,6 +240,8 @@ def check_browser_bounds(options: BaseModel) -> None:
         if high is not None and value is not None and value > high:
             raise InputError(f"{name} {value:,} is more than a job from the browser may ask for ({high:,}); run it "
                              "with the CLI (layerlens ...), which allows up to the schema's own bound")
+    if hasattr(options, "check_for_browser"):  # a bound across options (the checkpoints a job saves)
+        options.check_for_browser()
 
 
 def choices(name: str, schema: type[BaseModel]) -> tuple | None:

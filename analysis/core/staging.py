@@ -51,6 +51,22 @@ def no_space(directory: Path, needed: int | None = None) -> NoSpace:
     return NoSpace(message + " (free some space, or point LAYERLENS_HOME at a larger disk, and run again)")
 
 
+def check_room(directory: Path, needed: int, what: str) -> None:
+    """A :class:`NoSpace` of one line, before any of it is written, when the disk under ``directory`` (or its
+    nearest existing parent) has fewer than ``needed`` bytes free for ``what``."""
+    at = Path(directory)
+    while not at.exists() and at != at.parent:
+        at = at.parent
+    try:
+        free = shutil.disk_usage(at).free
+    except OSError:
+        return
+    if needed > free:
+        raise NoSpace(f"not enough free disk for {what}: {math.ceil(needed / 2**20):,} MB needed, "
+                      f"{free / 2**20:,.0f} MB free under {at} (save fewer, free some space, or point --out or "
+                      "LAYERLENS_HOME at a larger disk)")
+
+
 def is_no_space(exc: BaseException) -> bool:
     """Whether ``exc`` is a full disk or quota (its errno, or the system's text in the message of a library that
     wraps it: pyarrow, faiss)."""

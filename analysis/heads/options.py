@@ -9,7 +9,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from analysis.core.options import MAX_SEED, Options, PlacementOptions, pair_column, text_column
+from analysis.core.options import FREE, MAX_SEED, Options, PlacementOptions, pair_column, path, text_column
 from analysis.core.task import ReadingOptions
 
 ACTIONS = ("stats", "parse", "importance", "view")
@@ -45,7 +45,8 @@ class Seed(Options):
 class HeadsStatsOptions(Seed, Corpus, HeadsModel):
     """``heads stats``: per-head statistics over a corpus (Clark et al. 2019 §3) and the head map (§6)."""
 
-    input: str = Field(title="texts or treebank", description="texts (.txt one per line, .csv, .tsv, .jsonl) or a "
+    input: str = Field(json_schema_extra=path("data"),
+                       title="texts or treebank", description="texts (.txt one per line, .csv, .tsv, .jsonl) or a "
                        "CoNLL-U treebank (.conllu, .conllu.gz)")
     clusters: bool = Field(True, title="head map", description="also the head map (clusters.csv)")
     cluster_tokens: int = Field(2048, ge=2, le=1_000_000, json_schema_extra={"browser_max": 20_000},
@@ -56,7 +57,8 @@ class HeadsStatsOptions(Seed, Corpus, HeadsModel):
 class HeadsParseOptions(Limit, HeadsModel):
     """``heads parse``: heads as dependency parsers on a UD treebank (Clark §4.2) and their attention trees' UUAS."""
 
-    treebank: str = Field(title="treebank", description="a CoNLL-U treebank (.conllu, .conllu.gz)")
+    treebank: str = Field(json_schema_extra=path("data"),
+                          title="treebank", description="a CoNLL-U treebank (.conllu, .conllu.gz)")
     relations: str | None = Field(None, title="relations", description="comma-separated relations to score "
                                   "(default: every one in the treebank)")
     reading: Literal["clark", "row"] = Field("clark", title="head -> dependent", description="clark (the word "
@@ -80,10 +82,12 @@ class HeadsImportanceOptions(Seed, Corpus, HeadsModel):
         name: "the page's importance job scores texts by the MLM loss; a labelled set scored by a classifier is the "
               "CLI's --data (or the page's own run)" for name in ("data", "label_column", "pair_column")}
 
-    data: str | None = Field(None, title="labelled set", description="a labelled set (.csv, .tsv, .jsonl) scored by "
+    data: str | None = Field(None, json_schema_extra=path("data"),
+                             title="labelled set", description="a labelled set (.csv, .tsv, .jsonl) scored by "
                              "the model's own sequence-classification head (a fine-tuned classifier with labels), "
                              "or with the model job:N by that fine-tuning job's classifier")
-    input: str | None = Field(None, title="texts", description="texts scored by the MLM loss of the model's own MLM "
+    input: str | None = Field(None, json_schema_extra=path("data"),
+                              title="texts", description="texts scored by the MLM loss of the model's own MLM "
                               "head")
     label_column: str = Field("label", min_length=1, title="label column")
     pair_column: str | None = pair_column()
@@ -102,10 +106,13 @@ class HeadsViewOptions(HeadsModel):
     """``heads view``: one sentence's attention, every layer and head (bertviz's head view as arrays)."""
 
     text: str = Field(title="sentence", description="the sentence (never cut: over the model's limit is an error)")
-    layer: int | None = Field(None, title="layer", description="also write attention.csv (long form) for this "
+    layer: int | None = Field(None, json_schema_extra=FREE,
+                              title="layer", description="also write attention.csv (long form) for this "
                               "attention layer (1-based)")
-    head: int | None = Field(None, title="head", description="with the layer: only this head (0-based)")
-    compare: str | None = Field(None, title="compare with", description="a second model with the same tokenizer "
+    head: int | None = Field(None, json_schema_extra=FREE,
+                             title="head", description="with the layer: only this head (0-based)")
+    compare: str | None = Field(None, json_schema_extra=path("model"),
+                                title="compare with", description="a second model with the same tokenizer "
                                 "(a name, random, job:N): attention.npz gains attention_compared and difference "
                                 "(second - first)")
 
@@ -122,9 +129,11 @@ class HeadsJobOptions(PlacementOptions, HeadsViewOptions, HeadsImportanceOptions
     action: Literal["stats", "parse", "importance", "view"] = Field(
         title="action", description="stats: per-head statistics and the head map; parse: heads as parsers on a UD "
         "treebank; importance: head importance and pruning; view: one sentence's attention")
-    input: str | None = Field(None, title="texts or treebank", description="stats: texts (.txt, .csv, .tsv, "
+    input: str | None = Field(None, json_schema_extra=path("data"),
+                              title="texts or treebank", description="stats: texts (.txt, .csv, .tsv, "
                               ".jsonl) or a CoNLL-U treebank; importance: texts scored by the MLM loss")
-    treebank: str | None = Field(None, title="treebank", description="parse: a CoNLL-U treebank (.conllu, "
+    treebank: str | None = Field(None, json_schema_extra=path("data"),
+                                 title="treebank", description="parse: a CoNLL-U treebank (.conllu, "
                                  ".conllu.gz)")
     text: str | None = Field(None, title="sentence", description="view: the sentence")
 

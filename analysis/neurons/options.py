@@ -18,7 +18,8 @@ class NeuronsConfig(Options):
                                             "first token's state; mean, the mean over counted tokens")
     layers: str = Field("all", min_length=1, title="layers", description="hidden states to rank and ablate: all, a "
                         "slice or 0,4,8")
-    k: int = Field(10, ge=1, title="units ablated", description="the top k units of a layer (and, against them, "
+    k: int = Field(10, ge=1, json_schema_extra={"browser_max": 10_000},
+                   title="units ablated", description="the top k units of a layer (and, against them, "
                    "k random units and the bottom k) are zeroed at that layer's output")
     random_seeds: int = Field(3, ge=1, le=20, title="random draws", description="draws of k random units")
     test_fraction: float = Field(0.3, gt=0, lt=1, title="test share", description="rows held out to measure the "

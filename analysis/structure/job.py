@@ -18,7 +18,6 @@ NAME = "structure"
 OPTIONS = StructureJobOptions
 STAGED = True  # one process; the artifacts appear whole when complete
 OPENED_ON = ("pages/6_Linguistic_structure.py", "open it under 'Open a finished job'")
-BROWSER_FILES = ("train", "test", "label_data")  # from the browser: files under the data roots
 
 
 def label(config: dict) -> str:
@@ -35,7 +34,7 @@ def describe(config: dict) -> list[str]:
 def validate(config: dict, browser, model_config) -> tuple[dict, str]:
     """(the options to store, with ``kind``, the device the job will run on); a refusal is an :class:`InputError`,
     a ``ModelLoadError`` or a ``ValueError`` whose message says why. ``browser``: None, or the browser's check of
-    the options (``browser(options, files=BROWSER_FILES)``: the treebanks and the labelled set files under the
+    the options (``browser(options)``: the treebanks and the labelled set files under the
     data roots, the model a hub id or a folder under the model roots), applied before anything is read;
     ``model_config(spec)``: the model's (config, family), or a ``ModelLoadError``."""
     from analysis.core.layers import parse_layers
@@ -44,7 +43,7 @@ def validate(config: dict, browser, model_config) -> tuple[dict, str]:
 
     options = StructureJobOptions(**{k: v for k, v in config.items() if k != "kind"})
     if browser:
-        options = browser(options, files=BROWSER_FILES)
+        options = browser(options)
     for name in ("train", "test"):
         path = Path(getattr(options, name)).expanduser()
         if not path.is_file():

@@ -15,6 +15,7 @@ from analysis.core.options import (
     PlacementOptions,
     label_column,
     pair_column,
+    path,
     text_column,
 )
 
@@ -51,7 +52,8 @@ class StructureOptions(Options):
                        "cover the spread over training seeds as well as the test sentences. They widen only as far "
                        "as the seeds disagree: seeds that agree, and the linear label probe (it has no seed), leave "
                        "them as with one seed; every other number is the first seed's")
-    max_sentences: int | None = Field(None, ge=1, title="max sentences", description="read at most this many "
+    max_sentences: int | None = Field(None, ge=1, json_schema_extra={"browser_max": 1_000_000},
+                                      title="max sentences", description="read at most this many "
                                       "sentences of each file (the first)")
     max_epochs: int = Field(30, ge=1, le=1000, title="structural probe epochs", description="at most this many "
                             "epochs (early stopping on a 10% dev split of the training file)")
@@ -74,11 +76,14 @@ class StructureInputs(Options):
     """What a structure run reads: the two treebanks and an optional labelled set (the CLI's ``--label-data``), the
     same block in the CLI's task (:mod:`analysis.tasks.structure`) and in a job."""
 
-    train: str = Field(str(DEFAULT_TRAIN), min_length=1, title="train on", description="CoNLL-U treebank the "
+    train: str = Field(str(DEFAULT_TRAIN), min_length=1, json_schema_extra=path("data"),
+                       title="train on", description="CoNLL-U treebank the "
                        "probes are trained on (.conllu or .conllu.gz)")
-    test: str = Field(str(DEFAULT_TEST), min_length=1, title="score on", description="CoNLL-U treebank the probes "
+    test: str = Field(str(DEFAULT_TEST), min_length=1, json_schema_extra=path("data"),
+                      title="score on", description="CoNLL-U treebank the probes "
                       "are scored on")
-    label_data: str | None = Field(None, title="labelled set", description="a labelled set of texts (.csv, .tsv, "
+    label_data: str | None = Field(None, json_schema_extra=path("data"),
+                                   title="labelled set", description="a labelled set of texts (.csv, .tsv, "
                                    ".jsonl): its task label becomes one more task, 'label'")
     text_column: str = text_column()
     pair_column: str | None = pair_column()

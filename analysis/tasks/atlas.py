@@ -9,7 +9,7 @@ from pydantic import Field, model_validator
 
 from analysis.atlas.options import AtlasConfig
 from analysis.core.csvout import to_csv
-from analysis.core.options import label_column, pair_column
+from analysis.core.options import FREE, label_column, pair_column, path
 from analysis.core.task import Context, ReadingOptions, Result, RunRecord, Task
 
 
@@ -17,7 +17,8 @@ class AtlasOptions(AtlasConfig, ReadingOptions):
     """The model block, the labelled rows (a file or a Hugging Face dataset) and the atlas' own knobs
     (:class:`analysis.atlas.options.AtlasConfig`)."""
 
-    data: Path | None = Field(None, title="labelled rows", description="labelled rows: .csv, .tsv or .jsonl")
+    data: Path | None = Field(None, json_schema_extra=path("data"),
+                              title="labelled rows", description="labelled rows: .csv, .tsv or .jsonl")
     hf_dataset: str | None = Field(None, title="Hugging Face dataset", description="a Hugging Face dataset "
                                    "instead of a file, e.g. glue/sst2 (needs a network or the cache)")
     split: str = Field("validation", min_length=1, title="split", description="with --hf-dataset: the split "
@@ -26,8 +27,10 @@ class AtlasOptions(AtlasConfig, ReadingOptions):
                              "(default: text)")
     pair_column: str | None = pair_column()
     label_column: str = label_column()
-    sample: int | None = Field(None, ge=1, title="sample", description="use a random sample of this many rows")
-    max_rows: int | None = Field(None, ge=1, title="row limit", description="refuse more rows than this (default: "
+    sample: int | None = Field(None, ge=1, json_schema_extra=FREE,
+                               title="sample", description="use a random sample of this many rows")
+    max_rows: int | None = Field(None, ge=1, json_schema_extra={"browser_max": 100_000},
+                                 title="row limit", description="refuse more rows than this (default: "
                                  "the pages' limit, LAYERLENS_ATLAS_MAX_ROWS or 20,000)")
 
     @model_validator(mode="after")

@@ -10,7 +10,8 @@ from pydantic import Field, model_validator
 
 from analysis.core.csvout import to_csv
 from analysis.core.inputs import InputError
-from analysis.core.task import Context, ReadingOptions, Result, Task
+from analysis.core.options import path
+from analysis.core.task import Context, ReadingOptions, Result, RunRecord, Task
 from models.spec import DTYPE_NAMES
 
 SAVE_DTYPES = ("source", *(d for d in DTYPE_NAMES if d != "auto"))
@@ -19,13 +20,16 @@ SAVE_DTYPES = ("source", *(d for d in DTYPE_NAMES if d != "auto"))
 class DuplicateOptions(ReadingOptions):
     """The model block, one plan (the paper's first-k, an explicit plan, or ALBERT's depth) and what to measure."""
 
-    duplicate_first: int | None = Field(None, ge=0, title="duplicate first", description="the paper's plan: copy "
+    duplicate_first: int | None = Field(None, ge=0, json_schema_extra={"browser_max": 64},
+                                        title="duplicate first", description="the paper's plan: copy "
                                         "each of the first K layers right after itself (L -> L + K)")
     plan: str | None = Field(None, min_length=1, title="plan", description="0-based source layer of each new "
                              "layer, e.g. 0,0,1,1,2,2,3,4,5")
-    depth: int | None = Field(None, ge=1, title="depth", description="ALBERT: apply the shared layer this many "
+    depth: int | None = Field(None, ge=1, json_schema_extra={"browser_max": 96},
+                              title="depth", description="ALBERT: apply the shared layer this many "
                               "times")
-    preview_input: Path | None = Field(None, title="preview texts", description="texts to probe the deeper model "
+    preview_input: Path | None = Field(None, json_schema_extra=path("data"),
+                                       title="preview texts", description="texts to probe the deeper model "
                                        "on (writes preview/)")
     column: str = Field("text", min_length=1, title="text column", description="text column of --preview-input "
                         "(csv/tsv/jsonl)")
@@ -58,7 +62,8 @@ class DuplicateRun(Result):
         if self.table is not None:
             to_csv(self.table, out / "sweep.csv")
             written.append("sweep.csv")
-        return written
+        RunRecord("duplicate", {"plan": self.plan_line, "loads": self.loads}).write(out)  # report reads it (item 13)
+        return [*written, "run.json"]
 
     def summary(self) -> str:
         parts = [self.plan_line] + [frame.to_string(index=False, float_format=lambda x: f"{x:.4f}")

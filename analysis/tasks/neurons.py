@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import Field
 
 from analysis.core.csvout import to_csv
-from analysis.core.options import label_column, text_column
+from analysis.core.options import label_column, path, text_column
 from analysis.core.task import Context, ReadingOptions, Result, RunRecord, Task
 from analysis.neurons.options import NeuronsConfig
 
@@ -16,10 +16,12 @@ from analysis.neurons.options import NeuronsConfig
 class NeuronsOptions(NeuronsConfig, ReadingOptions):
     """The model block, a labelled file and the technique's knobs (:class:`analysis.neurons.options.NeuronsConfig`)."""
 
-    data: Path = Field(title="labelled rows", description="labelled rows: .csv, .tsv or .jsonl")
+    data: Path = Field(json_schema_extra=path("data"),
+                       title="labelled rows", description="labelled rows: .csv, .tsv or .jsonl")
     text_column: str = text_column()
     label_column: str = label_column()
-    max_rows: int = Field(20_000, ge=1, title="row limit", description="refuse more rows than this")
+    max_rows: int = Field(20_000, ge=1, json_schema_extra={"browser_max": 100_000},
+                          title="row limit", description="refuse more rows than this")
 
 
 class NeuronsRun(Result):

@@ -9,7 +9,7 @@ from pydantic import Field
 
 from analysis.core.csvout import to_csv
 from analysis.core.inputs import PROBE_ROW_LIMIT, InputError
-from analysis.core.options import pair_column
+from analysis.core.options import pair_column, path
 from analysis.core.task import Context, ReadingOptions, Result, RunRecord, Task
 from analysis.probe.options import ProbeConfig
 
@@ -18,13 +18,16 @@ class ProbeOptions(ProbeConfig, ReadingOptions):
     """Everything a probe run needs: the model block, the texts, the probe's own knobs
     (:class:`analysis.probe.options.ProbeConfig`) and a tuned lens to read the layers through."""
 
-    input: Path = Field(title="texts", description="texts: .txt (one per line), .csv, .tsv or .jsonl")
+    input: Path = Field(json_schema_extra=path("data"),
+                        title="texts", description="texts: .txt (one per line), .csv, .tsv or .jsonl")
     column: str = Field("text", min_length=1, title="text column", description="column holding the texts "
                         "(csv/tsv/jsonl; default: text)")
     pair_column: str | None = pair_column()
-    max_rows: int = Field(PROBE_ROW_LIMIT, ge=1, title="row limit", description="refuse inputs with more texts "
+    max_rows: int = Field(PROBE_ROW_LIMIT, ge=1, json_schema_extra={"browser_max": 100_000},
+                          title="row limit", description="refuse inputs with more texts "
                           f"than this (default {PROBE_ROW_LIMIT:,}, the pages' limit)")
-    lens: Path | None = Field(None, title="tuned lens", description="also read the layers through this tuned lens "
+    lens: Path | None = Field(None, json_schema_extra=path("model"),
+                              title="tuned lens", description="also read the layers through this tuned lens "
                               "(`lens train`): layers.csv and decoded.csv gain a lens column (raw/tuned) and every "
                               "row kl_to_final and agreement; the tuned per-token rows go to tokens_tuned.parquet")
     divergence: bool = Field(False, title="divergence", description="also measure each layer's KL to the final "

@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import Field
 
 from analysis.core.inputs import InputError
-from analysis.core.options import Options
+from analysis.core.options import Options, path
 from analysis.core.task import Context, Result, Task
 from analysis.report.figures import MAX_TABLE_BYTES, failed, layer_figures
 
@@ -260,8 +260,9 @@ PLACEMENT = ("backend", "slurm_partition", "slurm_time", "slurm_gpus", "num_proc
 class ReportOptions(Options):
     """What the report reads and writes, and how much of the run it embeds."""
 
-    run_dir: Path = Field(title="run folder", description="a finished run's folder (its --out), with its run.json")
-    out: Path = Field(title="report file", description="the .html file to write")
+    run_dir: Path = Field(json_schema_extra=path("store"),
+                          title="run folder", description="a finished run's folder (its --out), with its run.json")
+    out: Path = Field(json_schema_extra=path("output"), title="report file", description="the .html file to write")
     max_rows: int = Field(50, ge=1, le=10_000, title="rows per table", description="rows of each table shown")
     max_embed_mb: float = Field(5.0, ge=0, le=1000, title="largest embedded file (MB)", description="files up to "
                                 "this size are embedded for download; larger ones are named, not embedded")

@@ -22,7 +22,7 @@ from pydantic import Field
 from analysis.core.csvout import to_csv
 from analysis.core.entry import FolderEntry
 from analysis.core.inputs import InputError
-from analysis.core.options import Dtype, Options, batch_size_field
+from analysis.core.options import Dtype, Options, batch_size_field, path
 from analysis.core.task import Context, QuietContext, Result, RunRecord, Task
 from analysis.series import table
 from analysis.series.checkpoints import Checkpoint
@@ -36,17 +36,23 @@ class SeriesOptions(Options):
 
     analysis: Literal[ANALYSES] = Field(title="analysis", description="the per-layer analysis run at every "  # type: ignore[valid-type]
                                         "checkpoint: probe, atlas, structure or heads")
-    checkpoints: str = Field(min_length=1, title="checkpoints", description="the series: job:N (its saved epochs), "
+    checkpoints: str = Field(min_length=1, json_schema_extra=path("models"),
+                             title="checkpoints", description="the series: job:N (its saved epochs), "
                              "a folder of checkpoints (ordered by the step in their names), MODEL@rev1,rev2,... (hub "
                              "revisions) or A,B,C")
-    input: Path | None = Field(None, title="input", description="probe, heads: texts (.txt, .csv, .tsv, .jsonl); "
+    input: Path | None = Field(None, json_schema_extra=path("data"),
+                               title="input", description="probe, heads: texts (.txt, .csv, .tsv, .jsonl); "
                                "atlas: labelled rows")
-    train: Path | None = Field(None, title="train treebank", description="structure: the CoNLL-U file probes train on")
-    test: Path | None = Field(None, title="test treebank", description="structure: the CoNLL-U file they are scored on")
+    train: Path | None = Field(None, json_schema_extra=path("data"),
+                               title="train treebank", description="structure: the CoNLL-U file probes train on")
+    test: Path | None = Field(None, json_schema_extra=path("data"),
+                              title="test treebank", description="structure: the CoNLL-U file they are scored on")
     text_column: str = Field("text", min_length=1, title="text column")
     label_column: str = Field("label", min_length=1, title="label column")
-    max_rows: int = Field(2_000, ge=1, title="row limit", description="refuse inputs with more rows than this")
-    max_epochs: int | None = Field(None, ge=1, title="structure: probe epochs", description="structure: the probes' "
+    max_rows: int = Field(2_000, ge=1, json_schema_extra={"browser_max": 100_000},
+                          title="row limit", description="refuse inputs with more rows than this")
+    max_epochs: int | None = Field(None, ge=1, json_schema_extra={"browser_max": 1000},
+                                   title="structure: probe epochs", description="structure: the probes' "
                                    "epoch limit (default: the analysis's own)")
     device: str = Field("auto", title="device")
     dtype: Dtype = Field("auto", title="dtype")

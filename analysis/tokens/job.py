@@ -20,7 +20,6 @@ NAME = "tokens"
 OPTIONS = TokensJobOptions
 STAGED = True  # one process; the vectors go to the cache, shard by shard, the artifacts appear whole
 OPENED_ON = ("pages/8_Token_atlas.py", "open it among the finished token jobs")
-BROWSER_FILES = ("corpus",)  # from the browser: a file under the data roots
 
 
 def label(config: dict) -> str:
@@ -38,7 +37,7 @@ def describe(config: dict) -> list[str]:
 def validate(config: dict, browser, model_config) -> tuple[dict, str]:
     """(the options to store, with ``kind``, the device the job will run on); a refusal is an :class:`InputError`
     (an unreadable file too), a ``ModelLoadError`` or a ``ValueError`` whose message says why. ``browser``: None, or
-    the browser's check of the options (``browser(options, files=BROWSER_FILES)``: the corpus a file under the
+    the browser's check of the options (``browser(options)``: the corpus a file under the
     data roots, the model a hub id or a folder under the model roots), applied before anything is read;
     ``model_config(spec)``: the model's (config, family), or a ``ModelLoadError``."""
     from analysis.core.layers import parse_layers
@@ -47,7 +46,7 @@ def validate(config: dict, browser, model_config) -> tuple[dict, str]:
     try:
         options = TokensJobOptions(**{k: v for k, v in config.items() if k != "kind"})
         if browser:
-            options = browser(options, files=BROWSER_FILES)
+            options = browser(options)
         path = Path(options.corpus).expanduser()
         if not path.is_file():
             raise InputError(f"corpus {path}: no such file (texts: .txt, .txt.gz, .csv, .tsv, .jsonl; or a CoNLL-U "

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from analysis.core.options import MAX_SEED, Options, PlacementOptions, text_column
+from analysis.core.options import FREE, MAX_SEED, Options, PlacementOptions, path, text_column
 from analysis.core.task import ReadingOptions
 
 INDEX_KINDS = ("auto", "flat", "hnsw", "ivf")  # analysis.tokens.search's kinds (not imported: no faiss at import)
@@ -30,10 +30,12 @@ class Corpus(Options):
     text_column: str = text_column()
     label_column: str | None = Field(None, title="label column", description="a label column kept with each "
                                      "token")
-    limit: int | None = Field(None, ge=1, title="limit", description="read at most this many texts (sentences)")
+    limit: int | None = Field(None, ge=1, json_schema_extra={"browser_max": 1_000_000},
+                              title="limit", description="read at most this many texts (sentences)")
     layers: str = Field("all", title="layers", description="hidden states to keep (extract) or to use: all, a "
                         "slice such as -4: or a list such as 0,6,12")
-    shard_rows: int | None = Field(None, ge=1, title="tokens per shard", description="default: about 256 MB "
+    shard_rows: int | None = Field(None, ge=1, json_schema_extra={"browser_max": 10**7},
+                                   title="tokens per shard", description="default: about 256 MB "
                                    "a shard")
 
 
@@ -46,14 +48,16 @@ class Seed(Options):
 class TokensExtractOptions(Corpus, TokensModel):
     """``tokens extract``: token vectors per layer to disk (cached, resumable)."""
 
-    input: Path | None = Field(None, title="corpus", description="texts (.txt one per line, .txt.gz, .csv, .tsv, "
+    input: Path | None = Field(None, json_schema_extra=path("data"),
+                               title="corpus", description="texts (.txt one per line, .txt.gz, .csv, .tsv, "
                                ".jsonl) or a CoNLL-U treebank (.conllu, .conllu.gz: tokens get UPOS and DEPREL)")
 
 
 class FromVectors(TokensExtractOptions):
     """An action on an extraction: ``vectors``, or the corpus read and extracted first."""
 
-    vectors: Path | None = Field(None, title="vectors", description="an extraction directory (printed by extract) "
+    vectors: Path | None = Field(None, json_schema_extra=path("store"),
+                                 title="vectors", description="an extraction directory (printed by extract) "
                                  "or extract's --out; else --input is read and extracted first")
 
 
@@ -66,7 +70,8 @@ class TokensIndexOptions(Seed, FromVectors):
     rebuild: bool = Field(False, title="rebuild", description="build again even when cached")
     recall_queries: int = Field(200, ge=0, le=100_000, title="recall queries", description="tokens on which an "
                                 "approximate index's recall@10 against exact search is measured (0: none)")
-    threads: int | None = Field(None, ge=1, title="threads", description="faiss threads (default: faiss's own)")
+    threads: int | None = Field(None, ge=1, json_schema_extra={"browser_max": 64},
+                                title="threads", description="faiss threads (default: faiss's own)")
 
 
 class TokensNeighboursOptions(FromVectors):
@@ -77,10 +82,13 @@ class TokensNeighboursOptions(FromVectors):
     standardize: bool = Field(False, title="standardize", description="cosine of vectors z-scored per dimension "
                               "over the corpus (Timkey & van Schijndel 2021: no rogue dimension dominates; brute "
                               "force)")
-    row: int | None = Field(None, ge=0, title="row", description="the query token's row in tokens.parquet")
-    text_id: int | None = Field(None, ge=0, title="text id", description="the query's text (with --position or "
+    row: int | None = Field(None, ge=0, json_schema_extra=FREE,
+                            title="row", description="the query token's row in tokens.parquet")
+    text_id: int | None = Field(None, ge=0, json_schema_extra=FREE,
+                                title="text id", description="the query's text (with --position or "
                                 "--word)")
-    position: int | None = Field(None, ge=0, title="position", description="the query's token position in its "
+    position: int | None = Field(None, ge=0, json_schema_extra=FREE,
+                                 title="position", description="the query's token position in its "
                                  "text")
     word: str | None = Field(None, title="word", description="the query's word or token (first match, or within "
                              "--text-id)")
@@ -91,22 +99,28 @@ class TokensGeometryOptions(Seed, FromVectors):
     """``tokens geometry``: anisotropy, self-similarity, intra-sentence similarity, variance, rogue dimensions per
     layer."""
 
-    blocks: int = Field(20, ge=1, title="blocks", description="contiguous text blocks of the intervals (bootstrap; "
+    blocks: int = Field(20, ge=1, json_schema_extra={"browser_max": 1000},
+                        title="blocks", description="contiguous text blocks of the intervals (bootstrap; "
                         "jackknife for the variance statistics)")
-    boots: int = Field(200, ge=1, title="bootstrap replicates")
-    min_count: int = Field(5, ge=1, title="minimum count", description="occurrences a word type needs for "
+    boots: int = Field(200, ge=1, json_schema_extra={"browser_max": 10_000}, title="bootstrap replicates")
+    min_count: int = Field(5, ge=1, json_schema_extra=FREE,
+                           title="minimum count", description="occurrences a word type needs for "
                            "self-similarity")
-    max_types: int = Field(1000, ge=1, title="word types", description="word types sampled")
-    max_texts: int = Field(1000, ge=1, title="texts", description="texts sampled for intra-sentence similarity")
+    max_types: int = Field(1000, ge=1, json_schema_extra={"browser_max": 100_000},
+                           title="word types", description="word types sampled")
+    max_texts: int = Field(1000, ge=1, json_schema_extra={"browser_max": 100_000},
+                           title="texts", description="texts sampled for intra-sentence similarity")
 
 
 class TokensMapOptions(Seed, FromVectors):
     """``tokens map``: every token's 2-D coordinates at one layer (PCA or UMAP), cached beside the vectors."""
 
-    layer: int | None = Field(None, title="layer", description="the hidden state (default: the last extracted)")
+    layer: int | None = Field(None, json_schema_extra=FREE,
+                              title="layer", description="the hidden state (default: the last extracted)")
     method: Literal["pca", "umap"] = Field("pca", title="method", description="pca (exact, every token) or umap "
                                            "(fitted on --sample random tokens, the others transformed)")
-    sample: int = Field(20_000, ge=1, title="UMAP sample", description="tokens UMAP is fitted on")
+    sample: int = Field(20_000, ge=1, json_schema_extra={"browser_max": 200_000},
+                        title="UMAP sample", description="tokens UMAP is fitted on")
     rebuild: bool = Field(False, title="rebuild", description="compute again even when cached")
 
 
@@ -115,7 +129,8 @@ class TokensJobOptions(PlacementOptions, Corpus, TokensModel):
     ``index`` is ``none``, ``tokens index`` of every extracted layer; the model and where the job runs. Stored
     whole with the job."""
 
-    corpus: str = Field(min_length=1, title="corpus", description="texts (.txt one per line, .txt.gz, .csv, "
+    corpus: str = Field(min_length=1, json_schema_extra=path("data"),
+                        title="corpus", description="texts (.txt one per line, .txt.gz, .csv, "
                         ".tsv, .jsonl) or a CoNLL-U treebank (.conllu, .conllu.gz: tokens get UPOS and DEPREL)")
     index: Literal["none", "auto", "flat", "ivf", "hnsw"] = Field(
         "auto", title="index", description="the neighbour index built for every extracted layer (none: "

@@ -33,7 +33,9 @@ from analysis.core.csvout import to_csv
 from analysis.core.inputs import InputError, TextInputs, read_split
 from analysis.core.parallel import Ranks, ranks_for
 from analysis.core.scores import majority_class
+from analysis.core.staging import check_room
 from analysis.core.task import RunRecord
+from analysis.training.options import saved_checkpoints
 from analysis.training.taskdata import TaskData, label_ids, prepare
 from analysis.training.train import (
     Callback,
@@ -159,6 +161,19 @@ def further_pretrain(spec: ModelSpec, texts, steps: int, out: Path, batch_size: 
     return out
 
 
+def saved_model_bytes(spec: ModelSpec) -> int:
+    """The bytes of one saved masked LM of ``spec``'s architecture in float32 (safetensors: 4 bytes a parameter),
+    counted on the meta device from its config: no weights read."""
+    from transformers import AutoModelForMaskedLM
+
+    from models.loading import config_and_family
+
+    config = config_and_family(spec)[0]
+    with torch.device("meta"):
+        model = AutoModelForMaskedLM.from_config(config)
+    return 4 * sum(p.numel() for p in model.parameters())
+
+
 def run_finetune(spec: ModelSpec, splits: Splits, config: FinetuneConfig, out: Path,
                  callbacks: list[Callback] = (), log: Callable[[str], None] = lambda s: None) -> dict:
     """Fine-tune ``spec`` on ``splits`` with ``config``; write the files above; return ``metrics.json``'s dict."""
@@ -173,6 +188,9 @@ def run_finetune(spec: ModelSpec, splits: Splits, config: FinetuneConfig, out: P
     ranks = ranks_for(spec.device)
     spec = dataclasses.replace(spec, device=ranks.device_for(spec.device)).resolved()
     device = spec.device
+    if ranks.is_main and (count := saved_checkpoints(config)):  # before any training: never a disk filled midway
+        check_room(out, count * saved_model_bytes(spec), f"the {count:,} checkpoints this run saves (epochs' "
+                   "encoders, further pre-training steps)")
     if ranks.is_main:
         out.mkdir(parents=True, exist_ok=True)
     if config.further_pretrain_steps:

@@ -23,6 +23,7 @@ from pydantic import Field, model_validator
 
 from analysis.core.inputs import InputError
 from analysis.core.options import (
+    FREE,
     MAX_SEED,
     ModelOptions,
     Options,
@@ -31,6 +32,7 @@ from analysis.core.options import (
     label_column,
     markdown_table,
     pair_column,
+    path,
     text_column,
 )
 from models.spec import DEMO_NAME
@@ -90,7 +92,7 @@ class FinetuneConfig(Options):
 
     head: str = Field("cls", title="head", description="cls, pooler, layer-K, first4-|last4-concat|mean|max, "
                       "all-concat, lstm, attention, scalar-mix, gru-share-C, gru-cat-C, gru-share-C-linear")
-    epochs: int = Field(3, ge=1, le=100_000, title="epochs")
+    epochs: int = Field(3, ge=1, le=100_000, json_schema_extra={"browser_max": 200}, title="epochs")
     batch_size: int = Field(16, ge=1, le=4096, title="batch size", description="examples per optimiser step")
     lr: float = Field(2e-5, gt=0, le=1, title="learning rate", description="base learning rate (2e-5, the "
                       "papers', for models of bert-base's size; 1e-4 for models of hidden size < 512, e.g. the demo)",
@@ -100,12 +102,14 @@ class FinetuneConfig(Options):
     weight_decay: float = Field(0.01, ge=0, le=1, title="weight decay", description="AdamW, not on biases and "
                                 "LayerNorm")
     warmup: float = Field(0.1, ge=0, lt=1, title="warm-up", description="proportion of the steps")
-    max_grad_norm: float = Field(1.0, ge=0, title="gradient clipping", description="max gradient norm; 0: none")
+    max_grad_norm: float = Field(1.0, ge=0, json_schema_extra=FREE,
+                                 title="gradient clipping", description="max gradient norm; 0: none")
     dropout: float = Field(0.1, ge=0, lt=1, title="dropout", description="dropout in the head")
     truncation: Truncation = Field("head", title="truncation", description="long texts: keep the head, the tail, "
                                    "or head+tail (128 + 382 at 512, scaled)")
     max_length: int = Field(128, ge=8, le=8192, title="max tokens", description="tokens per text")
-    max_steps: int | None = Field(None, ge=1, title="max steps", description="stop after this many optimiser steps")
+    max_steps: int | None = Field(None, ge=1, json_schema_extra={"browser_max": 1_000_000},
+                                  title="max steps", description="stop after this many optimiser steps")
     folds: int = Field(1, ge=1, le=100, title="folds", description="k-fold cross-validation over the training rows")
     val_fraction: float = Field(0.2, gt=0, lt=1, title="validation fraction", description="held out of the "
                                 "training rows (stratified) when no validation set is given; with k-fold and early "
@@ -113,21 +117,39 @@ class FinetuneConfig(Options):
     seed: int = Field(0, ge=0, le=MAX_SEED, title="seed", description="k-fold: fold k uses seed + k")
     early_stopping: bool = Field(False, title="early stopping", description="stop when validation loss stops "
                                  "improving (patience epochs) and keep the best epoch")
-    patience: int = Field(2, ge=1, title="patience", description="epochs without improvement before stopping")
+    patience: int = Field(2, ge=1, json_schema_extra=FREE,
+                          title="patience", description="epochs without improvement before stopping")
     save_vectors: bool = Field(True, title="save vectors", description="per-epoch validation [CLS] of every "
                                "layer, for the atlas")
     group_by_length: bool = Field(True, title="group by length", description="batches of similar length (less "
                                   "padding), in random order")
     schedule: Schedule = Field("linear", title="schedule", description="linear warm-up and decay, or epoch-decay: "
                                "lr x 0.9 after each epoch (GRUBERT)")
-    further_pretrain_steps: int = Field(0, ge=0, title="further pre-training steps", description="masked-LM "
+    further_pretrain_steps: int = Field(0, ge=0, json_schema_extra={"browser_max": 100_000},
+                                        title="further pre-training steps", description="masked-LM "
                                         "steps on the training texts first (within-task, Sun et al. 4.2)")
-    further_pretrain_save_every: int = Field(0, ge=0, title="save further pre-training every", description="also "
+    further_pretrain_save_every: int = Field(0, ge=0, json_schema_extra=FREE,
+                                             title="save further pre-training every", description="also "
                                              "save the masked LM every this many steps (and at step 0) under "
                                              "further_pretrained/steps/: a series for `layerlens series`")
     save_epoch_checkpoints: bool = Field(False, title="save each epoch's encoder", description="also save the "
                                          "encoder after every epoch (epochs/<e>/encoder): a series for `layerlens "
                                          "series --checkpoints job:N`")
+
+
+MAX_SAVED_CHECKPOINTS = 50  # saved encoders and masked LMs a job from the browser may ask for
+
+
+def saved_checkpoints(config) -> int:
+    """The encoders and masked LMs a fine-tuning run with ``config`` saves beside its result, each the size of the
+    model: every epoch's encoder of every fold with ``save_epoch_checkpoints``, and with further pre-training its
+    result, its step 0 and one every ``further_pretrain_save_every`` steps (and the last)."""
+    epochs = config.epochs * config.folds if config.save_epoch_checkpoints else 0
+    further = 0
+    if config.further_pretrain_steps:
+        further = 1 + (2 + config.further_pretrain_steps // config.further_pretrain_save_every
+                       if config.further_pretrain_save_every else 0)
+    return epochs + further
 
 
 class FinetuneData(Options):
@@ -138,11 +160,14 @@ class FinetuneData(Options):
         name: "the browser's job holds out the validation fraction of its training rows; a separate validation or "
               "test file is the CLI's --val/--test (or a config file)" for name in ("val", "test")}
 
-    train: str | None = Field(None, title="training data", description="a .csv/.tsv/.jsonl file, 'demo', or "
+    train: str | None = Field(None, json_schema_extra=path("data"),
+                              title="training data", description="a .csv/.tsv/.jsonl file, 'demo', or "
                               "hf:NAME[/CONFIG]:SPLIT")
-    val: str | None = Field(None, title="validation data", description="same forms; default: hold out "
+    val: str | None = Field(None, json_schema_extra=path("data"),
+                            title="validation data", description="same forms; default: hold out "
                             "val_fraction of train")
-    test: str | None = Field(None, title="test data", description="same forms; predictions.csv is for them")
+    test: str | None = Field(None, json_schema_extra=path("data"),
+                             title="test data", description="same forms; predictions.csv is for them")
     text_column: str = text_column()
     pair_column: str | None = pair_column()
     label_column: str = label_column()
@@ -164,6 +189,17 @@ class FinetuneOptions(PlacementOptions, FinetuneData, ModelOptions, FinetuneConf
             raise ValueError(f"seed: with {self.folds} folds the folds use seeds {self.seed} to "
                              f"{self.seed + self.folds - 1}, and a seed must be at most {MAX_SEED}")
         return self
+
+    def check_for_browser(self) -> None:
+        """A job from the browser saves at most ``LAYERLENS_MAX_SAVED_CHECKPOINTS`` (default 50) models (issue 53
+        item 7: 100,000 epochs' encoders would fill any disk); the CLI's user decides for themself."""
+        from analysis.core.textfiles import setting
+
+        cap, count = setting("LAYERLENS_MAX_SAVED_CHECKPOINTS", MAX_SAVED_CHECKPOINTS), saved_checkpoints(self)
+        if count > cap:
+            raise InputError(f"this job would save {count:,} checkpoints (epochs' encoders and further pre-training "
+                             f"steps), more than a job from the browser may ({cap:,}): save fewer (fewer epochs, "
+                             "or a larger 'save further pre-training every'), or run it with the CLI")
 
     def training(self) -> FinetuneConfig:
         return FinetuneConfig.from_dict(self.to_dict())

@@ -15,6 +15,7 @@ from pydantic import Field
 
 from analysis.core.inputs import InputError
 from analysis.core.options import ModelOptions, Options
+from analysis.core.options import path as path_kind
 from analysis.tasks import TASKS
 from jobs import kinds
 from jobs.store import JobStore
@@ -75,7 +76,7 @@ def test_the_stores_labels_and_the_job_names_come_from_the_registry(tmp_path, mo
 
 class FakeOptions(ModelOptions):
     size: int = Field(3, ge=1)
-    path: str | None = None
+    path: str | None = Field(None, json_schema_extra=path_kind("data"))  # the schema says it names a file
 
 
 def fake_kind(seen: dict) -> types.SimpleNamespace:
@@ -85,7 +86,7 @@ def fake_kind(seen: dict) -> types.SimpleNamespace:
         seen["browser"] = browser
         options = FakeOptions(**{k: v for k, v in config.items() if k != "kind"})
         if browser:
-            options = browser(options, files=("path",))
+            options = browser(options)
         if options.size == 13:
             raise InputError("size 13: unlucky")
         seen["model_type"] = model_config(options.spec().resolved())[0].model_type

@@ -31,6 +31,6 @@ def test_browser_jobs_are_capped(field, value, tmp_path, monkeypatch):
     high = browser_bounds(field, HeadsJobOptions)[1]
     assert high is not None and high < value
     with pytest.raises(InputError, match=f"{field}.*{high:,}.*CLI"):
-        browser_checked(options, files=("input",))
+        browser_checked(options)
     ok = HeadsJobOptions(action="stats", model="demo", input=str(tmp_path / "t.txt"), **{field: high})
-    assert getattr(browser_checked(ok, files=("input",)), field) == high
+    assert getattr(browser_checked(ok), field) == high
