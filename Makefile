@@ -64,7 +64,7 @@ $(VENV)/.installed: $(VENV)/.deps pyproject.toml
 	$(UV) --no-deps -e .
 	touch $@
 
-$(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.txt
+$(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.txt requirements-atlas.txt
 	$(UV) $(PIN) -r requirements-dev.txt
 	touch $@
 

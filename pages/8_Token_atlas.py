@@ -248,15 +248,16 @@ def umap_of(layer: int):
 
 def show_map() -> None:
     from analysis.tokens.maps import UMAP_SAMPLE, layer_map
-    from ui.embedding_atlas import lacks_webgpu, webgpu_support
+    from ui.embedding_atlas import NOT_INSTALLED, installed, lacks_webgpu, webgpu_support
 
     gpu = webgpu_support("tokens_atlas")  # None until the browser has answered (its answer reruns the page)
-    lacking = lacks_webgpu(gpu)  # why this browser cannot draw the atlas, once it said so
+    lacking = lacks_webgpu(gpu) if installed() else NOT_INSTALLED  # why the atlas cannot be drawn here
     if lacking:  # the radio shows what is shown: the density view
         st.session_state["tokens_renderer"] = DENSITY
     renderer = st.radio("Map renderer", [ATLAS, DENSITY], horizontal=True, key="tokens_renderer",
                         disabled=bool(lacking),
-                        format_func=lambda r: f"{r}: not in this browser ({lacking})" if lacking and r == ATLAS else r,
+                        format_func=lambda r: r if not lacking or r != ATLAS else f"{r}: {lacking}"
+                        if lacking == NOT_INSTALLED else f"{r}: not in this browser ({lacking})",
                         help="Embedding Atlas (Apple's WebGPU map, served from this machine, no request leaves it): "
                         "every token, zoom, search and SQL filters, where the browser has WebGPU (a GPU machine); "
                         "elsewhere the density view is shown instead. Density: rasterised on the server, works in "
@@ -287,7 +288,9 @@ def show_map() -> None:
                                 "Rasterising", lambda report: rasterise(coords, how=how))
     except Exception as exc:  # noqa: BLE001
         fail(exc, "The map")
-    if renderer == ATLAS or lacking:  # without WebGPU its frame says why (and keeps the browser's answer)
+    if lacking == NOT_INSTALLED:
+        st.caption(f"{ATLAS} is {NOT_INSTALLED}; the density view below works without it.")
+    elif renderer == ATLAS or lacking:  # without WebGPU its frame says why (and keeps the browser's answer)
         from analysis.tokens.atlas_table import atlas_table
         from ui.embedding_atlas import show_embedding_atlas
 

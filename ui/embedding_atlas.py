@@ -41,6 +41,14 @@ START_TIMEOUT = 300.0
 NO_WEBGPU = ("Embedding Atlas's map needs WebGPU with the shader-f16 feature, which this browser lacks ({reason}): "
              "the density view below is shown instead.")
 ROOT = Path(__file__).resolve().parent.parent
+NOT_INSTALLED = "not installed: pip install \"layerlens[atlas]\" adds it (an optional extra)"
+
+
+def installed() -> bool:
+    """Whether Embedding Atlas (the optional ``atlas`` extra, requirements-atlas.txt) is installed."""
+    import importlib.util
+
+    return importlib.util.find_spec("embedding_atlas") is not None
 
 
 # --- the server process --------------------------------------------------------------------------------------------
