@@ -11,7 +11,7 @@ from pathlib import Path
 
 from analysis.core import options as schema_fields
 from analysis.core.inputs import InputError
-from analysis.core.task import Task
+from analysis.core.task import Task, complete_record
 from cli.common import UserError, add_option_flag, prepare_out
 from jobs.store import StoreJobs
 
@@ -155,6 +155,8 @@ def run_task(task: Task):
             print(f"wrote {options.out} ({size / 1e6:.1f} MB)", file=sys.stderr)
             return 0
         written = result.write(ctx.output()) if args.out is not None else []  # no --out: printed only
+        if args.out is not None:
+            complete_record(ctx.output(), options)
         summary = result.summary()
         if summary:
             print(summary)

@@ -33,7 +33,30 @@ from analysis.tasks.kind import TaskKind
 from analysis.tokens import job as tokens  # extract a corpus's token vectors, index them (analysis.tokens)
 from analysis.training import job as finetune  # fine-tune a head (analysis.training)
 
-KINDS = {kind.NAME: kind for kind in (finetune, lens, structure, tokens, heads)}  # in the order the messages list them
+
+class Recorded:
+    """A hand-written kind whose run.json gets the options its task's door records (``complete_record``): the job's
+    run.json is the CLI's, and its report's command reproduces it."""
+
+    def __init__(self, kind, task: str):
+        self._kind, self._task = kind, task
+
+    def __getattr__(self, name):
+        return getattr(self._kind, name)
+
+    def run(self, config: dict, out, control) -> dict:
+        from analysis.core.task import complete_record
+
+        metrics = self._kind.run(config, out, control)
+        values = {k: v for k, v in config.items() if k != "kind"}
+        if "corpus" in values and "input" in TASKS[self._task].Options.model_fields:  # tokens: its job's corpus
+            values["input"] = values.pop("corpus")
+        complete_record(out, TASKS[self._task].Options.from_dict(values))
+        return metrics
+
+
+KINDS = {kind.NAME: kind for kind in (finetune, Recorded(lens, "lens train"), Recorded(structure, "structure"),
+                                      Recorded(tokens, "tokens extract"), heads)}  # in the order the messages list them
 KINDS.update({name: TaskKind(task) for name, task in TASKS.items() if (task.kind or name) not in KINDS})
 DEFAULT = finetune.NAME  # the kind of a job whose options name none
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from analysis.core.task import Result
+from analysis.core.task import Result, complete_record
 
 
 def report_html(run_dir: Path) -> bytes:
@@ -57,6 +57,7 @@ def result_report_button(result: Result, key: str, container=None) -> None:
             run = folder / "from the dashboard"  # the report's title: "probe run from the dashboard"
             run.mkdir()
             result.write(run)
+            complete_record(run, getattr(result, "page_options", None), getattr(result, "page_rows", None))
             return report_html(run)
         finally:
             shutil.rmtree(folder, ignore_errors=True)

@@ -93,9 +93,18 @@ def task_result(task, spec, data, options, label: str, key: str | None = None):
 
     def compute(report):
         rows = data() if callable(data) else data
-        return task.compute(model_cache().get(spec), rows, options,
-                            PageContext(report, task.unit if task.unit != "it" else None))
+        return kept(task.compute(model_cache().get(spec), rows, options,
+                                 PageContext(report, task.unit if task.unit != "it" else None)), options, rows)
     return shared_result(key or task_key(task, options, data), label, compute)
+
+
+def kept(result, options, rows=None):
+    """``result`` holding the ``options`` it ran with and the ``rows`` the page read, which its report writes beside
+    its run.json (:func:`analysis.core.task.complete_record`): the report's command then reproduces it."""
+    if result is not None:
+        result.page_options = options
+        result.page_rows = rows if hasattr(rows, "texts") else None
+    return result
 
 
 def run_on_page(runs: dict, what: str) -> None:

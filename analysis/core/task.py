@@ -30,13 +30,14 @@ from typing import Any, ClassVar, Protocol
 from pydantic import Field
 
 from analysis.core.inputs import InputError
-from analysis.core.options import ModelOptions, Options
+from analysis.core.options import ModelOptions, Options, path
 
 
 class ReadingOptions(ModelOptions):
     """The model block of a task that reads a model's layers: :class:`ModelOptions` and an MLM head to borrow."""
 
-    head_from: str | None = Field(None, title="MLM head from", description="read the layers with the pre-trained "
+    head_from: str | None = Field(None, json_schema_extra=path("model"),
+                                  title="MLM head from", description="read the layers with the pre-trained "
                                   "MLM head of this masked LM (same family, hidden size and vocabulary)")
 
     def spec(self, device: str | None = None):
@@ -163,6 +164,41 @@ class RunRecord:
         """The record of the run folder ``out`` (:func:`read_run`: one line when it is not a run's)."""
         facts = read_run(out)
         return cls(task=facts.pop("task", ""), versions=facts.pop("versions", None), facts=facts)
+
+
+ROWS_FILE = "rows.jsonl"  # the rows a page's run read, kept beside its run.json (its report's command names it)
+
+
+def complete_record(out: Path, options: Options | None, rows=None) -> None:
+    """The door's part of ``out/run.json`` (every door calls it after :meth:`Result.write`, so a CLI run, a job and
+    a page's report record the same): the ``options`` the run had, where the task's own facts do not hold them
+    already, so the command that reproduces it is rebuilt from them (:func:`analysis.report.command.command_line`).
+    ``rows``: the rows a page read (typed, uploaded, sampled; a ``TextInputs``), written whole as ``rows.jsonl``
+    beside it and named as the run's input, so that its command reproduces the run from the run's folder."""
+    path = Path(out) / "run.json"
+    if options is None or not path.is_file():
+        return
+    record = json.loads(path.read_text())
+    given = record.get("options") if isinstance(record.get("options"), dict) else None
+    values = dict(given) if given is not None else options.model_dump(mode="json", exclude={"out"})
+    if rows is not None and getattr(rows, "texts", None) is not None:
+        values.update(_keep_rows(Path(out), rows, type(options).model_fields))
+        record["rows_file"] = ROWS_FILE
+    record["options"] = values
+    path.write_text(json.dumps(record, indent=2, default=str) + "\n")
+
+
+def _keep_rows(out: Path, rows, fields) -> dict:
+    """``rows`` as ``out/rows.jsonl`` (``text``, ``pair`` and ``label`` keys) and the options that read it."""
+    with open(out / ROWS_FILE, "w", encoding="utf-8") as f:
+        for i, text in enumerate(rows.texts):
+            row = {"text": text, **({"pair": rows.pairs[i]} if rows.pairs else {}),
+                   **({"label": rows.labels[i]} if rows.labels else {})}
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    values = {("input" if "input" in fields else "data"): ROWS_FILE,
+              ("column" if "column" in fields else "text_column"): "text",
+              "pair_column": "pair" if rows.pairs else None, "label_column": "label"}
+    return {k: v for k, v in values.items() if k in fields}
 
 
 class Result(abc.ABC):

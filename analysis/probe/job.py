@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from analysis.core.inputs import InputError
+from analysis.core.task import RunRecord
 from analysis.probe.options import LensOptions
 
 NAME = "lens"
@@ -79,6 +80,7 @@ def run(config: dict, out: Path, control) -> dict:
     if training is None:
         raise SystemExit(1)  # the worker records the cancel
     held = training["held_out"]
+    RunRecord("lens train", lens_training.record_facts(training)).write(out)  # what `layerlens lens train` writes
     control.log("held-out KL to the final layer (masked positions), raw -> tuned: " + ", ".join(
         f"{r:.3f}->{t:.3f}" for r, t in zip(held["raw"]["masked"]["kl"], held["tuned"]["masked"]["kl"], strict=True)))
     return {"kind": NAME, "steps": training["steps"], "held_out": held, "seconds": training["seconds"]}

@@ -389,3 +389,9 @@ def read_corpus(options) -> list[str]:
     if not options.corpus:
         raise InputError("no texts: set corpus (a .txt file, 'demo' or hf:NAME[/CONFIG]:SPLIT)")
     return list(read_split(options.corpus, options.text_column, None, None).texts)
+
+
+def record_facts(training: dict) -> dict:
+    """What a lens's run.json says of its training (the CLI's and a job's alike): steps, texts and the held-out KL
+    and agreement, raw and tuned."""
+    return {"steps": training.get("steps"), "texts": training.get("texts"), "held_out": training.get("held_out")}

@@ -31,8 +31,11 @@ def _short(value, limit: int = 100) -> str:
 def _model_flags(record: dict, options: dict) -> list[str]:
     spec = record.get("model_spec") if isinstance(record.get("model_spec"), dict) else {}
     model = record.get("model") if isinstance(record.get("model"), str) else None
-    name = spec.get("name") or model or options.get("model")
-    parts = ["--model", str(name)] if name else []
+    if isinstance(options.get("model"), list):  # a task that takes several models (compare): --model once each
+        parts = [w for m in options["model"] for w in ("--model", str(m))]
+    else:
+        name = spec.get("name") or model or options.get("model")
+        parts = ["--model", str(name)] if name else []
     for key in ("revision", "dtype", "device"):
         value = spec.get(key, options.get(key))
         if value not in (None, "", "auto"):
@@ -140,7 +143,12 @@ def command_line(record: dict, schema=None, flags: dict[str, str] | None = None,
     if isinstance(processes, int) and processes > 1:
         notes.append(f"the run used {processes} processes: start it with accelerate launch --num_processes "
                      f"{processes} -m analysis ... (the rest as above)")
-    if any(isinstance(w, str) and w and not w.startswith("-") and "/" in w and not Path(w).is_absolute()
-           for w in parts):
+    if record.get("rows_file"):
+        notes.append(f"{record['rows_file']} holds the rows the page read (typed, uploaded or sampled), kept beside "
+                     "run.json (the report's files): run the command in the folder that holds it; its rows are "
+                     "numbered by their line in rows.jsonl (0, 1, ...) where the page's tables number them by their "
+                     "row in the file they were sampled from")
+    elif any(isinstance(w, str) and w and not w.startswith("-") and "/" in w and not Path(w).is_absolute()
+             for w in parts):
         notes.append("relative paths are as recorded: relative to the folder the run was started from")
     return " ".join(shlex.quote(str(w)) for w in words), notes

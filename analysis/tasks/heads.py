@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from analysis.core.inputs import InputError
-from analysis.core.task import Context, ReadingOptions, Result, RunRecord, Task
+from analysis.core.task import Context, ReadingOptions, Result, RunRecord, Task, complete_record
 from analysis.heads.options import (
     HeadsImportanceOptions,
     HeadsJobOptions,
@@ -254,7 +254,6 @@ class HeadsKind(TaskKind):
     action's one input (read whole as the job will read it: a malformed line is refused now) and the model's
     config. Cancel stops it at its next progress report; what it computed is kept (:data:`RESUME`)."""
 
-    BROWSER_FILES = ("input", "treebank", "data")  # from the browser: files under the data roots
     LABELS = {"stats": "head statistics", "parse": "heads as parsers", "importance": "head importance",
               "view": "attention view"}
     UNITS = {"attention": "sentences", "importance": "batches", "pruning": "passes", "layers": "layers"}
@@ -294,7 +293,7 @@ class HeadsKind(TaskKind):
         browser's check of the options, applied before anything is read)."""
         options = self.options(config)
         if browser:
-            options = browser(options, files=self.BROWSER_FILES)
+            options = browser(options)
         try:
             self._read(options)
         except OSError as exc:
@@ -317,6 +316,7 @@ class HeadsKind(TaskKind):
         if said := self.note({"action": options.action, **info}):  # the words the jobs table shows, in the log too
             control.log(said)
         files = result.write(out)
+        complete_record(out, options.for_action())
         control.log(f"wrote {', '.join(files)}")
         return {"kind": self.NAME, "action": options.action, "files": files[:-1],
                 **{k: v for k, v in info.items() if k in ("base_accuracy", "best_tree", "layers", "heads",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analysis.core.task import Task
+from analysis.core.task import Task, complete_record
 
 
 class JobContext:
@@ -133,5 +133,6 @@ class TaskKind:
         if result is None:
             raise SystemExit(1)
         files = result.write(out)
+        complete_record(out, self.options(config))
         control.log(f"wrote {', '.join(files)}")
         return {"kind": self.NAME, "files": files}

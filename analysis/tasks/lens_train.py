@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analysis.core.task import Context, Result, Task
+from analysis.core.task import Context, Result, RunRecord, Task
 from analysis.probe.options import LensOptions
 
 WRITTEN = "config.json, translators.safetensors, training.json"
@@ -20,7 +20,10 @@ class LensRun(Result):
         self.training = training
 
     def write(self, out: Path) -> list[str]:
-        return WRITTEN.split(", ")
+        from analysis.probe.lens_training import record_facts
+
+        RunRecord("lens train", record_facts(self.training)).write(out)
+        return [*WRITTEN.split(", "), "run.json"]
 
     def done_line(self, shown_out: str, written: list[str]) -> str:
         return f"wrote {shown_out}/{WRITTEN}"

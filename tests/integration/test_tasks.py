@@ -191,3 +191,101 @@ def test_a_pages_run_writes_what_the_cli_writes(name, example_args, tmp_path):
             x, y = (json.loads(p.read_text()) for p in (a, b))
             kept = [k for k in x if k not in WHEN and not k.endswith("_seconds")]
             assert {k: x[k] for k in kept} == {k: y[k] for k in kept} and set(x) == set(y)
+
+
+def same_tables(a: Path, b: Path, tol: float = 1e-4, ids: bool = True) -> None:
+    """The CSV and Parquet tables of two run folders are equal (timings left out; ``ids=False``: the rows' ids too,
+    a page's sampled rows being numbered by their source file's rows, their reproduction's by rows.jsonl's)."""
+    names = sorted(p.name for p in a.iterdir() if p.suffix in (".csv", ".parquet"))
+    assert names == sorted(p.name for p in b.iterdir() if p.suffix in (".csv", ".parquet"))
+    for name in names:
+        read = pd.read_csv if name.endswith(".csv") else pd.read_parquet
+        # timings, and whether an index came from the cache (the second run finds the first's), left out
+        skip = r"^(?!.*_seconds$)(?!cached$)" + ("" if ids else r"(?!example_id$)(?!row$)")
+        x, y = (read(p / name).filter(regex=skip) for p in (a, b))
+        if name.endswith(".parquet") and {"text_id", "layer", "position"} <= set(x.columns):
+            x, y = (t.sort_values(["text_id", "layer", "position"], ignore_index=True) for t in (x, y))
+        pd.testing.assert_frame_equal(x, y, check_exact=False, rtol=tol, atol=tol)
+
+
+def run_printed(command: str, out: Path, cwd: Path) -> int:
+    """The report's command as printed (``layerlens ...``, ``OUT_DIR`` the folder to write), run in ``cwd``."""
+    import os
+    import shlex
+
+    from cli.main import main
+
+    words = shlex.split(command)
+    assert words[0] == "layerlens" and "OUT_DIR" in words, command
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        return main([str(out) if w == "OUT_DIR" else w for w in words[1:]])
+    finally:
+        os.chdir(here)
+
+
+@pytest.mark.slow  # every task twice
+@pytest.mark.parametrize("name", [n for n in sorted(TASKS) if TASKS[n].writes and not TASKS[n].output_file])
+def test_the_reports_command_reproduces_the_run(name, example_args, tmp_path, monkeypatch):
+    """Issue 53 item 8: run the task, rebuild its report's "Reproduce" command from its run.json, run that command as
+    printed: the same tables, and the command is exact (no note says it is approximate or has a placeholder)."""
+    from analysis.core.task import RunRecord
+    from analysis.tasks.report import command_for
+    from cli.main import main
+
+    task = TASKS[name]
+    monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path / "home"))
+    flags = [f"--{k.replace('_', '-')}={x}" for k, v in example_args.items() if k not in (*task.positional, "out")
+             for x in (v if isinstance(v, list) else [v])]
+    common = ["--model", "demo"] * task.model_flags + ["--device", "cpu"] * ("device" in task.Options.model_fields
+                                                                              or task.model_flags)
+    assert main([*name.split(), *common, "--out", str(tmp_path / "first"), *flags]) == 0
+    command, notes = command_for(RunRecord.read(tmp_path / "first").to_dict())
+    assert not [n for n in notes if "approximate" in n or "fill in" in n or "names no" in n], notes
+    assert run_printed(command, tmp_path / "again", tmp_path) == 0, command
+    same_tables(tmp_path / "first", tmp_path / "again", 1e-3 if name == "neurons" else 1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["probe", "atlas", "neurons", "lens classifier"])
+def test_a_pages_report_command_reproduces_its_run(name, example_args, tmp_path):
+    """Issue 53 item 8: a page's run on rows typed or sampled in the browser keeps them as rows.jsonl beside its
+    run.json; the report's command names that file, and run there it gives the page's tables."""
+    import dataclasses
+
+    from analysis.core.inputs import read_file
+    from analysis.core.task import RunRecord, complete_record
+    from analysis.tasks.report import command_for
+    from models.loading import load_model
+    from models.spec import ModelSpec
+    from ui.tasks import PageContext, page_options
+
+    task = TASKS[name]
+    values = dict(example_args)
+    path = values.pop("input", None) or values.pop("data")
+    rows = dataclasses.replace(read_file(path, label_column="label" if name != "probe" else None).sample(40, seed=1),
+                               source="typed texts")
+    options = page_options(task, ModelSpec(values.pop("model", "demo"), device="cpu"), rows, **values)
+    ctx = PageContext(lambda *a: None)
+    result = task.compute(load_model(options.spec()), rows, options, ctx) if name != "lens classifier" \
+        else task.read(options, rows, ctx)
+    folder = tmp_path / "page"
+    folder.mkdir()
+    result.write(folder)
+    complete_record(folder, options, rows)
+    command, notes = command_for(RunRecord.read(folder).to_dict())
+    assert "rows.jsonl" in command and "typed texts" not in command, command
+    assert not [n for n in notes if "approximate" in n or "fill in" in n], notes
+    assert run_printed(command, tmp_path / "again", folder) == 0, command
+    assert any("numbered by their line in rows.jsonl" in n for n in notes), notes
+    same_tables(folder, tmp_path / "again", 1e-3 if name == "neurons" else 1e-4, ids=False)
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_every_flag_is_an_option_its_run_reads(name):
+    """Issue 53 item 13: a flag the CLI offers is a field of the task's options schema (the run's only argument),
+    never one parsed and dropped (duplicate --batch-size, lens classifier --head-from were)."""
+    task = TASKS[name]
+    dests = {a.dest for a in subparser(name)._actions if a.dest not in ("help", "config", "out")}
+    assert dests <= set(task.Options.model_fields), sorted(dests - set(task.Options.model_fields))
