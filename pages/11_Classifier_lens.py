@@ -13,7 +13,7 @@ from ui.jobs import finished_classifier_jobs
 from ui.report import result_report_button
 from ui.results import chart, result_key, result_store, table
 from ui.sidebar import start_page
-from ui.tasks import run_on_page, task_form
+from ui.tasks import kept, run_on_page, task_form
 
 HEADERS = {
     "accuracy": ("accuracy", "the prediction at this layer is the row's label"),
@@ -83,13 +83,17 @@ def options_for(label: str) -> ClassifierLensOptions:
 keys = {label: result_key("lens classifier", choices[label], knobs.model_dump(mode="json"), inputs.content_hash())
         for label in picked}
 if st.button("Read every layer", type="primary", key="clens_run"):
-    run_on_page({keys[label]: (f"classifier lens: {label}", lambda ctx, label=label: ClassifierLens().read(
-        options_for(label), inputs, ctx)) for label in picked}, "Reading the layers")
+    run_on_page({keys[label]: (f"classifier lens: {label}", lambda ctx, label=label: kept(ClassifierLens().read(
+        options_for(label), inputs, ctx), options_for(label), inputs)) for label in picked}, "Reading the layers")
 
 runs = {label: result_store().get(keys[label]) for label in picked}
 runs = {label: run for label, run in runs.items() if run is not None}
 if not runs:
     st.stop()
+for label, run in runs.items():
+    if run.facts.get("rows_trained_on"):
+        st.warning(f"{label}: {run.facts['rows_trained_on']:,} of the {run.facts['rows']:,} rows are rows it was "
+                   "trained on: its accuracy on them is inflated. Its held-out rows are the first data choice.")
 one = next(iter(runs.values()))
 classes, depth = one.facts["classes"], one.facts["layers"]
 st.caption(f"{one.facts['rows']:,} rows; classes: {', '.join(classes)}. Each layer is read as if the model stopped "
@@ -113,7 +117,6 @@ for label, run in runs.items():
         st.download_button("layers.csv", to_csv(run.layers), "layers.csv", "text/csv", key=f"clens_dl_l_{label}")
         st.download_button("examples.csv", to_csv(run.examples), "examples.csv", "text/csv",
                            key=f"clens_dl_e_{label}")
-        result_report_button(run, f"clens_{label}")
     if run.tuned is not None:
         with st.expander(f"{label}: the tuned classifier lens (held-out rows)"):
             table(run.tuned, TUNED_HEADERS)
@@ -129,3 +132,6 @@ table(late[["row", "decision_layer", "text", *(["label"] if "label" in late else
 position = st.selectbox("One example", range(len(examples)), key="clens_example",
                         format_func=lambda i: f"row {examples['row'].iloc[i]}: {examples['text'].iloc[i][:80]}")
 chart(example_figure(examples, position, classes), "clens_one")
+for column, (label, run) in zip(st.columns(len(runs)), runs.items(), strict=True):  # outside any expander: item 11
+    column.caption(f"Report of {label}")
+    result_report_button(run, f"clens_{label}", column)

@@ -143,4 +143,7 @@ for i, (label, result) in enumerate(results.items()):
                            f"separability{suffix}.csv", "text/csv", key=f"dl_sep_{i}")
         d3.download_button("cka.csv", to_csv(result.cka_frame(), index=True), f"cka{suffix}.csv", "text/csv",
                            key=f"dl_cka_{i}")
-        result_report_button(runs[label], f"atlas_{i}")
+for column, (i, label) in zip(st.columns(len(results)), enumerate(results), strict=True):  # outside the expanders
+    if len(results) > 1:
+        column.caption(f"Report of {label}")
+    result_report_button(runs[label], f"atlas_{i}", column)

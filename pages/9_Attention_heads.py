@@ -27,7 +27,7 @@ from models.spec import short_name
 from ui.inputs import EXAMPLES, text_inputs
 from ui.jobs import heads_job_form, heads_job_result, heads_jobs, jobs_running
 from ui.navigation import compare_link
-from ui.report import result_report_button
+from ui.report import report_button, result_report_button
 from ui.results import (
     COMPARE_HELP,
     chart,
@@ -191,6 +191,7 @@ with tab_corpus:
         except InputError as exc:
             st.error(str(exc))
             st.stop()
+        report_button(job.artifacts, f"heads_job_{job.id}")  # the job's own files and run.json (issue 53 item 11)
         if isinstance(opened, ImportanceResult):
             what = "classification accuracy" if "classif" in opened.info.get("loss", "") else "MLM token accuracy"
             headline = (f"{what[0].upper()}{what[1:]} {opened.info['base_accuracy']:.3f} with every head, "

@@ -105,7 +105,8 @@ def labelled_inputs(key: str, row_limit: int) -> TextInputs | None:
     message shown) when they cannot be used. Above ``row_limit`` rows the user must opt in to a random sample."""
     job_id = st.session_state.get(f"{key}_job")  # set by the Layer weights page's comparison button
     job_source = f"Held-out rows of job #{job_id}" if job_id is not None else None
-    source = st.radio("Data", [*SOURCES, *([job_source] if job_source else [])], horizontal=True,
+    # a job's held-out rows come first, the default: rows it trained on inflate what it is scored on (issue 53.9)
+    source = st.radio("Data", [*([job_source] if job_source else []), *SOURCES], horizontal=True,
                       key=f"{key}_source")
     try:
         if source == job_source:

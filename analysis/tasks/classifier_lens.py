@@ -20,6 +20,7 @@ from analysis.core.options import (
     label_column,
     max_length_field,
     pair_column,
+    path,
     text_column,
 )
 from analysis.core.task import Context, Result, RunRecord, Task
@@ -43,12 +44,15 @@ class ClassifierLensOptions(ClassifierLensKnobs, ModelOptions):
     """The classifier (the model block: a job's ``checkpoint/encoder`` or a sequence classifier), a labelled file
     and the lens's knobs."""
 
-    data: Path = Field(title="labelled rows", description="labelled rows: .csv, .tsv or .jsonl (labels: the "
-                       "classifier's class names or ids)")
+    data: Path | None = Field(None, json_schema_extra=path("data"),
+                              title="labelled rows", description="labelled rows: .csv, .tsv or .jsonl (labels: the "
+                              "classifier's class names or ids); default for a LayerLens run's classifier (job:N): "
+                              "the rows it was scored on and never trained on")
     text_column: str = text_column()
     pair_column: str | None = pair_column()
     label_column: str = label_column()
-    max_rows: int = Field(20_000, ge=1, title="row limit", description="refuse more rows than this")
+    max_rows: int = Field(20_000, ge=1, json_schema_extra={"browser_max": 100_000},
+                          title="row limit", description="refuse more rows than this")
 
 
 class ClassifierLensRun(Result):
@@ -111,6 +115,35 @@ def load_classifier(options: ClassifierLensOptions):
             {"classifier": f"the checkpoint's own {architecture} head", "checkpoint": spec.source})
 
 
+def trained_rows(options: ClassifierLensOptions):
+    """For a LayerLens run's classifier (``options.model`` its checkpoint, as ``job:N`` resolves): ``(the (text,
+    pair) rows it trained on, the rows it was scored on and never trained on, those rows in words)``
+    (:func:`analysis.training.finetune.held_out_rows`, from the options its run.json records); None for another
+    classifier or a run whose folder does not say."""
+    from analysis.core.task import read_run
+    from analysis.training.finetune import held_out_rows, split_reader
+    from analysis.training.options import resolve
+    from analysis.training.runs import classifier_checkpoint
+
+    checkpoint = classifier_checkpoint(options.spec().source)
+    if checkpoint is None:
+        return None
+    artifacts = checkpoint.parent
+    try:
+        recorded = read_run(artifacts).get("options")
+        run_options = resolve(recorded) if isinstance(recorded, dict) else None
+    except InputError:
+        return None
+    if run_options is None or run_options.folds > 1:
+        return None
+    held, said = held_out_rows(run_options, artifacts)
+    train = split_reader(run_options)(run_options.train)
+    held_ids = set(held.ids) if not (run_options.test or run_options.val) else set()
+    rows = {(t, p) for i, t, p in zip(train.ids, train.texts, train.pairs or [None] * len(train), strict=True)
+            if i not in held_ids}
+    return rows, held, f"the classifier's held-out rows: {said}"
+
+
 class ClassifierLens(Task):
     name = "lens classifier"
     help = ("classifier lens: read every layer through a fine-tuned classifier's own head (job:N or a sequence "
@@ -124,8 +157,16 @@ class ClassifierLens(Task):
     def run(self, options: ClassifierLensOptions, ctx: Context) -> ClassifierLensRun:
         from analysis.core.inputs import check_row_limit, read_file
 
-        data = check_row_limit(read_file(options.data, options.text_column, options.pair_column,
-                                         label_column=options.label_column), options.max_rows, "the classifier lens'")
+        if options.data is None:
+            found = trained_rows(options)
+            if found is None:
+                raise InputError("--data is required: the labelled rows to read (only a LayerLens run's classifier, "
+                                 "job:N, has held-out rows to default to)")
+            data = check_row_limit(found[1], options.max_rows, "the classifier lens'")
+        else:
+            data = check_row_limit(read_file(options.data, options.text_column, options.pair_column,
+                                             label_column=options.label_column), options.max_rows,
+                                   "the classifier lens'")
         for note in data.notes():
             ctx.log(f"note: {note}")
         return self.read(options, data, ctx)
@@ -137,6 +178,13 @@ class ClassifierLens(Task):
 
         if options.tuned:
             tuned.split(len(data), options.seed)  # too few rows is said before the model loads
+        found = trained_rows(options)
+        trained_on = 0 if found is None else sum(row in found[0] for row in zip(data.texts, data.pairs or
+                                                                                   [None] * len(data), strict=True))
+        if trained_on:
+            ctx.log(f"warning: {trained_on:,} of the {len(data):,} rows are rows the classifier was trained on: its "
+                    "accuracy on them is inflated (leave out --data, or choose its held-out rows, to read it on rows "
+                    "it never saw)")
         readout, tokenizer, names, limit, truncation, facts = load_classifier(options)
         labels = lens.label_ids(data.labels, names)
         limit = min(limit, options.max_length or limit)
@@ -159,7 +207,9 @@ class ClassifierLens(Task):
                                               options.batch_size)
             tuned_frame = tuned.tuned_table(probs[held], moved, labels[held])
         facts = {**facts, "model": options.model, "model_spec": options.spec().resolved().to_dict(),
-                 "data": str(options.data), "text_column": options.text_column, "pair_column": options.pair_column,
+                 "data": str(options.data) if options.data is not None else found[2],
+                 "rows_trained_on": None if found is None else trained_on, "text_column": options.text_column,
+                 "pair_column": options.pair_column,
                  "label_column": options.label_column, "classes": names, "rows": len(data),
                  "layers": readout.num_layers, "max_length": limit, "truncation": truncation,
                  "options": options.model_dump(mode="json"),

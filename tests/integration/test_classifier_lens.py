@@ -150,3 +150,31 @@ def test_non_finite_states_or_logits_are_refused_in_one_line(hub_classifier, tmp
                 "float16 overflow": "hidden state 0"}[broken]
     assert expected in lines[0] and ("--dtype float32" in lines[0]) == (broken == "float16 overflow"), lines[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_a_jobs_classifier_is_read_on_its_held_out_rows_by_default(tmp_path, tiny_dirs, capsys, monkeypatch):
+    """Issue 53 item 9: without --data, a LayerLens run's classifier is read on the rows it was scored on and never
+    trained on, so its last layer's accuracy is the run's own held-out accuracy (predictions.csv); rows it trained on
+    are read only when asked for, with a warning that counts them."""
+    monkeypatch.setenv("LAYERLENS_HOME", str(tmp_path / "home"))
+    demo = "analysis/data/demo_sentiment.csv"
+    run = tmp_path / "run"
+    assert main(["finetune", "--model", str(tiny_dirs["bert"]), "--train", demo, "--epochs", "1",
+                 "--device", "cpu", "--out", str(run)]) == 0
+    predictions = pd.read_csv(run / "predictions.csv", keep_default_na=False)
+    capsys.readouterr()
+    assert main(["lens", "classifier", "--model", str(run / "checkpoint"), "--device", "cpu",
+                 "--out", str(tmp_path / "held")]) == 0
+    assert "trained on" not in capsys.readouterr().err
+    layers = pd.read_csv(tmp_path / "held" / "layers.csv")
+    assert layers["n"].iloc[-1] == len(predictions)
+    assert layers["accuracy"].iloc[-1] == pytest.approx((predictions["label"] == predictions["prediction"]).mean())
+    record = json.loads((tmp_path / "held" / "run.json").read_text())
+    assert "held out" in record["data"] and record["rows_trained_on"] == 0
+    assert main(["lens", "classifier", "--model", str(run / "checkpoint"), "--data", demo, "--device", "cpu",
+                 "--out", str(tmp_path / "all")]) == 0
+    err = capsys.readouterr().err
+    total = len(pd.read_csv(demo))
+    trained = total - len(predictions)
+    assert f"{trained:,} of the {total:,} rows are rows the classifier was trained on" in err, err
+    assert json.loads((tmp_path / "all" / "run.json").read_text())["rows_trained_on"] == trained
