@@ -23,6 +23,8 @@ from __future__ import annotations
 import abc
 import dataclasses
 import json
+import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -120,13 +122,24 @@ def read_run(run_dir: Path) -> dict:
     if not run_dir.is_dir():
         raise InputError(f"{run_dir} is not a folder: give a LayerLens run folder (a run's --out)")
     path = run_dir / "run.json"
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise InputError(f"{run_dir} has no run.json: not a LayerLens run folder (a run's --out)")
-    if path.stat().st_size > MAX_RUN_JSON:
-        raise InputError(f"{path} is {path.stat().st_size:,} bytes: too large for a run's record (at most "
-                         f"{MAX_RUN_JSON:,}); not a LayerLens run.json")
+    try:  # never through a link, never blocking on a FIFO: a plain file or one line
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        raise InputError(f"{path} is not a plain file (a link, or unreadable): not a LayerLens run.json") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{path} is not a plain file: not a LayerLens run.json")
+        if st.st_size > MAX_RUN_JSON:
+            raise InputError(f"{path} is {st.st_size:,} bytes: too large for a run's record (at most "
+                             f"{MAX_RUN_JSON:,}); not a LayerLens run.json")
+        data = f.read(MAX_RUN_JSON + 1)
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        record = json.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise InputError(f"{path} is nested too deeply to be a run's record: not a LayerLens run.json") from None
     except UnicodeDecodeError:
         raise InputError(f"{path} is not UTF-8 text: not a LayerLens run.json") from None
     except json.JSONDecodeError as exc:

@@ -194,7 +194,9 @@ def _downloads(files: list[RunFile], cut: bool, max_embed_bytes: int) -> str:
     for f in files:
         name, size = esc(f.rel), size_text(f.size)
         mime = EMBEDDED.get(f.suffix)
-        if f.link:
+        if f.special:
+            status = _note("not a plain file (a FIFO, a device or a socket): not read, not embedded")
+        elif f.link:
             status = _note("a link: not followed, not embedded")
         elif mime is None:
             status = f'<span class="muted">not embedded ({esc(f.suffix or "no suffix")} files are not); it is in the ' \

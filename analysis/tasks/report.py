@@ -19,6 +19,16 @@ from analysis.core.task import Context, Result, Task
 from analysis.report.figures import MAX_TABLE_BYTES, failed, layer_figures
 
 MAX_MAP_POINTS = 2000  # points per layer of an atlas map drawn in the report (above: WebGL, left to the dashboard)
+MAX_LAYER = 1000  # a layer number above this in a run's table is not a model's: its figure is a note
+
+
+def _depth(highest) -> int:
+    """The number of layers a figure spans, from the highest layer a table really holds (never a number of
+    run.json's alone), refused above :data:`MAX_LAYER` (a crafted table would make the figure's work grow)."""
+    highest = int(highest)
+    if not 0 <= highest <= MAX_LAYER:
+        raise ValueError(f"layer {highest:,} is not a model's layer (at most {MAX_LAYER:,})")
+    return highest
 
 
 def _label(record: dict) -> str:
@@ -74,7 +84,7 @@ def _maps(coords, record):
     per_layer = int(coords.groupby("layer").size().max()) if len(coords) else 0
     if per_layer > MAX_MAP_POINTS:
         return f"not drawn here: {per_layer:,} points per layer (over {MAX_MAP_POINTS:,}); the dashboard draws it"
-    names = _names(record) or [str(i) for i in range(int(coords["layer"].max()) + 1)]
+    names = _names(record) or [str(i) for i in range(_depth(coords["layer"].max()) + 1)]
     return atlas_grid(coords, {}, names)
 
 
@@ -96,7 +106,7 @@ def _ablation(ablation, record):
 def _paired_cka(summary, record):
     from analysis.compare.plots import paired_cka_curve
 
-    names = _names(record, 0) or [str(i) for i in range(int(summary["layer"].max()) + 1)]
+    names = _names(record, 0) or [str(i) for i in range(_depth(summary["layer"].max()) + 1)]
     return paired_cka_curve(summary, names, _names(record, 1))
 
 
@@ -155,8 +165,10 @@ def _lens_layers(layers, record):
 def _decisions(examples, record):
     from analysis.classifier_lens.plots import decision_histogram
 
-    return decision_histogram({_label(record): examples}, int(examples["decision_layer"].max()
-                                                              if record.get("layers") is None else record["layers"]))
+    highest = _depth(examples["decision_layer"].max())  # the table's own; run.json's depth only where it fits
+    layers = record.get("layers")
+    depth = layers if isinstance(layers, int) and highest <= layers <= MAX_LAYER else highest
+    return decision_histogram({_label(record): examples}, depth)
 
 
 def _heatmaps(series, record):
