@@ -25,24 +25,13 @@ import pandas as pd
 import torch
 
 from analysis.core.activations import Encoded, bucket_indices, check_finite, make_batch
-from analysis.core.inputs import InputError
+from analysis.core.inputs import InputError, class_ids
 from analysis.core.scores import wilson_interval
 
 
 def label_ids(labels, names: list[str]) -> np.ndarray:
-    """Each row's class index: its label by the classifier's class name, or a class id written as a number (data
-    labelled ``0``/``1`` for a model whose classes are ``negative``/``positive``). An unknown label is refused."""
-    index = {name: i for i, name in enumerate(names)}
-    out = []
-    for label in labels:
-        if label in index:
-            out.append(index[label])
-        elif str(label).isdigit() and int(label) < len(names):
-            out.append(int(label))
-        else:
-            raise InputError(f"label '{label}' is not one of the classifier's classes ({', '.join(names)}) nor a "
-                             f"class id 0..{len(names) - 1}")
-    return np.asarray(out, dtype=np.int64)
+    """Each row's class index (:func:`analysis.core.inputs.class_ids`)."""
+    return np.asarray(class_ids(labels, names), dtype=np.int64)
 
 
 @torch.no_grad()
@@ -53,6 +42,11 @@ def layer_probabilities(readout, encoded: Encoded, pad_id: int, device: str, bat
     (:func:`analysis.core.activations.check_finite`): NaN never becomes a confident class (softmax of NaN, then
     argmax)."""
     n, layers = len(encoded), readout.num_layers + 1
+    classes = getattr(readout, "num_classes", None)
+    if classes and n * layers * classes * 8 > MAX_PROBABILITY_BYTES:  # bounded before any batch runs (item 15)
+        raise InputError(f"{n:,} rows x {layers} layers x {classes:,} classes of probabilities is "
+                         f"{n * layers * classes * 8 / 1e9:,.1f} GB, over the classifier lens's "
+                         f"{MAX_PROBABILITY_BYTES / 1e9:.0f} GB: read fewer rows (--max-rows, or a smaller file)")
     out: np.ndarray | None = None
     done = 0
     for idx in bucket_indices(encoded, batch_size):
@@ -67,6 +61,10 @@ def layer_probabilities(readout, encoded: Encoded, pad_id: int, device: str, bat
         done += len(idx)
         progress("reading every layer through the classifier", done, n)
     return out if out is not None else np.empty((0, layers, 0))
+
+
+MAX_PROBABILITY_BYTES = 2_000_000_000  # every row's probabilities at every layer, held in memory (float64)
+MAX_CLASS_COLUMNS = 50  # above: examples.csv keeps the label's and the prediction's probability, not every class's
 
 
 def checked_states(readout, batch) -> tuple[torch.Tensor, ...]:
@@ -129,13 +127,21 @@ def layer_table(probs: np.ndarray, labels: np.ndarray | None, names: list[str]) 
 
 def example_table(probs: np.ndarray, row_ids, texts, labels: np.ndarray | None, names: list[str]) -> pd.DataFrame:
     """``examples.csv``: per example its row (in the data file), text, label, final prediction, decision layer and
-    the probability of every class at every layer (columns ``p_l<layer>_<class>``)."""
+    the probability of every class at every layer (columns ``p_l<layer>_<class>``); above
+    :data:`MAX_CLASS_COLUMNS` classes, the probability of its label and of its final prediction at every layer
+    (``p_l<layer>_label``, ``p_l<layer>_prediction``)."""
     predicted = predictions(probs)
     frame = pd.DataFrame({"row": list(row_ids), "text": list(texts)})
     if labels is not None:
         frame["label"] = [names[i] for i in labels]
     frame["prediction"] = [names[i] for i in predicted[:, -1]]
     frame["decision_layer"] = decision_layers(probs)
-    columns = {f"p_l{layer}_{name}": probs[:, layer, c] for layer in range(probs.shape[1])
-               for c, name in enumerate(names)}
+    if len(names) > MAX_CLASS_COLUMNS:  # one column per class and layer would be n x (L + 1) x classes cells
+        rows = np.arange(len(probs))
+        columns = {f"p_l{layer}_{which}": probs[rows, layer, index] for layer in range(probs.shape[1])
+                   for which, index in ((("label", labels),) if labels is not None else ()) +
+                   (("prediction", predicted[:, -1]),)}
+    else:
+        columns = {f"p_l{layer}_{name}": probs[:, layer, c] for layer in range(probs.shape[1])
+                   for c, name in enumerate(names)}
     return pd.concat([frame, pd.DataFrame(columns)], axis=1)

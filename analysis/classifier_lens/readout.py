@@ -34,6 +34,7 @@ class HubReadout:
         self.model = model
         self.encoder = model.base_model
         self.num_layers = model.config.num_hidden_layers
+        self.num_classes = model.config.num_labels
         self.head = hub_head(model)
 
     def states(self, inputs: dict) -> tuple[torch.Tensor, ...]:
@@ -70,6 +71,7 @@ class PoolingReadout:
         self.classifier = classifier
         self.encoder = classifier.encoder
         self.num_layers = self.encoder.config.num_hidden_layers
+        self.num_classes = getattr(classifier, "num_labels", None)
         self.uses_types = getattr(self.encoder.config, "type_vocab_size", 0) > 1
 
     def states(self, inputs: dict) -> tuple[torch.Tensor, ...]:

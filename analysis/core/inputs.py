@@ -91,6 +91,24 @@ class TextInputs:
         return out
 
 
+def class_ids(labels, names: list[str]) -> list[int]:
+    """Each row's class index among a classifier's class ``names``: its label by name, or a class id written as a
+    number (data labelled ``0``/``1`` for a model whose classes are ``negative``/``positive``). An unknown label is an
+    :class:`InputError` naming the classes. THE reading of labels against a classifier (the classifier lens, head
+    importance)."""
+    index = {str(name): i for i, name in enumerate(names)}
+    out = []
+    for label in labels:
+        if str(label) in index:
+            out.append(index[str(label)])
+        elif str(label).isdigit() and int(label) < len(names):
+            out.append(int(label))
+        else:
+            raise InputError(f"label '{label}' is not one of the classifier's classes ({', '.join(map(str, names))}) "
+                             f"nor a class id 0..{len(names) - 1}")
+    return out
+
+
 def safe_suffix(name: str) -> str:
     """The file type of an uploaded ``name`` as a suffix (``.csv``, ``.txt.gz``), for storing it under a name of our
     own: a user's file name (``../../x.csv``) never becomes part of a path."""

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from analysis.core.activations import Encoded, encode, make_batch, max_input_length
-from analysis.core.inputs import InputError, TextInputs
+from analysis.core.inputs import InputError, TextInputs, class_ids
 from models.loading import LoadedModel
 
 
@@ -90,11 +90,8 @@ def classifier_batches(tokenizer, data: TextInputs, label2id: dict[str, int], ma
         raise InputError("the labelled set is empty")
     if data.labels is None:
         raise InputError("the data has no labels: head importance for a classifier needs a labelled set")
-    unknown = sorted(set(data.labels) - set(label2id))
-    if unknown:
-        raise InputError(f"labels {', '.join(unknown[:5])} are not among the classifier's labels "
-                         f"({', '.join(label2id)})")
+    ids = class_ids(data.labels, sorted(label2id, key=label2id.get))  # names or class ids, as the lens reads them
     encoded = encode(tokenizer, data, max_length, truncation)  # as the classifier was trained
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    return [LossBatch(inputs, torch.tensor([label2id[data.labels[i]] for i in idx]))
+    return [LossBatch(inputs, torch.tensor([ids[i] for i in idx]))
             for idx, inputs in _batched(encoded.input_ids, encoded.token_type_ids, pad, batch_size)]
