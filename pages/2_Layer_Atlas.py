@@ -41,6 +41,11 @@ loaded = start_page("Layer atlas", (
 
 inputs = labelled_inputs("atlas", max_rows())
 c1, c2, c3, c4, c5 = st.columns([1.2, 1.6, 1, 0.8, 2.4])
+# a sentence encoder's own pooling is the default for it (issue 53 item 17: MiniLM pools by mean, and its [CLS]
+# separates the classes less: 0.47 at the last layer against 0.80); [CLS] for a masked LM
+if st.session_state.get("atlas_pool_model") != loaded.spec.name:
+    st.session_state["atlas_pool"] = "model" if loaded.pooling else "cls"
+    st.session_state["atlas_pool_model"] = loaded.spec.name
 pooling = c1.radio("Vector", ["cls", "mean", *(["model"] if loaded.pooling else [])], key="atlas_pool",
                    format_func={"cls": "[CLS]", "mean": "mean", "model": f"model's ({loaded.pooling})"}.get,
                    horizontal=True, help="mean: over the text's own tokens; model's: a sentence encoder's own "

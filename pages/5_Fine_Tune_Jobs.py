@@ -170,6 +170,8 @@ try:
 except InputError as exc:
     points = None
     st.error(str(exc))
+if points and len(points) == 1:  # one point is one job with those values, not a sweep group of one (item 17)
+    config, points = {**config, **points[0]}, []
 label = f"Submit {len(points)} jobs" if points else "Submit the job"
 if st.button(label, type="primary", key="job_submit", disabled=not train or points is None or not model_ok):
     start = not os.environ.get("LAYERLENS_JOBS_NO_WORKER")

@@ -138,6 +138,20 @@ def staged(out: Path) -> Iterator[Path]:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def _file_mode() -> int:
+    """0666 less the process's umask (read from /proc where it can be, without changing it; else the usual 022)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o644
+
+
+FILE_MODE = _file_mode()
+
+
 def temporary(path: Path) -> Path:
     """A new empty temporary file beside ``path``, named ``.NAME.PID.XXXX.tmp`` (:func:`clean_stale_files`)."""
     path = Path(path)
@@ -167,6 +181,7 @@ def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
     try:
         tmp = temporary(path)
         write(tmp)
+        os.chmod(tmp, FILE_MODE)  # mkstemp's 0600 would stay on the file: it gets the mode open() would give
         os.replace(tmp, path)
     except BaseException as exc:
         if tmp is not None:

@@ -187,3 +187,16 @@ def test_the_word_order_set_is_offered_and_says_what_it_is():
     assert any("bigram shift" in c.value for c in at.caption)
     at.radio(key="atlas_source").set_value("Demo sentiment set").run()
     assert any("Lexically easy" in c.value for c in at.caption)
+
+
+def test_a_sentence_encoder_defaults_to_its_own_pooling(tiny_dirs, tmp_path):
+    """Issue 53 item 17: for a model that pools by mean (MiniLM), the atlas's vector is the model's own pooling by
+    default, not [CLS]; a masked LM keeps [CLS]."""
+    from tests.unit.models.test_any_checkpoint import sentence_transformers_dir
+
+    encoder = sentence_transformers_dir(tiny_dirs["bert"], tmp_path / "st", mode="mean")
+    at = run_page(PAGE, model=str(encoder))
+    assert not at.exception, at.exception
+    assert at.radio(key="atlas_pool").value == "model"
+    at = run_page(PAGE, model=str(tiny_dirs["bert"]))
+    assert at.radio(key="atlas_pool").value == "cls"

@@ -369,3 +369,14 @@ def test_a_finished_job_says_where_it_opens(home, config, page):
             assert at.session_state["structure_job"] == job_id
         if "heads" in page.lower():
             assert at.session_state["heads_corpus"] == "A finished job" and at.session_state["heads_open"] == job_id
+
+
+def test_one_point_typed_in_the_sweep_box_is_one_job_without_a_group(home, tiny_dirs):
+    """Issue 53 item 17: a single job from the Sweep box was filed under a "sweep" group of one."""
+    at = run_page(JOBS, model=str(tiny_dirs["bert"]))
+    at.text_input(key="job_grid").set_value("lr=3e-4").run()
+    assert at.button(key="job_submit").label == "Submit the job"
+    at.button(key="job_submit").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    (job,) = home.list()
+    assert job.group is None and job.config["lr"] == 3e-4

@@ -179,3 +179,16 @@ def test_a_full_disk_anywhere_in_a_command_is_one_line_naming_the_folder(tmp_pat
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: no space left on device under {out}"), err
     assert "unexpected" not in err[0]
+
+
+def test_a_file_written_whole_gets_the_mode_open_would_give(tmp_path):
+    """Issue 53 item 17: reports (and every file written whole) were left 0600 by the temporary file's mode."""
+    import os
+    import stat
+
+    from analysis.core.staging import write_atomic
+
+    write_atomic(tmp_path / "report.html", lambda p: p.write_text("x"))
+    plain = tmp_path / "plain.html"
+    plain.write_text("x")
+    assert stat.S_IMODE(os.stat(tmp_path / "report.html").st_mode) == stat.S_IMODE(os.stat(plain).st_mode)
