@@ -53,6 +53,11 @@ if (run := result_store().get(key)) is not None:
         st.info("At hidden state 0 the [CLS] vector is just its token and position embedding, the same for every "
                 "text: its probe can only guess, so state 0 sits at chance whatever is zeroed. Mean pooling reads "
                 "the embeddings of the words.")
+    for state, why in info.get("undefined", {}).items():
+        st.caption(f"Hidden state {state}: undefined, {why}.")
+    if info.get("not_converged"):
+        st.warning(f"The probe of hidden state(s) {', '.join(map(str, info['not_converged']))} stopped at its "
+                   "iteration limit before its tolerance: those rankings depend on where it stopped.")
     left, right = st.columns(2)
     chart(ablation_curves(result.ablation, "accuracy", "At the layer whose units are zeroed"), "neurons_layer",
           left)

@@ -72,9 +72,12 @@ def show_importance(result, accuracy: str, headline: str, key: str) -> None:
         chart(plots.importance_heatmap(result.importance), f"{key}_importance")
     with c2:
         chart(plots.pruning_curve(result.pruning, accuracy), f"{key}_pruning")
+    drop = result.info.get("drop", 0.01)
     st.caption(f"{headline} Prunable share per layer (heads that can go, least important first, before accuracy "
-               "drops by 1 point): " + ", ".join(f"layer {int(r.layer)} {r.prunable_share:.0%}"
-                                                 for r in result.layers.itertuples()))
+               f"drops by {drop:.1%}): " + ", ".join(f"layer {int(r.layer)} {r.prunable_share:.0%}"
+                                                     for r in result.layers.itertuples()))
+    if note := result.info.get("prunable_note"):
+        (st.caption if result.info.get("drop_resolved") else st.warning)(f"The prunable shares: {note}.")
     d1, d2 = st.columns(2)
     d1.download_button("importance.csv", to_csv(result.importance), "importance.csv", "text/csv",
                        key=f"dl_{key}_importance")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pandas as pd
 
@@ -406,6 +407,8 @@ def heads_job_form(spec, key: str = "heads_job") -> int | None:
               for col, name in zip(st.columns(len(names)), names, strict=True)}
     c1, c2, c3, c4 = st.columns(4)
     placement = placement_inputs(c1, (c2, c3, c4), key)
+    if action == "importance" and path:  # its cost, before it is queued (issue 53 item 12)
+        st.caption(importance_cost(spec, path, values))
     st.caption(f"The job runs {KIND.LABELS[action]} of **{spec.name}** (the sidebar's model) over the whole file in a "
                "process of its own, and goes on when this page is closed. Its stage shows below and on the "
                "Fine-tuning jobs page (Cancel, log); a cancelled job goes on from where it stopped when the same "
@@ -416,6 +419,36 @@ def heads_job_form(spec, key: str = "heads_job") -> int | None:
                       **placement},
                      "its stage shows below; open it here when it has finished.")
     return None
+
+
+def importance_cost(spec, path: str, values: dict) -> str:
+    """What a head-importance job over the whole of ``path`` will cost, in passes over its texts (the
+    engine's own count, :func:`analysis.heads.importance.pruning_passes`), from the model's config and the file's
+    rows (read once per file and change)."""
+    from analysis.heads.importance import pruning_passes
+    from models.loading import config_and_family
+
+    try:
+        config = config_and_family(spec)[0]
+        texts = _rows_in(str(path), Path(path).stat().st_mtime_ns, values.get("text_column") or "text")
+    except Exception as exc:  # noqa: BLE001 - an estimate that cannot be made is said, never a traceback
+        return f"Cost: not estimated ({type(exc).__name__}: {str(exc)[:120]})."
+    low, high = pruning_passes(config.num_hidden_layers, config.num_attention_heads, values.get("steps", 10),
+                               values.get("random_orders", 3))
+    return (f"Cost: {low:,}–{high:,} passes of the model over all {texts:,} texts of the file "
+            f"({low * texts:,}–{high * texts:,} text-passes; the page's own run shows the time a pass takes on "
+            "this machine).")
+
+
+def _rows_in(path: str, mtime: int, column: str) -> int:
+    import streamlit as st
+
+    @st.cache_data(max_entries=16, show_spinner=False)
+    def count(path: str, mtime: int, column: str) -> int:
+        from analysis.core.inputs import read_file
+
+        return len(read_file(path, column))
+    return count(path, mtime, column)
 
 
 def heads_jobs(store=None) -> list:

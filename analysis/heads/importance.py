@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -179,7 +180,8 @@ class GateSums:
 
     def split_half_spearman(self) -> float:
         """The Spearman correlation between the head rankings (normalised importance) of the even and the odd
-        examples: how stable the ranking is on this many examples (NaN under four examples)."""
+        examples, counted in the order the batches ran them (length-sorted, not the input's order: each half holds
+        texts of every length): how stable the ranking is on this many examples (NaN under four examples)."""
         from scipy.stats import spearmanr
 
         if self.examples < 4:
@@ -203,6 +205,21 @@ def curve_points(n_heads: int, steps: int) -> list[int]:
     """The pruning curve's numbers of masked heads: ``steps + 1`` evenly spaced shares of all heads, rounded,
     each once (0% ... 100%)."""
     return sorted({int(round(f * n_heads)) for f in np.linspace(0, 1, steps + 1)})
+
+
+def drop_resolution(base: float, targets: int, drop: float) -> dict:
+    """Whether the allowed ``drop`` is one these ``targets`` resolve: the binomial standard error of an accuracy of
+    ``base`` on ``targets`` scored targets, ``sqrt(p (1 - p) / n)``, against the drop. A drop under two standard
+    errors is within the noise of one accuracy, so a layer's prunable share is too (issue 53 item 12: a 1-point
+    drop where the standard error was 2.2 points); ``prunable_note`` says so in words."""
+    se = math.sqrt(base * (1 - base) / targets) if targets else float("nan")
+    resolved = bool(targets) and drop >= 2 * se
+    note = (f"the allowed drop ({drop:.1%}) is at least two standard errors of the accuracy ({se:.1%} on "
+            f"{targets:,} targets)" if resolved else
+            f"the allowed drop ({drop:.1%}) is less than two standard errors of the accuracy ({se:.1%} on "
+            f"{targets:,} targets): a layer's prunable share is within noise; score more texts, or allow a drop of "
+            f"at least {2 * se:.1%} (--drop)")
+    return {"accuracy_se": se, "drop_resolved": resolved, "prunable_note": note}
 
 
 def pruning_passes(layers: int, heads: int, steps: int = 10, orders: int = 3) -> tuple[int, int]:
@@ -374,8 +391,11 @@ def head_importance(model: nn.Module, batches: Sequence[LossBatch], *, encoder: 
     scores.remove()
     info = {"layers": layers, "heads": heads, "targets": targets,
             **({"resumed_after": scores.resumed} if scores.resumed else {}),
-            "base_accuracy": base, "drop": drop, "seeds": list(seeds), "steps": steps,
+            "base_accuracy": base, "drop": drop, **drop_resolution(base, targets, drop), "seeds": list(seeds),
+            "steps": steps,
             "examples": scores.gradient.examples, "split_half_spearman": scores.gradient.split_half_spearman(),
+            "split_half": "the Spearman correlation of the head rankings of the even and the odd examples in the "
+                          "order the batches ran them (sorted by length), not in the input's order",
             "importance": "Michel et al. 2019 Eq. 2: I_h = E_x |dL(x)/dxi_h|, the absolute value per example x (a "
                           "text; L(x) its mean loss over its masked tokens, or its classification loss), "
                           "normalised per layer by the l2 norm (§4.1); importance_low/high: 95% Student t "

@@ -65,17 +65,31 @@ def split(labels: tuple[str, ...], fraction: float, seed: int) -> tuple[np.ndarr
         raise InputError(f"cannot hold out {fraction:.0%} of {len(labels)} rows by class: {exc}") from None
 
 
+MAX_ITER = 3000  # the saga probe's iterations
+
+
 def fit_probe(x: np.ndarray, y: np.ndarray, config: NeuronsConfig):
     """The standardised elastic-net probe (step 1) and each unit's score (step 2)."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
     probe = make_pipeline(StandardScaler(), LogisticRegression(
-        solver="saga", l1_ratio=config.l1_ratio, C=config.C, max_iter=3000, tol=1e-5,
+        solver="saga", l1_ratio=config.l1_ratio, C=config.C, max_iter=MAX_ITER, tol=1e-5,
         random_state=config.seed))
-    probe.fit(x, y)
+    with warnings.catch_warnings():  # recorded in run.json and said on the page, not a warning on stderr
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        probe.fit(x, y)
     return probe, np.abs(probe[-1].coef_).max(axis=0)
+
+
+def converged(probe) -> bool:
+    """Whether the probe's solver stopped at its tolerance before ``max_iter`` (its ranking, else, depends on where
+    it stopped)."""
+    return bool(np.max(probe[-1].n_iter_) < MAX_ITER)
 
 
 def unit_sets(scores: np.ndarray, k: int, seeds: int, seed: int) -> list[tuple[str, int | None, np.ndarray]]:
@@ -119,11 +133,14 @@ def neurons(loaded: LoadedModel, inputs: TextInputs, config: NeuronsConfig | Non
     majority = majority_class(y[train])
     base_rate = float(np.mean(y[test] == majority))
     final = n_states - 1
-    probes, unit_scores, ranking = {}, {}, []
+    probes, unit_scores, ranking, undefined = {}, {}, [], {}
     for state in sorted({*layers, final}):
         probes[state], scores = fit_probe(vectors[state][train], y[train], config)
         unit_scores[state] = scores
-        if state in layers:
+        if state in layers and not scores.any():
+            undefined[state] = ("every unit scores 0 (the probe's weights are all zero: the state is one vector for "
+                                "every row, e.g. [CLS] at the embeddings): no top units to rank or ablate")
+        elif state in layers:
             order = np.argsort(-scores, kind="stable")
             ranking.append(pd.DataFrame({"layer": state, "rank": np.arange(1, len(order) + 1), "unit": order,
                                          "score": scores[order]}))
@@ -142,6 +159,8 @@ def neurons(loaded: LoadedModel, inputs: TextInputs, config: NeuronsConfig | Non
     per_state = 2 + config.random_seeds  # top, bottom and the random draws
     for done, state in enumerate(layers):
         row(state, "none", None, 0, plain)
+        if state in undefined:
+            continue
         for number, (ablated, seed, units) in enumerate(unit_sets(unit_scores[state], config.k, config.random_seeds,
                                                                   config.seed)):
             if progress is not None:
@@ -153,5 +172,11 @@ def neurons(loaded: LoadedModel, inputs: TextInputs, config: NeuronsConfig | Non
             "majority_class": str(majority), "interval": WILSON, "options": config.to_dict(),
             "probe": "standardised features, scikit-learn LogisticRegression(solver='saga', elastic net)",
             "score": "max over classes of |weight| (Dalvi et al. 2019 §3.3, simplified: docs/neurons.md)",
+            "undefined": {str(k): v for k, v in undefined.items()},
+            "not_converged": [state for state in sorted(probes) if not converged(probes[state])],
+            "convergence": f"the saga probe stops at tol 1e-5 or after {MAX_ITER} iterations; a state listed in "
+                           "not_converged stopped at the limit, and its ranking depends on where it stopped",
             "seconds": round(time.perf_counter() - start, 3)}
-    return NeuronsResult(pd.concat(ranking, ignore_index=True), ablation, info)
+    columns = ["layer", "rank", "unit", "score"]
+    return NeuronsResult(pd.concat(ranking, ignore_index=True) if ranking else pd.DataFrame(columns=columns),
+                         ablation, info)

@@ -217,6 +217,9 @@ class Series(Task):
         facts = {"analysis": options.analysis, "checkpoints": [vars(p) for p in points], "reused": reused,
                  "identity": {"architecture": list(identity["architecture"]), "tokenizer": identity["tokenizer"]},
                  "options": options.model_dump(mode="json"), "columns": table.COLUMNS,
+                 **({"coords": "each checkpoint's atlas runs on every layer (layers=all), so its coords.csv holds "
+                               "layer 0, one point for every row with cls pooling (zeros), which a single atlas "
+                               "run's default layers (-6:) leave out"} if options.analysis == "atlas" else {}),
                  "undefined": "a blank value: the analysis leaves it undefined there (cka_to_final: a layer whose "
                               "vectors are constant over the rows, such as [CLS] at the embeddings with cls "
                               "pooling); a blank interval: the analysis gives none for that metric"}
