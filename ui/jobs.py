@@ -89,6 +89,8 @@ def comparison_table(jobs) -> pd.DataFrame:
                      "head": c.get("head"),
                      "lr": c.get("lr"), "epochs": c.get("epochs"), "layer decay": c.get("layer_decay"),
                      "evaluated on": m.get("evaluated_on"), "accuracy": m.get("accuracy"),
+                     "accuracy low": (m.get("accuracy_interval") or [None, None])[0],
+                     "accuracy high": (m.get("accuracy_interval") or [None, None])[1],
                      "majority class": (m.get("baseline") or {}).get("accuracy"), "macro_f1": m.get("macro_f1"),
                      "one class": bool(m.get("one_class"))})
     return pd.DataFrame(rows)

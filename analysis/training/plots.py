@@ -90,9 +90,19 @@ def confusion_matrix(matrix: list[list[int]], names: list[str]) -> go.Figure:
 
 
 def runs_compared(table: pd.DataFrame) -> go.Figure:
-    """Finished runs side by side: accuracy, the majority-class baseline and macro-F1 per run (``job``, ``head``
-    and those three columns of the jobs page's comparison table)."""
-    fig = go.Figure([go.Bar(name=m, x=[f"#{r.job} {r.head}" for r in table.itertuples()], y=table[m])
-                     for m in ("accuracy", "majority class", "macro_f1")])
+    """Finished runs side by side: accuracy (with its 95% Wilson interval where the run recorded one: ``accuracy
+    low``/``accuracy high``; a k-fold run's mean has none), the majority-class baseline and macro-F1 per run
+    (``job``, ``head`` and those columns of the jobs page's comparison table)."""
+    x = [f"#{r.job} {r.head}" for r in table.itertuples()]
+
+    def error(metric):
+        if metric != "accuracy" or "accuracy low" not in table:
+            return None
+        low, high = (pd.to_numeric(table[c], errors="coerce") for c in ("accuracy low", "accuracy high"))
+        return {"type": "data", "symmetric": False, "array": (high - table["accuracy"]).tolist(),
+                "arrayminus": (table["accuracy"] - low).tolist(), "visible": True}
+
+    fig = go.Figure([go.Bar(name=m + (" (95% interval)" if m == "accuracy" else ""), x=x, y=table[m],
+                            error_y=error(m)) for m in ("accuracy", "majority class", "macro_f1")])
     fig.update_layout(barmode="group", yaxis={"range": [0, 1]}, height=320, margin={"t": 30})
     return fig
