@@ -138,7 +138,8 @@ class LoadedModel:
 
 
 @functools.lru_cache(maxsize=64)
-def _file_digest(path: str, size: int, mtime_ns: int) -> str:
+def file_sha256_cached(path: str, size: int, mtime_ns: int) -> str:
+    """SHA-256 of the file at ``path``, remembered by (path, size, mtime): a model folder's files, an input file."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -153,7 +154,7 @@ def directory_digest(path: Path) -> str:
     for file in sorted(path.iterdir()):
         if file.is_file() and file.suffix in {".safetensors", ".bin", ".json", ".txt", ".model"}:
             stat = file.stat()
-            digest.update(f"{file.name}:{_file_digest(str(file), stat.st_size, stat.st_mtime_ns)}".encode())
+            digest.update(f"{file.name}:{file_sha256_cached(str(file), stat.st_size, stat.st_mtime_ns)}".encode())
     return digest.hexdigest()
 
 

@@ -17,7 +17,6 @@ computed from the same bytes.
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import json
 import logging
@@ -33,21 +32,15 @@ MANIFEST = "entry.json"
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
-@functools.lru_cache(maxsize=256)
-def _digest(path: str, size: int, mtime_ns: int, inode: int) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 22):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def file_digest(path: Path | str) -> str:
-    """SHA-256 of the file at ``path`` (what it holds, wherever it lies); remembered by (path, size, mtime, inode)
-    within a process, so a file read twice in one run is hashed once."""
-    path = Path(path)
+    """SHA-256 of the file at ``path`` (what it holds, wherever it lies); remembered by (path, size, mtime) within a
+    process as a model folder's files are (:func:`models.loading.directory_digest`), so a file read twice in one run is
+    hashed once."""
+    from models.loading import file_sha256_cached
+
+    path = Path(path).resolve()
     st = path.stat()
-    return _digest(str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino)
+    return file_sha256_cached(str(path), st.st_size, st.st_mtime_ns)
 
 
 def source_digest(model: str, revision: str | None = None) -> str:
