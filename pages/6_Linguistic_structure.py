@@ -8,6 +8,7 @@ import streamlit as st
 
 from analysis.core.csvout import to_csv
 from analysis.core.dataroots import TREEBANK_SUFFIXES, data_roots, save_upload, server_file_picker_label, server_files
+from analysis.core.entry import file_digest
 from analysis.core.inputs import InputError, max_rows
 from analysis.core.layers import parse_layers
 from analysis.core.precision import mode
@@ -245,8 +246,8 @@ asked = (str(train), str(test), options.to_dict(),
 request = (*asked, with_random)  # ticking the random-weights twin waits for the button too
 wait_for_run("structure_request", st.button("Probe the layers", type="primary", key="structure_run"), request,
              "Choose the treebanks and tasks, then probe. Word vectors are cached on disk per model and file.")
-stat = [(Path(p).stat().st_mtime_ns, Path(p).stat().st_size) for p in (train, test)]
-key = result_key(loaded.spec.resolved().to_dict(), asked, stat)
+content = [file_digest(p) for p in (train, test)]  # the treebanks' content, never their paths (issue 53 item 1)
+key = result_key(loaded.spec.resolved().to_dict(), asked, content)
 stop = stop_button("Linguistic structure", "structure_request")
 reference = None
 try:
@@ -254,7 +255,7 @@ try:
     if with_random:
         name, _, label = compared_model("random", loaded.spec.name)
         twin_spec = dataclasses.replace(loaded.spec, name=name, revision=None, head_from=None)
-        twin_key = result_key(twin_spec.resolved().to_dict(), asked, stat)
+        twin_key = result_key(twin_spec.resolved().to_dict(), asked, content)
         reference = probed(twin_spec, twin_key, "Probing the random-weights twin").result.probes
 except (InputError, ModelLoadError) as exc:
     stop.empty()

@@ -10,6 +10,7 @@ import streamlit as st
 
 from analysis.core.csvout import to_csv
 from analysis.core.dataroots import data_roots, save_upload, server_file_picker_label, server_files
+from analysis.core.entry import file_digest
 from analysis.core.figures import plain
 from analysis.core.inputs import LABEL_HINTS, InputError, columns_of, guess_text_column
 from analysis.core.layers import parse_layers
@@ -191,11 +192,10 @@ else:
                      progress=lambda stage, done, n: report(done / max(n, 1), f"{stage} {FMT(done)}/{FMT(n)}"))
         return str(tv.directory)
 
-    stat = path.stat()
     stop = stop_button("Token extraction", "tokens_request")
-    try:
-        directory = shared_result(result_key("tokens", loaded.spec.resolved().to_dict(), request, stat.st_mtime_ns,
-                                             stat.st_size), "Extracting token vectors", extract_vectors)
+    try:  # keyed by the corpus's content, never its path (issue 53 item 1)
+        directory = shared_result(result_key("tokens", loaded.spec.resolved().to_dict(), request, file_digest(path)),
+                                  "Extracting token vectors", extract_vectors)
     except Exception as exc:  # noqa: BLE001 - one message, never a traceback
         stop.empty()
         fail(exc, "Extraction")

@@ -52,3 +52,22 @@ def test_every_path_option_outside_the_roots_is_refused(home, label, config, sch
     message = str(refused.value)
     assert "\n" not in message and "root:x" not in message, message
     assert home.list() == []
+
+
+def test_series_and_report_jobs_from_the_browser_are_checked_not_crashed(home, tmp_path, monkeypatch):
+    """Issue 53 item 15: a series or report job with browser=True failed with AttributeError (no model block);
+    inside the roots it is queued, outside it is one line."""
+    from analysis.core.home import exports_dir, layerlens_home
+
+    monkeypatch.setenv("LAYERLENS_MODEL_DIRS", str(tmp_path / "models"))
+    (tmp_path / "models").mkdir()
+    series = {"kind": "series", "analysis": "probe", "checkpoints": "demo,demo",
+              "input": "analysis/data/demo_sentiment.csv"}
+    assert submit(series, home, start_worker=False, browser=True) >= 1
+    run = layerlens_home() / "runs" / "probe"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text('{"task": "probe"}')
+    report = {"kind": "report", "run_dir": str(run), "out": str(exports_dir() / "r.html")}
+    assert submit(report, home, start_worker=False, browser=True) >= 1
+    with pytest.raises(SubmitError, match="where a job from the browser may write"):
+        submit({**report, "out": str(tmp_path / "elsewhere.html")}, home, start_worker=False, browser=True)
