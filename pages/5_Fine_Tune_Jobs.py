@@ -9,6 +9,7 @@ import streamlit as st
 from analysis.core.dataroots import LABELLED_SUFFIXES, browser_model, browser_source, save_upload
 from analysis.core.figures import plain
 from analysis.core.inputs import FORMATS, InputError, columns_of
+from analysis.core.options import kind as schema_kind
 from analysis.core.scores import classification_metrics
 from analysis.training.finetune import majority_vote
 from analysis.training.heads import head_names
@@ -135,8 +136,12 @@ if target is not None and (preset_lr := PRESETS.get(preset, {}).get("lr")) and m
     st.warning(f"The preset's learning rate {preset_lr:g} is bert-base's; {model} (hidden size "
                f"{target.hidden_size}) learns little at it (its own default is {model_defaults(model)['lr']:g}).")
 with st.expander("More options: schedule, regularisation, folds, further pre-training, saved checkpoints"):
+    numbers = [n for n in MORE if schema_kind(n, FinetuneOptions) != "bool"]
+    switches = [n for n in MORE if schema_kind(n, FinetuneOptions) == "bool"]  # a row of their own: labels whole
     cols = st.columns(5)
-    values |= {name: option_input(cols[i % 5], name, "job") for i, name in enumerate(MORE)}
+    values |= {name: option_input(cols[i % 5], name, "job") for i, name in enumerate(numbers)}
+    cols = st.columns(len(switches) or 1)
+    values |= {name: option_input(cols[i], name, "job") for i, name in enumerate(switches)}
     st.caption("A series across fine-tuning (the Across checkpoints page) needs **save each epoch's encoder**; "
                "**further pre-training steps** first trains the masked LM on the training texts, and its head then "
                "reads the saved epochs.")
