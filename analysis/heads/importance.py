@@ -218,7 +218,7 @@ def drop_resolution(base: float, targets: int, drop: float) -> dict:
             f"{targets:,} targets)" if resolved else
             f"the allowed drop ({drop:.1%}) is less than two standard errors of the accuracy ({se:.1%} on "
             f"{targets:,} targets): a layer's prunable share is within noise; score more texts, or allow a drop of "
-            f"at least {2 * se:.1%} (--drop)")
+            f"at least {2 * se:.1%} (the CLI's --drop)")
     return {"accuracy_se": se, "drop_resolved": resolved, "prunable_note": note}
 
 

@@ -219,7 +219,7 @@ def pruning_curve(pruning: pd.DataFrame, metric: str = "accuracy") -> go.Figure:
                              name="least important first", line={"color": "#1f77b4"},
                              customdata=ordered["masked"],
                              hovertemplate="%{x:.0%} (%{customdata} heads) masked: %{y:.3f}<extra></extra>"))
-    fig.update_layout(title="Pruning curve: heads masked in increasing importance vs random orders", height=420,
+    fig.update_layout(title="Pruning curve: least important heads first<br>vs random orders", height=420,
                       xaxis={"title": "share of heads masked", "tickformat": ".0%"}, yaxis={"title": metric},
                       margin={"t": 60, "b": 10}, legend={"orientation": "h", "y": -0.2})
     return fig
