@@ -120,7 +120,7 @@ def test_importance_of_a_classifier_on_a_labelled_set(classifier, tmp_path, caps
     bad.write_text("text\tlabel\nthe film\tmaybe\n")
     code, err = run(["heads", "importance", "--model", str(classifier), "--data", str(bad), "--out",
                      str(tmp_path / "b")], capsys)
-    assert code == 2 and "not among the classifier's labels" in err
+    assert code == 2 and "is not one of the classifier's classes" in err
 
 
 def test_view_writes_every_head_and_one_heads_rows(tiny_dirs, tmp_path, capsys):

@@ -205,7 +205,7 @@ def test_a_classifier_loss_and_its_labels(tmp_path):
     batches = classifier_batches(tok, data, classifier_labels(model), 64, batch_size=2)
     result = head_importance(model, batches, steps=4, seeds=(0, 1, 2))
     assert result.info["targets"] == 5 and len(result.importance) == 4
-    with pytest.raises(InputError, match="not among the classifier's labels"):
+    with pytest.raises(InputError, match="is not one of the classifier's classes"):
         classifier_batches(tok, TextInputs(TEXTS.texts, labels=("pos", "maybe", "neg", "neg", "pos")),
                            classifier_labels(model), 64)
     model.config.label2id = {}
