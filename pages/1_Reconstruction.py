@@ -37,14 +37,16 @@ compare = c4.text_input("Compare with (optional)", key="probe_compare",
                         placeholder="hub id, local directory, job:N or random",
                         help=f"A second model probed on the same texts: {COMPARE_HELP}.").strip()
 compare_link(c4, "probe", compare)
-if st.session_state.get("probe_lens") not in (None, *lenses):  # a lens of the model chosen before: none for this one
-    st.session_state["probe_lens"] = None
-lens_dir = c5.selectbox("Tuned lens", [None, *lenses], format_func=lambda d: "(none)" if d is None else lens.label(d),
+NO_LENS = "(none)"  # a real option, not None: Streamlit shows None as "Choose an option" (seen in Chromium)
+if st.session_state.get("probe_lens") not in (NO_LENS, *lenses):  # a lens of the model chosen before, or None
+    st.session_state["probe_lens"] = NO_LENS
+lens_dir = c5.selectbox("Tuned lens", [NO_LENS, *lenses], format_func=lambda d: d if d == NO_LENS else lens.label(d),
                         key="probe_lens", help="Also read the layers through a tuned lens trained for this model "
                         "(a translator per layer, then the same head; `python -m analysis lens train` or a lens job) "
                         "and show each layer's KL to the final layer and agreement with it, raw and tuned."
                         if lenses else "No tuned lens for this model yet: train one with `python -m analysis lens "
                         "train` or on the Fine-tuning jobs page (job kind: tuned lens).")
+lens_dir = None if lens_dir == NO_LENS else lens_dir
 can_certify = loaded.spec.device == "cpu" and bf16_units("cpu")
 certified = st.checkbox("MLM head in certified bfloat16", key="probe_certified", disabled=not can_certify,
                         help="The vocabulary product in bfloat16 where this machine has bf16 matrix units, every row "

@@ -107,7 +107,7 @@ def test_a_tuned_lens_overlays_raw_and_tuned_readings(tmp_path, monkeypatch):
         pd.testing.assert_frame_equal(shown.value.reset_index(drop=True), expected, check_dtype=False)
     assert len(at.get("plotly_chart")) == 3  # accuracy, raw vs tuned divergence, token heat map
     assert at.radio(key="probe_view").options == ["demo", "demo · tuned lens (bundled lens)"]
-    at.selectbox(key="probe_lens").set_value(None).run()  # back to no lens: the user's tick is still there
+    at.selectbox(key="probe_lens").set_value("(none)").run()  # back to no lens: the user's tick is still there
     assert at.checkbox(key="probe_half").value
 
 
