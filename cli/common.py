@@ -61,19 +61,23 @@ def add_option_flag(group, name: str, suppress: bool = False, schema=None, flag:
                        help=options.help_text(name, schema).replace("%", "%%"), **extra)
 
 
-def model_options(fields=None) -> argparse.ArgumentParser:
-    """The options every analysis sub-command shares (the model fields as the options schema defines them);
-    ``fields``: the task's options, so that a flag its run would not read (``--head-from`` of a task that borrows no
-    head, ``--batch-size`` of one with no batches) is not offered (issue 53 item 13)."""
+def model_options(schema=None) -> argparse.ArgumentParser:
+    """The options every analysis sub-command shares (the model fields as the options schema defines them). With a
+    task's ``schema``, ``--head-from`` and ``--batch-size`` are its own fields' flags (their help and default), and
+    only where it has them: a flag its run would not read is not offered (issue 53 item 13); without one (``info``),
+    the generic pair."""
     p = Parser(add_help=False)
     g = p.add_argument_group("model and output")
     for name in MODEL_FIELDS:
         add_option_flag(g, name)
-    if fields is None or "head_from" in fields:
+    if schema is not None:
+        for name in ("head_from", "batch_size"):
+            if name in schema.model_fields:
+                add_option_flag(g, name, schema=schema)
+    else:
         g.add_argument("--head-from", metavar="MODEL", help="read the layers with the pre-trained MLM head of this "
                        "masked LM (same family, hidden size and vocabulary), e.g. the model a classifier was "
                        "fine-tuned from")
-    if fields is None or "batch_size" in fields:
         g.add_argument("--batch-size", type=positive_int, default=32, help="texts per forward pass (default 32)")
     g.add_argument("--out", type=Path, help="directory for the output files")
     return p

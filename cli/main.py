@@ -68,8 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
         # their models are their own options (heads, tokens: each action's parser has the model flags)
         own_models = name in ("jobs", "dashboard", "cache") or (
             name in TASKS and not TASKS[name].model_flags)
-        parents = [] if own_models else [model_options(TASKS[name].Options.model_fields) if name in TASKS
-                                         else parent]
+        parents = [] if own_models else [model_options(TASKS[name].Options) if name in TASKS else parent]
         p = sub.add_parser(name, parents=parents, help=help_text, description=help_text)
         add_arguments(p)
         p.set_defaults(func=func)
@@ -80,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         if group not in sub.choices:
             g = sub.add_parser(group, help=GROUPS[group], description=GROUPS[group])  # its actions have the flags
             g.add_subparsers(dest="action", metavar="ACTION", required=True)
-        own = [model_options(task.Options.model_fields)] if task.model_flags else []
+        own = [model_options(task.Options)] if task.model_flags else []
         p = subcommands(sub.choices[group]).add_parser(action, parents=own,
                                                        help=task.help, description=task.description or task.help)
         add_task_arguments(task)(p)
