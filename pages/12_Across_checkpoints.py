@@ -49,6 +49,16 @@ if source == TYPED:
                          "google/multiberts-seed_0@step_20k,step_200k,step_2000k")
 else:
     spec = series_sources[source]
+points = []
+if spec:  # the browser reaches only the model folders, whichever widget names them: checked before anything is read
+    try:
+        points = parse(spec, recorded_head, browser_model)
+    except InputError as exc:
+        st.error(str(exc))  # under the field that named it
+        st.stop()
+    except (OSError, ValueError) as exc:  # a damaged job folder under the roots (its metrics.json): one line
+        st.error(f"{spec}: cannot be read as a series ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})")
+        st.stop()
 analysis = st.radio("Analysis", ANALYSES, horizontal=True, key="series_analysis",
                     format_func=lambda a: f"{a}: {WHAT[a]}")
 files = {}
@@ -61,15 +71,11 @@ else:
     files["input"] = server_file("series_input")
 if not spec or None in files.values():
     st.stop()
-try:  # the browser reaches only the model folders, whichever widget names them: checked before anything is read
-    points = parse(spec, recorded_head, browser_model)
+try:
     options = SeriesOptions(analysis=analysis, checkpoints=spec, device=loaded.spec.device,
                             max_epochs=5 if analysis == "structure" else None, **files)
 except InputError as exc:
     st.error(str(exc))
-    st.stop()
-except (OSError, ValueError) as exc:  # a damaged job folder under the roots (its metrics.json): one line
-    st.error(f"{spec}: cannot be read as a series ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})")
     st.stop()
 st.caption(f"{len(points)} checkpoints, in this order: " + ", ".join(p.label for p in points))
 key = result_key("series", options.model_dump(mode="json"))
