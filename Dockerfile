@@ -15,6 +15,10 @@ COPY --chown=layerlens Makefile requirements.txt constraints.txt ./
 RUN make install-deps TORCH=$TORCH
 COPY --chown=layerlens . .
 RUN make install TORCH=$TORCH
+# the Token atlas's interactive map is an optional extra (README: Dependencies): --build-arg ATLAS=1 adds it
+ARG ATLAS=
+RUN if [ -n "$ATLAS" ]; then .venv/bin/uv pip install -q --python .venv/bin/python -c constraints.txt \
+        -r requirements-atlas.txt; fi
 
 EXPOSE 8501
 VOLUME /data
