@@ -10,7 +10,7 @@ from analysis.core.task import RunRecord
 from analysis.series.checkpoints import parse
 from analysis.series.plots import heatmap
 from analysis.tasks.report import figures_for
-from analysis.tasks.series import ANALYSES, Series, SeriesOptions
+from analysis.tasks.series import Series, SeriesOptions, seriesable
 from analysis.training.runs import recorded_head
 from ui.inputs import server_file
 from ui.jobs import finished_jobs
@@ -20,8 +20,7 @@ from ui.sidebar import start_page
 from ui.tasks import run_on_page
 
 TREEBANKS = (".conllu", ".conllu.gz")
-WHAT = {"probe": "reconstruction accuracy", "atlas": "separability and CKA to the last checkpoint",
-        "structure": "UPOS/DEPREL probes, selectivity and UUAS", "heads": "attention entropy of every head"}
+SERIES = seriesable()  # the tasks that run across checkpoints, each saying what its series shows
 
 loaded = start_page("Across checkpoints", (
     "**What each layer learns, and when.** One per-layer analysis run at every checkpoint of a series (a fine-tuning "
@@ -59,10 +58,10 @@ if spec:  # the browser reaches only the model folders, whichever widget names t
     except (OSError, ValueError) as exc:  # a damaged job folder under the roots (its metrics.json): one line
         st.error(f"{spec}: cannot be read as a series ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})")
         st.stop()
-analysis = st.radio("Analysis", ANALYSES, horizontal=True, key="series_analysis",
-                    format_func=lambda a: f"{a}: {WHAT[a]}")
+analysis = st.radio("Analysis", list(SERIES), horizontal=True, key="series_analysis",
+                    format_func=lambda a: f"{a}: {SERIES[a].series_what}")
 files = {}
-if analysis == "structure":
+if "train" in SERIES[analysis].series_inputs:  # treebanks
     left, right = st.columns(2)
     files["train"] = server_file("series_train", left, TREEBANKS)
     files["test"] = server_file("series_test", right, TREEBANKS)
@@ -88,7 +87,7 @@ if run.facts["reused"]:
     st.caption(f"{len(run.facts['reused'])} of {len(points)} checkpoints came from the cache.")
 metrics = list(dict.fromkeys(run.series["metric"]))
 metric = st.selectbox("Metric", metrics, key="series_metric")
-chart(heatmap(run.series, metric, f"{analysis} ({WHAT[analysis]})"), "series_heatmap")
+chart(heatmap(run.series, metric, f"{analysis} ({SERIES[analysis].series_what})"), "series_heatmap")
 st.caption("The colours span the values' own range (the title says it): small differences can look large. "
            "Hover for the values; series.csv below has them with their intervals.")
 labels = dict(zip(run.folders, (c["label"] for c in run.facts["checkpoints"]), strict=True))

@@ -268,6 +268,12 @@ class Task(abc.ABC):
     opened_on: ClassVar[tuple[str, str] | None] = None  # (page, how): where a finished job of it opens (None: its
     # files and report, on the jobs page)
     example: ClassVar[dict] = {}  # its required options for a run on the bundled demo data (docs, contract tests)
+    # across checkpoints (the ``series`` task asks these, so a new per-layer task runs in a series with no branch
+    # there): its name for ``series --analysis`` (None: not run across checkpoints), what its series shows, and
+    # which of the series' input options it reads
+    series_name: ClassVar[str | None] = None
+    series_what: ClassVar[str] = ""
+    series_inputs: ClassVar[tuple[str, ...]] = ()
 
     @abc.abstractmethod
     def run(self, options: Options, ctx: Context) -> Result | None:
@@ -280,6 +286,15 @@ class Task(abc.ABC):
         page's result, its files and its ``run.json`` are the CLI's for the same options."""
         raise NotImplementedError(f"the {self.name} task runs from the CLI and as a job only")
 
+    def series_options(self, model: dict, series) -> Options:
+        """Its options at one checkpoint of a series: ``model`` the checkpoint's model block (name, revision, head,
+        device, dtype, batch size), ``series`` the series' own options (its input files, columns, row limit)."""
+        raise NotImplementedError(f"the {self.name} task does not run across checkpoints")
+
+    def layer_metrics(self, folder: Path) -> list[dict]:
+        """Its per-layer numbers as long rows (:func:`layer_rows`) from the files its run wrote in ``folder``."""
+        raise NotImplementedError(f"the {self.name} task does not run across checkpoints")
+
     def build(self, values: dict) -> Options:
         """The run's options from the values given (a config file's, then the flags'): the schema's check."""
         return self.Options(**values)
@@ -287,6 +302,17 @@ class Task(abc.ABC):
     def job_config(self, values: dict) -> dict:
         """The job JSON of a run with the options ``values``: its kind, and the options."""
         return {"kind": self.kind or self.name, **values}
+
+
+def layer_rows(frame, metric: str, value: str, low: str | None = None, high: str | None = None) -> list[dict]:
+    """Long rows ``{layer, metric, value, low, high}`` of one metric of a per-layer table (a ``layer`` column and
+    the named value and interval columns; NaN where a value or a bound is missing)."""
+    import math
+
+    def number(row, column):
+        return float(row[column]) if column and row[column] == row[column] and row[column] is not None else math.nan
+    return [{"layer": int(r["layer"]), "metric": metric, "value": number(r, value), "low": number(r, low),
+             "high": number(r, high)} for _, r in frame.iterrows()]
 
 
 def check_requirements(task: Task, loaded, options: Options) -> None:

@@ -46,18 +46,5 @@ def interval_text(low, high) -> str:
     return f"[{low:.6g}, {high:.6g}]"
 
 
-def rows(point: Checkpoint, frame: pd.DataFrame, metric: str, value: str, low: str | None = None,
-         high: str | None = None) -> list[dict]:
-    """Long rows of one metric from a per-layer table (a ``layer`` column and the named value/interval columns)."""
-    out = []
-    for _, r in frame.iterrows():
-        lo = float(r[low]) if low and pd.notna(r[low]) else math.nan
-        hi = float(r[high]) if high and pd.notna(r[high]) else math.nan
-        out.append({"checkpoint": point.label, "step": point.step, "layer": int(r["layer"]), "metric": metric,
-                    "value": float(r[value]) if pd.notna(r[value]) else math.nan, "interval": interval_text(lo, hi),
-                    "interval_low": lo, "interval_high": hi})
-    return out
-
-
 def long_table(parts: list[list[dict]]) -> pd.DataFrame:
     return pd.DataFrame([row for part in parts for row in part], columns=COLUMNS)

@@ -5,7 +5,7 @@ no technique imports a task. Importing this package imports no torch."""
 from __future__ import annotations
 
 from analysis.core.task import Task
-from analysis.tasks import report
+from analysis.tasks import registry
 from analysis.tasks.atlas import Atlas
 from analysis.tasks.classifier_lens import ClassifierLens
 from analysis.tasks.compare import Compare
@@ -24,7 +24,7 @@ TASKS: dict[str, Task] = {task.name: task for task in (Probe(), Atlas(), Duplica
                                                           Compare(), Neurons(), *TOKENS, *HEADS.values(), LensTrain(),
                                                           ClassifierLens(), Series(), Report())}
 
-report.REGISTRY.update(TASKS)  # the report rebuilds a run's command line from its task's schema
+registry.TASKS.update(TASKS)  # the report and the series read the registry there (analysis.tasks.registry)
 
 
 def get(name: str) -> Task | None:

@@ -10,7 +10,7 @@ from pydantic import Field, model_validator
 from analysis.atlas.options import AtlasConfig
 from analysis.core.csvout import to_csv
 from analysis.core.options import FREE, label_column, pair_column, path
-from analysis.core.task import Context, ReadingOptions, Result, RunRecord, Task
+from analysis.core.task import Context, ReadingOptions, Result, RunRecord, Task, layer_rows
 
 
 class AtlasOptions(AtlasConfig, ReadingOptions):
@@ -67,6 +67,19 @@ class Atlas(Task):
     example = {"data": "analysis/data/demo_sentiment.csv"}
     page = "pages/2_Layer_Atlas.py"
     exclusive = ("data", "hf_dataset")
+    series_name, series_what, series_inputs = "atlas", "separability and CKA to the last checkpoint", ("input",)
+
+    def series_options(self, model: dict, series) -> AtlasOptions:
+        return AtlasOptions(**model, data=series.input, text_column=series.text_column,
+                            label_column=series.label_column, max_rows=series.max_rows, layers="all")
+
+    def layer_metrics(self, folder: Path) -> list[dict]:
+        """``probe_accuracy`` (with its interval) and ``silhouette`` per layer."""
+        import pandas as pd
+
+        sep = pd.read_csv(folder / "separability.csv")
+        return layer_rows(sep, "probe_accuracy", "probe_accuracy", "probe_ci_low", "probe_ci_high") + \
+            layer_rows(sep, "silhouette", "silhouette")
 
     def run(self, options: AtlasOptions, ctx: Context) -> AtlasRun | None:
         from analysis.atlas.atlas import atlas

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from analysis.core.inputs import InputError
-from analysis.core.task import Context, ReadingOptions, Result, RunRecord, Task, complete_record
+from analysis.core.task import Context, ReadingOptions, Result, RunRecord, Task, complete_record, layer_rows
 from analysis.heads.options import (
     HeadsImportanceOptions,
     HeadsJobOptions,
@@ -81,6 +81,22 @@ class HeadsStats(HeadsTask):
     flags = COLUMN
     example = {"input": "tests/data/ud_tiny_train.conllu", "cluster_tokens": 16}
     unit = "sentence"
+    series_name, series_what, series_inputs = "heads", "attention entropy of every head", ("input",)
+
+    def series_options(self, model: dict, series) -> HeadsStatsOptions:  # no head map across checkpoints
+        return HeadsStatsOptions(**model, input=str(series.input), text_column=series.text_column,
+                                 limit=series.max_rows, clusters=False)
+
+    def layer_metrics(self, folder: Path) -> list[dict]:
+        """Each head's mean attention entropy (``head H entropy``, t interval) and their mean per layer."""
+        import pandas as pd
+
+        heads = pd.read_csv(folder / "heads.csv")
+        out = []
+        for head, part in heads.groupby("head"):
+            out += layer_rows(part, f"head {head} entropy", "entropy", "entropy_low", "entropy_high")
+        return out + layer_rows(heads.groupby("layer", as_index=False)["entropy"].mean(), "mean head entropy",
+                                "entropy")
 
     def run(self, options: HeadsStatsOptions, ctx: Context) -> HeadsRun:
         from analysis.heads import actions

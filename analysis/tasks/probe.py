@@ -10,7 +10,7 @@ from pydantic import Field
 from analysis.core.csvout import to_csv
 from analysis.core.inputs import PROBE_ROW_LIMIT, InputError
 from analysis.core.options import pair_column, path
-from analysis.core.task import Context, ReadingOptions, Result, RunRecord, Task
+from analysis.core.task import Context, ReadingOptions, Result, RunRecord, Task, layer_rows
 from analysis.probe.options import ProbeConfig
 
 
@@ -87,6 +87,20 @@ class Probe(Task):
     requires = (needs_mlm_head,)
     hidden = ("mask_fraction", "logits_budget_bytes")
     unit = "text"
+    series_name, series_what, series_inputs = "probe", "reconstruction accuracy", ("input",)
+
+    def series_options(self, model: dict, series) -> ProbeOptions:
+        return ProbeOptions(**model, input=series.input, column=series.text_column, max_rows=series.max_rows)
+
+    def layer_metrics(self, folder: Path) -> list[dict]:
+        """``accuracy`` and ``sentence_mean`` (with its bootstrap interval) per layer (the output states)."""
+        import pandas as pd
+
+        layers = pd.read_csv(folder / "layers.csv")
+        if "half" in layers:
+            layers = layers[layers["half"] == "output"]
+        return layer_rows(layers, "accuracy", "accuracy") + layer_rows(layers, "sentence_mean", "sentence_mean",
+                                                                       "ci_low", "ci_high")
 
     def run(self, options: ProbeOptions, ctx: Context) -> ProbeRun | None:
         from analysis.core.inputs import check_row_limit, read_file

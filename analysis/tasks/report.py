@@ -17,6 +17,7 @@ from analysis.core.inputs import InputError
 from analysis.core.options import Options, path
 from analysis.core.task import Context, Result, Task
 from analysis.report.figures import MAX_TABLE_BYTES, failed, layer_figures
+from analysis.tasks.registry import TASKS
 
 MAX_MAP_POINTS = 2000  # points per layer of an atlas map drawn in the report (above: WebGL, left to the dashboard)
 MAX_LAYER = 1000  # a layer number above this in a run's table is not a model's: its figure is a note
@@ -247,7 +248,6 @@ def figures_for(run_dir: Path, record: dict) -> list[tuple[str, object]]:
     return out
 
 
-REGISTRY: dict = {}  # the task registry, handed over by analysis.tasks once it is built (it imports this module)
 
 
 def command_for(record: dict) -> tuple[str, list[str]]:
@@ -256,8 +256,8 @@ def command_for(record: dict) -> tuple[str, list[str]]:
     from analysis.report.command import command_line
 
     task = str(record.get("task") or "")
-    if task in REGISTRY and task != "report":
-        registered = REGISTRY[task]
+    if task in TASKS and task != "report":
+        registered = TASKS[task]
         return command_line(record, registered.Options, registered.flags, registered.hidden)
     if task == "finetune":
         from analysis.training.options import FinetuneOptions

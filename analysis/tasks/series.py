@@ -23,11 +23,14 @@ from analysis.core.csvout import to_csv
 from analysis.core.entry import FolderEntry
 from analysis.core.inputs import InputError
 from analysis.core.options import Dtype, Options, batch_size_field, path
-from analysis.core.task import Context, QuietContext, Result, RunRecord, Task
+from analysis.core.task import Context, QuietContext, Result, RunRecord, Task, layer_rows
 from analysis.series import table
 from analysis.series.checkpoints import Checkpoint
+from analysis.tasks.registry import TASKS
 
 log = logging.getLogger(__name__)
+# the names of the tasks that run across checkpoints (Task.series_name), as a literal for the CLI's choices at import
+# time (the registry imports this module); tests/integration/test_series.py holds it equal to seriesable()
 ANALYSES = ("probe", "atlas", "structure", "heads")
 
 
@@ -87,64 +90,34 @@ def _model(point: Checkpoint, options: SeriesOptions) -> dict:
             "dtype": options.dtype, "allow_pickle": options.allow_pickle, "batch_size": options.batch_size}
 
 
-def _need(options: SeriesOptions, *names: str) -> None:
-    missing = [n for n in names if getattr(options, n) is None]
+def seriesable() -> dict:
+    """``{name: task}`` of every registered task that runs across checkpoints (``Task.series_name``): what
+    ``--analysis`` chooses from (:mod:`analysis.tasks.registry`)."""
+    return {task.series_name: task for task in TASKS.values() if task.series_name}
+
+
+def _need(options: SeriesOptions, task) -> None:
+    missing = [n for n in task.series_inputs if getattr(options, n) is None]
     if missing:
         raise InputError(f"series --analysis {options.analysis} needs " + " and ".join(f"--{n}" for n in missing))
 
 
 def analysis_options(options: SeriesOptions, point: Checkpoint):
-    """The single-checkpoint task and its options at ``point``."""
-    if options.analysis == "probe":
-        from analysis.tasks.probe import Probe, ProbeOptions
-
-        return Probe(), ProbeOptions(**_model(point, options), input=options.input, column=options.text_column,
-                                     max_rows=options.max_rows)
-    if options.analysis == "atlas":
-        from analysis.tasks.atlas import Atlas, AtlasOptions
-
-        return Atlas(), AtlasOptions(**_model(point, options), data=options.input, text_column=options.text_column,
-                                     label_column=options.label_column, max_rows=options.max_rows, layers="all")
-    if options.analysis == "structure":
-        from analysis.tasks.structure import Structure, StructureTaskOptions
-
-        extra = {"max_epochs": options.max_epochs} if options.max_epochs else {}
-        return Structure(), StructureTaskOptions(**_model(point, options), train=str(options.train),
-                                                 test=str(options.test), **extra)
-    from analysis.tasks.heads import HeadsStats, HeadsStatsOptions  # no head map
-
-    return HeadsStats(), HeadsStatsOptions(**_model(point, options), input=str(options.input),
-                                           text_column=options.text_column, limit=options.max_rows, clusters=False)
+    """The single-checkpoint task and its options at ``point`` (the task's ``series_options``)."""
+    task = seriesable()[options.analysis]
+    return task, task.series_options(_model(point, options), options)
 
 
 def metrics(analysis: str, point: Checkpoint, folder: Path) -> list[dict]:
-    """The long rows of ``analysis``'s files at ``point`` (module docstring)."""
-    import pandas as pd
+    """The long rows of ``analysis``'s files at ``point`` (the task's ``layer_metrics``), named by the checkpoint."""
+    return _named(point, seriesable()[analysis].layer_metrics(folder))
 
-    if analysis == "probe":
-        layers = pd.read_csv(folder / "layers.csv")
-        if "half" in layers:
-            layers = layers[layers["half"] == "output"]
-        return table.rows(point, layers, "accuracy", "accuracy") + table.rows(point, layers, "sentence_mean",
-                                                                              "sentence_mean", "ci_low", "ci_high")
-    if analysis == "atlas":
-        sep = pd.read_csv(folder / "separability.csv")
-        return table.rows(point, sep, "probe_accuracy", "probe_accuracy", "probe_ci_low", "probe_ci_high") + \
-            table.rows(point, sep, "silhouette", "silhouette")
-    if analysis == "structure":
-        probes = pd.read_csv(folder / "probes.csv")
-        out = []
-        for (task, metric), part in probes.groupby(["task", "metric"], sort=False):
-            out += table.rows(point, part, f"{task} {metric}", "value", "ci_low", "ci_high")
-            if metric == "accuracy" and part["selectivity"].notna().any():
-                out += table.rows(point, part, f"{task} selectivity", "selectivity")
-        return out
-    heads = pd.read_csv(folder / "heads.csv")
-    out = []
-    for head, part in heads.groupby("head"):
-        out += table.rows(point, part, f"head {head} entropy", "entropy", "entropy_low", "entropy_high")
-    mean = heads.groupby("layer", as_index=False)["entropy"].mean()
-    return out + table.rows(point, mean, "mean head entropy", "entropy")
+
+def _named(point: Checkpoint, rows: list[dict]) -> list[dict]:
+    """Long rows (:func:`analysis.core.task.layer_rows`) as series.csv's: the checkpoint, its step, the interval."""
+    return [{"checkpoint": point.label, "step": point.step, "layer": r["layer"], "metric": r["metric"],
+             "value": r["value"], "interval": table.interval_text(r["low"], r["high"]), "interval_low": r["low"],
+             "interval_high": r["high"]} for r in rows]
 
 
 def cka_to_final(options: SeriesOptions, points: list[Checkpoint], ctx: Context) -> list[dict]:
@@ -167,8 +140,8 @@ def cka_to_final(options: SeriesOptions, points: list[Checkpoint], ctx: Context)
         ctx.progress("CKA to the last checkpoint", i + 1, len(points))
     layers = list(range(reps[-1].shape[0]))
     return [row for point, array in zip(points, reps, strict=True)
-            for row in table.rows(point, pd.DataFrame(paired_cka(array, reps[-1], layers)), "cka_to_final", "cka",
-                                  "ci_low", "ci_high")]
+            for row in _named(point, layer_rows(pd.DataFrame(paired_cka(array, reps[-1], layers)), "cka_to_final",
+                                                "cka", "ci_low", "ci_high"))]
 
 
 class Series(Task):
@@ -185,8 +158,7 @@ class Series(Task):
     def run(self, options: SeriesOptions, ctx: Context) -> SeriesRun:
         from analysis.series.checkpoints import check_one_model, parse
 
-        _need(options, *{"probe": ("input",), "atlas": ("input",), "heads": ("input",),
-                         "structure": ("train", "test")}[options.analysis])
+        _need(options, seriesable()[options.analysis])
         from analysis.training.runs import recorded_head
 
         points = parse(options.checkpoints, recorded_head)

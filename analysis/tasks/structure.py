@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from analysis.core.inputs import InputError
-from analysis.core.task import Context, ReadingOptions, Result, Task
+from analysis.core.task import Context, ReadingOptions, Result, Task, layer_rows
 from analysis.structure.options import StructureInputs, StructureOptions
 
 OUTPUTS = "probes.csv, mdl.csv, summary.csv, trees.jsonl, run.json"
@@ -43,6 +43,25 @@ class Structure(Task):
     example = {"train": "tests/data/ud_tiny_train.conllu", "test": "tests/data/ud_tiny_test.conllu",
                "max_epochs": 2}
     page = "pages/6_Linguistic_structure.py"
+    series_name, series_what, series_inputs = "structure", "UPOS/DEPREL probes, selectivity and UUAS", ("train",
+                                                                                                        "test")
+
+    def series_options(self, model: dict, series) -> StructureTaskOptions:
+        extra = {"max_epochs": series.max_epochs} if series.max_epochs else {}
+        return StructureTaskOptions(**model, train=str(series.train), test=str(series.test), **extra)
+
+    def layer_metrics(self, folder: Path) -> list[dict]:
+        """Every probe metric (``upos accuracy``, ``distance uuas``, ...) with its interval, and each label task's
+        ``selectivity`` (accuracy minus its control task's)."""
+        import pandas as pd
+
+        probes = pd.read_csv(folder / "probes.csv")
+        out = []
+        for (task, metric), part in probes.groupby(["task", "metric"], sort=False):
+            out += layer_rows(part, f"{task} {metric}", "value", "ci_low", "ci_high")
+            if metric == "accuracy" and part["selectivity"].notna().any():
+                out += layer_rows(part, f"{task} selectivity", "selectivity")
+        return out
 
     def run(self, options: StructureTaskOptions, ctx: Context) -> StructureRun | None:
         from analysis.core.parallel import ranks_for

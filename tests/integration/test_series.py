@@ -233,3 +233,13 @@ def test_a_damaged_series_entry_is_computed_again_with_one_warning(series_dir, t
             assert "secret" not in path.read_text(errors="replace"), path
     assert series(tmp_path / "third", *args) == 0  # the entry made again is whole: read, not stuck
     pd.testing.assert_frame_equal(first, pd.read_csv(tmp_path / "third" / "series.csv"))
+
+
+def test_the_series_choices_are_the_registry_s_seriesable_tasks():
+    """Issue 54: the series asks each task (Task.series_options, layer_metrics) instead of branching by name; the
+    literal the CLI's choices need at import time is the registry's list."""
+    from analysis.tasks.series import ANALYSES, seriesable
+
+    assert tuple(seriesable()) == ANALYSES
+    for task in seriesable().values():
+        assert task.series_what and task.series_inputs
