@@ -76,9 +76,11 @@ def _plain(path: Path, root: Path) -> bool:
     return False
 
 
-def _open_plain(path: Path):
-    """``path`` opened for reading, never through a final link; an ``OSError`` where it is not a plain file."""
-    fd = os.open(path, os.O_RDONLY | NOFOLLOW)
+def open_plain(path: Path):
+    """``path`` opened for reading, never through a final link and never blocking (a FIFO is refused, not waited
+    on); an ``OSError`` where it is not a plain file. The one such open of the core (a cache entry's files, a run's
+    run.json)."""
+    fd = os.open(path, os.O_RDONLY | NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
     f = os.fdopen(fd, "rb")
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         f.close()
@@ -103,7 +105,7 @@ class FolderEntry:
         try:
             if not stat.S_ISDIR(os.lstat(root).st_mode):
                 return "not a folder"
-            with _open_plain(self.manifest_path) as f:
+            with open_plain(self.manifest_path) as f:
                 manifest = json.loads(f.read(1 << 20))
             files = manifest["files"]
             named = {str(Path(entry["path"])) for entry in files}
@@ -130,13 +132,8 @@ class FolderEntry:
                 return f"{relative} is not one of its files"
         return None
 
-    def facts(self) -> dict:
-        """What the owner recorded in the manifest (call on a whole entry)."""
-        with _open_plain(self.manifest_path) as f:
-            return json.loads(f.read(1 << 20)).get("facts", {})
-
     def files(self) -> list[Path]:
-        with _open_plain(self.manifest_path) as f:
+        with open_plain(self.manifest_path) as f:
             return [Path(entry["path"]) for entry in json.loads(f.read(1 << 20))["files"]]
 
     def copy_to(self, target: Path) -> None:
@@ -147,7 +144,7 @@ class FolderEntry:
                 raise OSError(f"{source}: not a plain file")
             destination = Path(target) / relative
             destination.parent.mkdir(parents=True, exist_ok=True)
-            with _open_plain(source) as f, open(destination, "wb") as out:
+            with open_plain(source) as f, open(destination, "wb") as out:
                 shutil.copyfileobj(f, out)
 
     @contextlib.contextmanager
@@ -184,7 +181,7 @@ class FolderEntry:
 
 def _digest_plain(path: Path) -> str:
     digest = hashlib.sha256()
-    with _open_plain(path) as f:
+    with open_plain(path) as f:
         while block := f.read(1 << 22):
             digest.update(block)
     return digest.hexdigest()

@@ -24,7 +24,6 @@ import abc
 import dataclasses
 import json
 import os
-import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -124,14 +123,15 @@ def read_run(run_dir: Path) -> dict:
     path = run_dir / "run.json"
     if not path.exists() and not path.is_symlink():
         raise InputError(f"{run_dir} has no run.json: not a LayerLens run folder (a run's --out)")
+    from analysis.core.entry import open_plain
+
     try:  # never through a link, never blocking on a FIFO: a plain file or one line
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        f = open_plain(path)
     except OSError:
-        raise InputError(f"{path} is not a plain file (a link, or unreadable): not a LayerLens run.json") from None
-    with os.fdopen(fd, "rb") as f:
+        raise InputError(f"{path} is not a plain file (a link, a FIFO, or unreadable): not a LayerLens "
+                         "run.json") from None
+    with f:
         st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise InputError(f"{path} is not a plain file: not a LayerLens run.json")
         if st.st_size > MAX_RUN_JSON:
             raise InputError(f"{path} is {st.st_size:,} bytes: too large for a run's record (at most "
                              f"{MAX_RUN_JSON:,}); not a LayerLens run.json")
