@@ -22,7 +22,7 @@ from pydantic import Field
 from analysis.core.csvout import to_csv
 from analysis.core.entry import FolderEntry
 from analysis.core.inputs import InputError
-from analysis.core.options import Dtype, Options, batch_size_field, path
+from analysis.core.options import Dtype, Options, batch_size_field, path, path_fields
 from analysis.core.task import Context, QuietContext, Result, RunRecord, Task, layer_rows
 from analysis.series import table
 from analysis.series.checkpoints import Checkpoint
@@ -167,9 +167,12 @@ class Series(Task):
         parts, folders, reused = [], {}, []
         for i, point in enumerate(points):
             task, single = analysis_options(options, point)
-            key_options = single.model_dump(mode="json", exclude={"model", "revision", "head_from", "device",
-                                                                  "input", "data", "train", "test"})
-            entry = table.cached(options.analysis, key_options, [options.input, options.train, options.test], point)
+            # the inputs enter the key by their content (the series' data options), the weights by theirs: the
+            # single task's path options are left out of its options, derived from its schema's marks
+            key_options = single.model_dump(mode="json", exclude={"device", "revision", *path_fields(type(single))})
+            entry = table.cached(options.analysis, key_options, [getattr(options, name) for name, kind in
+                                                                 path_fields(SeriesOptions).items() if kind == "data"],
+                                 point)
             if (why := entry.damage()) is None:
                 reused.append(point.label)
             else:
