@@ -157,8 +157,8 @@ class ClassifierLens(Task):
     def run(self, options: ClassifierLensOptions, ctx: Context) -> ClassifierLensRun:
         from analysis.core.inputs import check_row_limit, read_file
 
+        found = trained_rows(options)  # read once: the default rows and the count of rows it trained on
         if options.data is None:
-            found = trained_rows(options)
             if found is None:
                 raise InputError("--data is required: the labelled rows to read (only a LayerLens run's classifier, "
                                  "job:N, has held-out rows to default to)")
@@ -169,16 +169,17 @@ class ClassifierLens(Task):
                                    "the classifier lens'")
         for note in data.notes():
             ctx.log(f"note: {note}")
-        return self.read(options, data, ctx)
+        return self.read(options, data, ctx, found)
 
-    def read(self, options: ClassifierLensOptions, data, ctx: Context) -> ClassifierLensRun:
-        """The run on labelled rows already read (``TextInputs``): the page's door, which has its rows in memory."""
+    def read(self, options: ClassifierLensOptions, data, ctx: Context, found=...) -> ClassifierLensRun:
+        """The run on labelled rows already read (``TextInputs``): the page's door, which has its rows in memory.
+        ``found``: :func:`trained_rows` of ``options`` where the caller read it already (``...``: read here)."""
         from analysis.classifier_lens import lens, tuned
         from analysis.core.activations import encode
 
         if options.tuned:
             tuned.split(len(data), options.seed)  # too few rows is said before the model loads
-        found = trained_rows(options)
+        found = trained_rows(options) if found is ... else found
         trained_on = 0 if found is None else sum(row in found[0] for row in zip(data.texts, data.pairs or
                                                                                    [None] * len(data), strict=True))
         if trained_on:
