@@ -48,10 +48,7 @@ class Recorded:
         from analysis.core.task import complete_record
 
         metrics = self._kind.run(config, out, control)
-        values = {k: v for k, v in config.items() if k != "kind"}
-        if "corpus" in values and "input" in TASKS[self._task].Options.model_fields:  # tokens: its job's corpus
-            values["input"] = values.pop("corpus")
-        complete_record(out, TASKS[self._task].Options.from_dict(values))
+        complete_record(out, TASKS[self._task].job_options(config))
         return metrics
 
 

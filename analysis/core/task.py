@@ -303,6 +303,11 @@ class Task(abc.ABC):
         """The job JSON of a run with the options ``values``: its kind, and the options."""
         return {"kind": self.kind or self.name, **values}
 
+    def job_options(self, config: dict) -> Options:
+        """The task's options a job of its kind ran with (:meth:`job_config` read back; a hand-written kind's
+        placement fields left out): what its run.json records, as the CLI's does."""
+        return self.Options.from_dict({k: v for k, v in config.items() if k != "kind"})
+
 
 def layer_rows(frame, metric: str, value: str, low: str | None = None, high: str | None = None) -> list[dict]:
     """Long rows ``{layer, metric, value, low, high}`` of one metric of a per-layer table (a ``layer`` column and

@@ -117,6 +117,11 @@ class TokensExtract(TokensTask):
         values = dict(values)
         return {"kind": "tokens", "corpus": str(values.pop("input")), "index": "none", **values}
 
+    def job_options(self, config: dict) -> TokensExtractOptions:
+        """A ``tokens`` job's options read back: its corpus is ``input``."""
+        values = {k: v for k, v in config.items() if k not in ("kind", "corpus")}
+        return self.Options.from_dict({**values, "input": config.get("corpus")})
+
     def run(self, options: TokensExtractOptions, ctx: Context) -> TokensRun | None:
         if options.input is None:
             raise InputError("tokens extract needs --input FILE (texts or a CoNLL-U treebank)")
