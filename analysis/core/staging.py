@@ -41,9 +41,11 @@ class NoSpace(InputError):
     """The disk (or the user's quota) cannot hold a file LayerLens is writing."""
 
 
-def no_space(directory: Path, needed: int | None = None) -> NoSpace:
-    """The one-line error of a full disk under ``directory``: the megabytes the file needed and those free."""
-    message = f"no space left on device under {directory}"
+def no_space(directory: Path, needed: int | None = None, what: str | None = None) -> NoSpace:
+    """The one-line error of a full disk under ``directory``: the megabytes the file (or ``what``, checked before
+    it is written: :func:`check_room`) needed and those free."""
+    message = f"not enough free disk for {what} under {directory}" if what else \
+        f"no space left on device under {directory}"
     if needed:
         message += f"; {math.ceil(needed / 2**20):,} MB needed"
     with contextlib.suppress(OSError):
@@ -62,9 +64,7 @@ def check_room(directory: Path, needed: int, what: str) -> None:
     except OSError:
         return
     if needed > free:
-        raise NoSpace(f"not enough free disk for {what}: {math.ceil(needed / 2**20):,} MB needed, "
-                      f"{free / 2**20:,.0f} MB free under {at} (save fewer, free some space, or point --out or "
-                      "LAYERLENS_HOME at a larger disk)")
+        raise no_space(at, needed, what)
 
 
 def is_no_space(exc: BaseException) -> bool:
